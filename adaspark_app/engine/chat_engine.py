@@ -1,0 +1,205 @@
+"""The engine a user talks to: a conversation in, a streamed greedy reply out, learning persisted.
+
+Thread boundary: every method except the constructor's argument checks calls llama.cpp and must
+run on one worker thread (the TUI's thread worker, or the main thread of a headless run). Events
+are delivered on that same thread through `on_round`; consumers must hand them to their own
+thread (the TUI posts Textual messages).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from ..errors import ArgumentError, ModelLoadError
+from .arms import Arm, parse_arm
+from .backend import LlamaBackend, check_gguf_file, default_model_path
+from .decoder import Decoder, RoundOutcome, run_reply
+from .detok import StreamDecoder
+from .events import ReplyResult, RoundEvent
+from .template import ChatTemplate
+
+VALID_ROLES = ("system", "user", "assistant")
+
+
+def _physical_threads() -> int:
+    return max(1, min(os.cpu_count() or 1, 8))
+
+
+class ChatEngine:
+    """A target model with the AdaSpark round loop, its learners and (optionally) a store."""
+
+    def __init__(self, model_path: str | None = None, drafter_path: str | None = None, store: Any = None,
+                 arm: str | Arm = "adaspark", n_threads: int | None = None, n_ctx: int = 4096,
+                 self_check: bool = False) -> None:
+        self.arm = arm if isinstance(arm, Arm) else parse_arm(arm)
+        path = model_path or default_model_path()
+        check_gguf_file(path, "model")
+        if drafter_path is not None and drafter_path != "default":
+            check_gguf_file(drafter_path, "drafter")
+        self.backend = LlamaBackend(path, n_ctx=n_ctx, n_threads=n_threads or _physical_threads())
+        b = self.backend
+        self.notices: list[str] = []
+        if b.recurrent:
+            self.notices.append("this model is recurrent or hybrid: tree verification is off, "
+                                "decoding plainly one token per step")
+        self.drafter = None
+        self.drafter_path = None
+        if drafter_path is not None:
+            self.drafter = self._load_drafter(drafter_path)
+        self.decoder = Decoder(b, self.arm, drafter=self.drafter, self_check=self_check)
+        bos = b.detokenize([b.bos_token()]) if b.bos_token() >= 0 else ""
+        eos = b.token_bytes(b.eos_token(), special=True).decode("utf-8", "replace") if b.eos_token() >= 0 else ""
+        self.template = ChatTemplate(b.meta("tokenizer.chat_template"), bos_token=bos, eos_token=eos)
+        self.model_name = self._model_label()
+        self.drafter_name = Path(self.drafter_path).name if self.drafter_path else None
+        self.store = store
+        self.store_key = None
+        self._key_meta = None
+        if store is not None:
+            self._attach_store(store)
+        self._lock = threading.Lock()
+
+    # ------------------------------------------------------------------ setup
+    def _model_label(self) -> str:
+        b = self.backend
+        desc = b.description
+        quant = desc.split()[-1] if desc else ""
+        return f"{b.name} ({quant})" if quant else b.name
+
+    def _load_drafter(self, drafter_path: str):
+        from .dspark import DSparkDrafter  # imported lazily: binds C++ ext symbols
+
+        if drafter_path == "default":
+            from .dspark import default_drafter_path
+            drafter_path = default_drafter_path()
+        self.drafter_path = drafter_path
+        return DSparkDrafter(self.backend, drafter_path)
+
+    def _attach_store(self, store: Any) -> None:
+        from ..store import LearnedKey, device_fingerprint, model_fingerprint
+
+        mfp = model_fingerprint(self.backend.model_path)
+        dfp = device_fingerprint(self.backend.n_threads, self._backend_info())
+        rfp = model_fingerprint(self.drafter_path) if self.drafter_path else None
+        self.store_key = LearnedKey(mfp["id"], dfp["id"], rfp["id"] if rfp else None)
+        self._key_meta = {"model": mfp, "device": dfp, "drafter": rfp, "model_name": self.model_name,
+                          "drafter_name": self.drafter_name}
+        state = store.load_learned(self.store_key)
+        if state:
+            self.decoder.load_state(state)
+
+    def _backend_info(self) -> str:
+        import llama_cpp
+
+        return f"llama-cpp-python {llama_cpp.__version__}; {self.backend.system_info()}"
+
+    # ------------------------------------------------------------------ public API
+    @property
+    def context(self) -> int:
+        return self.decoder.context
+
+    def prompt_tokens(self, messages: list[dict[str, str]]) -> list[int]:
+        """The prompt for `messages` through the GGUF's chat template, tokenised."""
+        for i, m in enumerate(messages):
+            if not isinstance(m, dict) or m.get("role") not in VALID_ROLES or not isinstance(m.get("content"), str):
+                raise ArgumentError(f"message {i} must be {{'role': system|user|assistant, 'content': str}}")
+        text = self.template.render(messages, add_generation_prompt=True)
+        return self.backend.tokenize(text, add_special=False, parse_special=True)
+
+    def generate(self, conversation_id: str, messages: list[dict[str, str]], max_tokens: int = 512,
+                 on_round: Callable[[RoundEvent], None] | None = None,
+                 cancel: threading.Event | None = None, turn: int = 0) -> ReplyResult:
+        """Generate the assistant's reply to `messages` (ending with the user's message).
+
+        Blocking: run it on the engine's worker thread. The KV cache is reused when `messages`
+        extends what is cached; only new tokens are prefilled. Learned state is saved to the store
+        at the end of the reply.
+        """
+        if max_tokens < 1:
+            raise ArgumentError("max_tokens must be at least 1")
+        with self._lock:
+            return self._generate(conversation_id, messages, max_tokens, on_round, cancel, turn)
+
+    def _generate(self, conversation_id, messages, max_tokens, on_round, cancel, turn) -> ReplyResult:
+        b = self.backend
+        dec = self.decoder
+        prompt = self.prompt_tokens(messages)
+        first, n_prefill, prefill_s = dec.start_reply(prompt)
+        stream = StreamDecoder(b.token_bytes)
+        counters = {"tokens": 0, "t0": time.perf_counter()}
+
+        def handle(oc: RoundOutcome, new: list[int]) -> None:
+            visible = [t for t in new if not b.is_eog(t)]
+            text = stream.push(visible)
+            counters["tokens"] += len(new)
+            if on_round is None or oc.width == 0:
+                if on_round is not None and text:
+                    on_round(RoundEvent(conversation_id, turn, 0, dec.context, 1, False, None, 0.0, 0.0, 0.0, 0, 1,
+                                        "none", text=text, reply_tokens=counters["tokens"], reply_seconds=0.0))
+                return
+            on_round(RoundEvent(
+                conversation=conversation_id, turn=turn, round_index=dec.round_index, context=dec.context,
+                width=oc.width, measured=oc.measured,
+                verify_ms_predicted=None if oc.predicted_s is None else oc.predicted_s * 1e3,
+                verify_ms=oc.verify_s * 1e3, fixed_ms=oc.fixed_s * 1e3, expected_accepted=oc.expected_accepted,
+                accepted=oc.accepted, committed=len(new), priced_by=oc.priced_by,
+                rows_by_source=oc.rows_by_source, accepted_by_source=oc.accepted_by_source,
+                offered={w: s * 1e3 for w, s in oc.offered.items()}, band_rate=oc.band_rate, text=text,
+                reply_tokens=counters["tokens"], reply_seconds=time.perf_counter() - counters["t0"]))
+
+        reply, stats = run_reply(dec, max_tokens, b.is_eog, handle, cancel, first_token=first)
+        stream.flush()
+        text = stream.text
+        result = ReplyResult(
+            conversation=conversation_id, turn=turn, text=text, n_tokens=len(reply), decode_s=stats["decode_s"],
+            prefill_s=prefill_s, prompt_tokens=n_prefill, context=dec.context, rounds=stats["rounds"],
+            widths=stats["widths"], measure_rounds=stats["measure_rounds"],
+            rows_by_source=stats["rows_by_source"], accepted_by_source=stats["accepted_by_source"],
+            looped=stats["looped"], stopped=stats["stopped"], arm=str(self.arm), tokens=reply)
+        self._save(result)
+        return result
+
+    def _save(self, result: ReplyResult) -> None:
+        if self.store is None or self.store_key is None:
+            return
+        summary = {"arm": result.arm, "conversation": result.conversation, "turn": result.turn,
+                   "n_tokens": result.n_tokens, "decode_s": result.decode_s, "rounds": result.rounds,
+                   "widths": {str(k): v for k, v in sorted(result.widths.items())},
+                   "measure_rounds": result.measure_rounds, "tokens_per_s": result.tokens_per_s,
+                   "created": time.time()}
+        self.store.save_learned(self.store_key, self.decoder.state_dict(), summary, self._key_meta)
+
+    def price_table(self, context: int) -> dict[int, float]:
+        return self.decoder.scheduler.price_table(context)
+
+    def plain_rate(self, context: int) -> float | None:
+        t = self.price_table(context).get(1)
+        d = self.decoder._fixed_ema or 0.0
+        return 1.0 / (t + d) if t else None
+
+    def cold_start_progress(self) -> tuple[int, int]:
+        return self.decoder.scheduler.cold_start_progress()
+
+    def reset_conversation(self) -> None:
+        """Forget the cached conversation (the next reply prefills from scratch)."""
+        self.decoder.end_reply(0)
+        self.backend.clear_kv()
+
+    def close(self) -> None:
+        if self.drafter is not None:
+            self.drafter.close()
+            self.drafter = None
+        self.backend.close()
+
+    def __enter__(self) -> "ChatEngine":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+__all__ = ["ChatEngine", "ModelLoadError"]

@@ -1,0 +1,659 @@
+"""The DSpark block drafter (paper §2.1-§2.2) on llama.cpp 0.3.36's `dflash` architecture.
+
+What the drafter is: a small backbone whose KV cache holds, for every committed position, a
+projection of the target's hidden states at that position; one forward over the block
+[anchor, mask x (B-1)] gives logits for B positions at once, a Markov head adds to each
+position's logits a low-rank bias from the pick at the position before (in-graph, along the
+greedy picks), and a confidence head scores each position. We keep the top K candidates per
+position: the pick (top 1) forms the spine, the other K-1 are its siblings (§2.2).
+
+Positions and rows -- the one thing to get right
+------------------------------------------------
+llama.cpp records, for every row of a target decode, the *input* of each target layer id in
+`dflash.target_layers` (`llama_get_embeddings_layer_inp`, one `[n_batch, n_embd]` buffer per
+layer, rows in batch order, for every row of the batch whatever its logits flag).
+The feature of the token at position p is the concatenation over those layers of that input
+at the row that held position p. It depends on the tokens at positions <= p only, so it is
+final as soon as the target has decoded that row on the accepted path:
+
+    committed x_0 .. x_{n-1}   decoded by the target -> features of positions 0 .. n-1
+    anchor x_n                 the last committed token (the bonus token of the last round);
+                               not yet decoded by the target, so it has no feature yet
+
+The drafter's KV holds exactly positions 0 .. n-1 (seq 0). A draft decodes the block
+[x_n @ n, mask @ n+1, ..., mask @ n+B-1] with non-causal attention over that KV and the block;
+with `dflash.sample_from_anchor` (DSpark exports) block slot i predicts the token at position
+n+1+i, so B positions are drafted; a bonus-anchor export (or plain DFlash) drafts from slots
+1..B-1, i.e. B-1 positions. Either way row j of a `DraftBlock` is the token at n+1+j. The
+block's own KV cells are removed right after the forward, so the KV again holds 0 .. n-1.
+
+The verify then decodes x_n at row r0 (position n) and the tree nodes; if the accepted path
+is x_n, c_1 .. c_a at rows r0, r_1 .. r_a (positions n .. n+a), the engine calls
+`feed([r0, r_1, .., r_a], [n, .., n+a])` and the bonus token becomes the next anchor at n+a+1.
+Rejected rows are never fed. This mirrors common/speculative.cpp (DFlash `process` / `draft`),
+which feeds every row of every target batch and has the server remove the rejected cells.
+
+Call sequence for the engine (target context created with kv_unified, n_seq_max >= leaves):
+  1. drafter = DSparkDrafter(model, ctx, path, n_threads) -- before the target's first decode;
+     it switches on the target's layer-input extraction (`enable_target_features`).
+  2. prefill: llama_decode(ctx, prompt rows at positions 0..P-1) -> feed(rows 0..P-1, positions
+     0..P-1) after each llama_decode of the prefill (chunks of n_batch included). The anchor is
+     the target's argmax on the last prompt row, at position P.
+  3. each round: block = draft(anchor, anchor_pos); build the tree; llama_decode the verify
+     (anchor row first, no extra output flags needed for features); on the accepted path
+     feed(rows of anchor + accepted nodes, positions anchor_pos..anchor_pos+a).
+  4. whenever the target's seq 0 is cut back to n positions (regenerate, edit, overflow
+     handling), call truncate(n); a new turn's prefill is fed like step 2 from its position.
+  5. close() before freeing the target context.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import mmap
+import os
+import struct
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from adaspark_app.engine import ext_bindings
+from adaspark_app.errors import ContextOverflowError, DrafterError, ModelLoadError
+
+#: Candidates kept per drafted position (paper Table 14: K = 8).
+TOP_K = 8
+
+#: Target architectures whose llama.cpp 0.3.36 graph records layer inputs
+#: (`res->t_layer_inp[il]`, src/models/*.cpp). Any other target aborts the process inside
+#: llama.cpp when extraction is switched on, so it is refused here instead.
+_ARCHS_WITH_LAYER_INPUTS = frozenset({
+    "llama", "llama-embed", "nanbeige", "qwen3", "gemma4", "muse-glimmer", "deepseek4",
+    "nemotron_h", "nemotron_h_moe", "bailingmoe3", "hunyuan_vl", "hunyuan-dense", "gpt-oss",
+    "lfm2", "minimax-01", "minimax-m2", "mimo2",
+})
+#: ...of which these also record the input of layer n_layer (the final hidden state).
+_ARCHS_WITH_FINAL_LAYER_INPUT = frozenset({"deepseek4", "nemotron_h", "nemotron_h_moe", "mimo2"})
+
+
+@dataclass
+class DraftBlock:
+    """One drafter forward: the top-K candidates at each drafted position.
+
+    Row j is the token at position anchor_pos + 1 + j. Column 0 is the pick (the spine);
+    columns 1..K-1 are its siblings, best first.
+    """
+
+    tokens: np.ndarray  # [P, K] int32, P = B (anchor-sampling DSpark) or B-1
+    share: np.ndarray  # [P, K] float64: softmax mass among the top K; share[:, 0] is sigma
+    conf: np.ndarray | None  # [P] float64: confidence head h, None if the file has none
+    logits: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), np.float32))  # [P, K]
+    anchor_pos: int = -1
+
+    @property
+    def picks(self) -> np.ndarray:
+        """The drafter's pick at each position (the Markov chain's greedy path)."""
+        return self.tokens[:, 0]
+
+    @property
+    def sibling_share(self) -> np.ndarray:
+        """r: each sibling's share of the siblings' mass, [P, K-1] (§3.3)."""
+        rest = self.share[:, 1:]
+        total = rest.sum(axis=1, keepdims=True)
+        return np.divide(rest, total, out=np.zeros_like(rest), where=total > 0)
+
+
+# ------------------------------------------------------------------------------ GGUF header
+
+_GGUF_SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?",
+                 10: "<Q", 11: "<q", 12: "<d"}
+_GGUF_STRING, _GGUF_ARRAY = 8, 9
+_SMALL_ARRAY = 4096
+
+
+@dataclass
+class TensorInfo:
+    """One entry of a GGUF tensor table: ggml shape (ne0, ne1, ...), ggml type, data offset."""
+
+    shape: tuple[int, ...]
+    ggml_type: int
+    offset: int  # from GGUFHeader.data_offset
+
+
+@dataclass
+class GGUFHeader:
+    """A GGUF file's metadata and tensor table, read without touching tensor data.
+
+    kv holds scalars (strings decoded), and arrays as lists (string items as bytes); without
+    `full`, arrays longer than 4096 items are skipped except tokenizer.ggml.tokens, which is
+    always kept in `tokens`. types maps each key to (gguf value type, array item type or None).
+    """
+
+    kv: dict[str, Any]
+    types: dict[str, tuple[int, int | None]]
+    tokens: list[bytes] | None
+    tensors: dict[str, TensorInfo]
+    data_offset: int
+
+
+def read_gguf_header(path: str, full: bool = False) -> GGUFHeader:
+    """Parse a GGUF header fast (ModelLoadError if the file is not a readable GGUF)."""
+    try:
+        with open(path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+            return _parse_gguf_header(mm, full)
+    except (OSError, ValueError, struct.error, UnicodeDecodeError, KeyError) as exc:
+        raise ModelLoadError(f"{path}: not a readable GGUF file ({exc})") from exc
+
+
+def _parse_gguf_header(buf: Any, full: bool) -> GGUFHeader:
+    if len(buf) < 24 or buf[:4] != b"GGUF":
+        raise ValueError("bad magic")
+    version, n_tensors, n_kv = struct.unpack_from("<IQQ", buf, 4)
+    if version < 2:
+        raise ValueError(f"GGUF version {version} is not supported")
+    size = len(buf)
+    off = 24
+
+    def string() -> bytes:
+        nonlocal off
+        (n,) = struct.unpack_from("<Q", buf, off)
+        if off + 8 + n > size:
+            raise ValueError("a string runs past the end of the file")
+        s = bytes(buf[off + 8: off + 8 + n])
+        off += 8 + n
+        return s
+
+    kv: dict[str, Any] = {}
+    types: dict[str, tuple[int, int | None]] = {}
+    tokens: list[bytes] | None = None
+    for _ in range(n_kv):
+        key = string().decode("utf-8")
+        (t,) = struct.unpack_from("<I", buf, off)
+        off += 4
+        if t == _GGUF_STRING:
+            kv[key] = string().decode("utf-8", errors="replace")
+            types[key] = (t, None)
+        elif t == _GGUF_ARRAY:
+            et, n = struct.unpack_from("<IQ", buf, off)
+            off += 12
+            types[key] = (t, et)
+            is_tokens = key == "tokenizer.ggml.tokens"
+            keep = full or is_tokens or n <= _SMALL_ARRAY
+            if et == _GGUF_STRING:
+                items = [string() for _ in range(n)]
+                if is_tokens:
+                    tokens = items
+                if keep:
+                    kv[key] = items
+            elif et in _GGUF_SCALARS:
+                fmt = _GGUF_SCALARS[et]
+                width = struct.calcsize(fmt)
+                if off + width * n > size:
+                    raise ValueError(f"array {key} runs past the end of the file")
+                if keep:
+                    kv[key] = np.frombuffer(buf, dtype=np.dtype(fmt), count=n, offset=off).tolist()
+                off += width * n
+            else:
+                raise ValueError(f"unsupported array item type {et} for {key}")
+        elif t in _GGUF_SCALARS:
+            fmt = _GGUF_SCALARS[t]
+            (kv[key],) = struct.unpack_from(fmt, buf, off)
+            off += struct.calcsize(fmt)
+            types[key] = (t, None)
+        else:
+            raise ValueError(f"unknown value type {t} for {key}")
+    tensors: dict[str, TensorInfo] = {}
+    for _ in range(n_tensors):
+        name = string().decode("utf-8")
+        (n_dims,) = struct.unpack_from("<I", buf, off)
+        dims = struct.unpack_from(f"<{n_dims}Q", buf, off + 4)
+        ggml_type, offset = struct.unpack_from("<IQ", buf, off + 4 + 8 * n_dims)
+        off += 4 + 8 * n_dims + 12
+        tensors[name] = TensorInfo(tuple(int(d) for d in dims), int(ggml_type), int(offset))
+    align = int(kv.get("general.alignment", 32))
+    data_offset = (off + align - 1) // align * align
+    return GGUFHeader(kv=kv, types=types, tokens=tokens, tensors=tensors, data_offset=data_offset)
+
+
+def file_fingerprint(path: str) -> str:
+    """Stable id of a drafter file for the store key: sha256 of its size and first/last MiB."""
+    h = hashlib.sha256()
+    st_size = os.path.getsize(path)
+    h.update(str(st_size).encode())
+    with open(path, "rb") as fh:
+        h.update(fh.read(1 << 20))
+        if st_size > 2 << 20:
+            fh.seek(-(1 << 20), os.SEEK_END)
+            h.update(fh.read(1 << 20))
+    return h.hexdigest()[:16]
+
+
+# ------------------------------------------------------------------------------ the drafter
+
+# Target-layer extraction is per target context and shared by every drafter bound to it:
+# reference counts per (context, layer), and, per context, the decode counters seen when a
+# layer was last switched on. Until the target decodes again its buffer for that layer does
+# not exist, and llama.cpp aborts the process if it is read (GGML_ASSERT), so `feed` refuses.
+_feature_users: dict[tuple[int, int], int] = {}
+_features_pending: dict[int, tuple[int, int]] = {}
+_feature_lock = threading.Lock()
+
+
+def _address(ptr: Any) -> int:
+    return ptr if isinstance(ptr, int) else int(ctypes.cast(ptr, ctypes.c_void_p).value or 0)
+
+
+def _decode_counters(low: Any, ctx: Any) -> tuple[int, int]:
+    """(prompt-eval tokens, single-token evals) of a context; they move with every decode."""
+    low.llama_synchronize(ctx)
+    data = low.llama_perf_context(ctx)
+    return int(data.n_p_eval), int(data.n_eval)
+
+
+def _acquire_target_features(low: Any, ext: Any, target_ctx: Any, layer_ids: Sequence[int]) -> None:
+    with _feature_lock:
+        addr = _address(target_ctx)
+        for lid in layer_ids:
+            key = (addr, int(lid))
+            if _feature_users.get(key, 0) == 0:
+                ext.llama_set_embeddings_layer_inp(target_ctx, int(lid), True)
+                _features_pending[addr] = _decode_counters(low, target_ctx)
+            _feature_users[key] = _feature_users.get(key, 0) + 1
+
+
+def _release_target_features(ext: Any, target_ctx: Any, layer_ids: Sequence[int]) -> None:
+    with _feature_lock:
+        addr = _address(target_ctx)
+        for lid in layer_ids:
+            key = (addr, int(lid))
+            users = _feature_users.get(key, 0) - 1
+            if users <= 0:
+                _feature_users.pop(key, None)
+                ext.llama_set_embeddings_layer_inp(target_ctx, int(lid), False)
+            else:
+                _feature_users[key] = users
+        if not any(a == addr for a, _ in _feature_users):
+            _features_pending.pop(addr, None)
+
+
+def _check_target_decoded(low: Any, target_ctx: Any) -> None:
+    """DrafterError unless the target decoded since extraction was last switched on."""
+    with _feature_lock:
+        addr = _address(target_ctx)
+        seen = _features_pending.get(addr)
+        if seen is None:
+            return
+        if _decode_counters(low, target_ctx) == seen:
+            raise DrafterError(
+                "the target has not decoded since the drafter switched on feature extraction: "
+                "create the drafter before the target decodes the rows it will be fed"
+            )
+        del _features_pending[addr]
+
+
+def _meta_str(low: Any, model: Any, key: str) -> str | None:
+    buf = ctypes.create_string_buffer(256)
+    n = low.llama_model_meta_val_str(model, key.encode(), buf, ctypes.sizeof(buf))
+    return None if n < 0 else buf.value.decode("utf-8", errors="replace")
+
+
+def _vocab_texts(low: Any, model: Any) -> list[bytes]:
+    vocab = low.llama_model_get_vocab(model)
+    n = low.llama_vocab_n_tokens(vocab)
+    return [low.llama_vocab_get_text(vocab, i) or b"" for i in range(n)]
+
+
+class DSparkDrafter:
+    """A DSpark drafter bound to one target context (see the module docstring for positions).
+
+    Not thread-safe: call it from the engine's worker thread only, like the target context.
+    """
+
+    def __init__(self, target_model: Any, target_ctx: Any, path: str, n_threads: int) -> None:
+        """Load the drafter at `path` against the target's raw llama_cpp model/context pointers.
+
+        Raises DrafterError (not a DSpark file, vocabulary differs from the target's, target
+        layers the target does not have), ModelLoadError (unreadable file), BindingError
+        (llama-cpp-python without the ext symbols). Switches on the target's layer-input
+        extraction for the drafter's target layers.
+        """
+        import llama_cpp.llama_cpp as low
+
+        self._low = low
+        self._ext = ext_bindings.load()
+        self._target_model = target_model
+        self._target_ctx = target_ctx
+        self._model = None
+        self._ctx = None
+        self._batch = None
+        self._features_on = False
+        self.path = str(path)
+        if not os.path.isfile(self.path):
+            raise ModelLoadError(f"{self.path}: no such drafter file")
+
+        header = read_gguf_header(self.path)
+        arch = header.kv.get("general.architecture")
+        if arch != "dflash":
+            raise DrafterError(
+                f"{self.path} is not a DSpark drafter: its architecture is {arch!r}, "
+                "expected 'dflash' (a plain model cannot draft blocks)"
+            )
+        if "selector_hidden.weight" in header.tensors:
+            raise DrafterError(f"{self.path} is a DFlash2 (selector) drafter; only DSpark/DFlash are supported")
+        if header.kv.get("dflash.hyper_connection_count") or "hc_head_fn.weight" in header.tensors:
+            raise DrafterError(f"{self.path} is a DeepSeek-V4 DSpark drafter; not supported here")
+        self.has_markov = "markov_w1.weight" in header.tensors
+        self.has_confidence = self.has_markov and "conf_proj.weight" in header.tensors
+        self.sample_from_anchor = bool(header.kv.get("dflash.sample_from_anchor", True))
+        self.block_size = int(header.kv.get("dflash.block_size", 16))
+        if self.block_size < 2:
+            raise DrafterError(f"{self.path}: dflash.block_size {self.block_size} is below 2")
+        # first block slot whose logits are a draft (common/speculative.cpp, draft())
+        self._first_slot = 0 if (self.has_markov and self.sample_from_anchor) else 1
+        self.n_draft = self.block_size - self._first_slot
+        self.name = str(header.kv.get("general.name") or Path(self.path).stem)
+        self.fingerprint = file_fingerprint(self.path)
+
+        self._check_vocab(header)
+        mask = header.kv.get("tokenizer.ggml.mask_token_id")
+        if mask is None or not 0 <= int(mask) < self.n_vocab:
+            raise DrafterError(f"{self.path}: no valid tokenizer.ggml.mask_token_id (got {mask!r})")
+        self.mask_token_id = int(mask)
+
+        self.n_embd = low.llama_model_n_embd(target_model)
+        drafter_embd = header.kv.get("dflash.embedding_length")
+        if drafter_embd != self.n_embd:
+            raise DrafterError(
+                f"{self.path} was built for a target with hidden size {drafter_embd}; "
+                f"this target's is {self.n_embd}"
+            )
+        self.target_layer_ids = [int(i) for i in header.kv.get("dflash.target_layers", [])]
+        self._check_target_layers()
+
+        try:
+            self._load(n_threads)
+        except BaseException:
+            self.close()
+            raise
+
+    # -- load-time checks ------------------------------------------------------------
+
+    def _check_vocab(self, header: GGUFHeader) -> None:
+        target_texts = _vocab_texts(self._low, self._target_model)
+        self.n_vocab = len(target_texts)
+        mine = header.tokens
+        if mine is None:
+            raise DrafterError(f"{self.path} has no tokenizer; a drafter must carry its target's vocabulary")
+        if len(mine) != len(target_texts):
+            raise DrafterError(
+                f"{self.path} has a vocabulary of {len(mine)} tokens, the target has "
+                f"{len(target_texts)}: it was built for another model"
+            )
+        for i, (a, b) in enumerate(zip(mine, target_texts)):
+            if a != b:
+                raise DrafterError(
+                    f"{self.path}: vocabulary differs from the target's at token {i} "
+                    f"({a!r} vs {b!r}): it was built for another model"
+                )
+
+    def _check_target_layers(self) -> None:
+        low = self._low
+        if not self.target_layer_ids:
+            raise DrafterError(f"{self.path} names no target layers (dflash.target_layers)")
+        n_layer = low.llama_model_n_layer(self._target_model)
+        arch = _meta_str(low, self._target_model, "general.architecture") or "?"
+        if arch not in _ARCHS_WITH_LAYER_INPUTS:
+            raise DrafterError(
+                f"the target's architecture {arch!r} does not expose layer inputs in "
+                f"llama-cpp-python=={ext_bindings.PINNED_VERSION}; DSpark drafting needs them"
+            )
+        top = n_layer if arch in _ARCHS_WITH_FINAL_LAYER_INPUT else n_layer - 1
+        bad = [i for i in self.target_layer_ids if not 0 <= i <= top]
+        if bad:
+            raise DrafterError(
+                f"{self.path} reads target layer(s) {bad}, but the target ({arch}, {n_layer} "
+                f"layers) has layer inputs 0..{top} only: it was built for another model"
+            )
+
+    def _load(self, n_threads: int) -> None:
+        low, ext = self._low, self._ext
+        mparams = low.llama_model_default_params()
+        mparams.n_gpu_layers = 0
+        self._model = low.llama_model_load_from_file(self.path.encode(), mparams)
+        if not self._model:
+            raise DrafterError(f"llama.cpp could not load the DSpark drafter {self.path} (see its log)")
+        if ext.target_layer_ids(self._model) != self.target_layer_ids:
+            raise DrafterError(f"{self.path}: llama.cpp read other target layers than the header names")
+        if ext.llama_model_dflash_selector_top_k(self._model) > 0:
+            raise DrafterError(f"{self.path} is a DFlash2 (selector) drafter; not supported")
+
+        cparams = low.llama_context_default_params()
+        cparams.n_ctx = low.llama_n_ctx(self._target_ctx)
+        self.n_batch = max(int(low.llama_n_batch(self._target_ctx)), self.block_size)
+        cparams.n_batch = self.n_batch
+        cparams.n_ubatch = max(int(low.llama_n_ubatch(self._target_ctx)), self.block_size)
+        cparams.n_seq_max = 1
+        cparams.n_rs_seq = 0
+        cparams.n_threads = n_threads
+        cparams.n_threads_batch = n_threads
+        # A drafter's KV is tiny (one to a few layers): F32 keeps the injected features exact
+        # and costs a few MB even at 8k positions. Flash attention off for the same reason.
+        cparams.type_k = ext_bindings.GGML_TYPE_F32
+        cparams.type_v = ext_bindings.GGML_TYPE_F32
+        cparams.flash_attn_type = ext_bindings.LLAMA_FLASH_ATTN_TYPE_DISABLED
+        cparams.embeddings = False
+        cparams.ctx_other = self._target_ctx
+        self._ctx = low.llama_init_from_model(self._model, cparams)
+        if not self._ctx:
+            raise DrafterError(f"llama.cpp could not create a context for the drafter {self.path}")
+        self.n_ctx = int(low.llama_n_ctx(self._ctx))
+
+        # confidence arrives through the nextn output, one row per output row (masked)
+        ext.llama_set_embeddings_nextn(self._ctx, self.has_confidence, True)
+        causal = (_meta_str(low, self._model, "dflash.attention.causal") or "false") == "true"
+        low.llama_set_causal_attn(self._ctx, causal)  # DFlash attends over the whole block
+        self._mem = low.llama_get_memory(self._ctx)
+        self._batch = ext.llama_batch_ext_init(self._ctx)
+        if not self._batch:
+            raise DrafterError("llama_batch_ext_init failed for the drafter context")
+        self.enable_target_features()
+
+    # -- target side -----------------------------------------------------------------
+
+    def enable_target_features(self) -> None:
+        """Switch on extraction of the drafter's target-layer inputs in the target context.
+
+        Done by the constructor; idempotent. Every later target llama_decode then copies, per
+        target layer, the input of every batch row (n_embd floats each): a small cost on each
+        decode. Extraction is reference-counted per (context, layer), so a second drafter on
+        the same target (e.g. while swapping drafters) keeps its layers when the first closes.
+        """
+        if not self._features_on:
+            _acquire_target_features(self._low, self._ext, self._target_ctx, self.target_layer_ids)
+            self._features_on = True
+
+    @staticmethod
+    def set_target_features(ext: Any, target_ctx: Any, layer_ids: Sequence[int], on: bool) -> None:
+        """Raw `llama_set_embeddings_layer_inp(ctx, id, on)` for each id, no reference counting.
+
+        Ids must have been validated against the target: llama.cpp aborts the process on an
+        id above n_layer, or on a decode whose graph does not record that layer's input.
+        """
+        for lid in layer_ids:
+            ext.llama_set_embeddings_layer_inp(target_ctx, int(lid), bool(on))
+
+    # -- KV bookkeeping --------------------------------------------------------------
+
+    def n_positions(self) -> int:
+        """Positions held in the drafter's KV (seq 0): they are always 0 .. n-1."""
+        return int(self._low.llama_memory_seq_pos_max(self._mem, 0)) + 1
+
+    def truncate(self, n_pos: int) -> None:
+        """Drop the drafter's KV at positions >= n_pos (follow the target's seq 0)."""
+        if n_pos < 0:
+            raise ValueError(f"truncate: negative position {n_pos}")
+        self._low.llama_memory_seq_rm(self._mem, 0, n_pos, -1)
+
+    def feed(self, rows: Sequence[int], positions: Sequence[int]) -> None:
+        """Inject the target features of `rows` of the last target llama_decode at `positions`.
+
+        rows index that decode's batch (all rows carry features, whatever their logits flag);
+        positions must continue the drafter's KV: n_positions(), n_positions() + 1, ...
+        Call right after the decode, before the target context decodes again.
+        """
+        rows = [int(r) for r in rows]
+        positions = [int(p) for p in positions]
+        if len(rows) != len(positions):
+            raise ValueError(f"feed: {len(rows)} rows but {len(positions)} positions")
+        if not rows:
+            return
+        n_batch_target = int(self._low.llama_n_batch(self._target_ctx))
+        if min(rows) < 0 or max(rows) >= n_batch_target:
+            raise ValueError(f"feed: rows must be in 0..{n_batch_target - 1}, got {min(rows)}..{max(rows)}")
+        self.feed_features(self._gather_features(rows, n_batch_target), positions)
+
+    def feed_features(self, features: np.ndarray, positions: Sequence[int]) -> None:
+        """Inject given target features ([n, n_target_layers * n_embd]) at `positions`.
+
+        The lower half of `feed`, for replaying features kept elsewhere (tests, training).
+        positions must continue the drafter's KV consecutively from n_positions().
+        """
+        positions = [int(p) for p in positions]
+        features = np.ascontiguousarray(features, dtype=np.float32)
+        width = len(self.target_layer_ids) * self.n_embd
+        if features.ndim != 2 or features.shape != (len(positions), width):
+            raise ValueError(f"feed: features must be [{len(positions)}, {width}], got {features.shape}")
+        if not positions:
+            return
+        start = self.n_positions()
+        if positions != list(range(start, start + len(positions))):
+            raise ValueError(
+                f"feed: positions must continue the drafter's KV at {start} consecutively, got "
+                f"{positions[0]}..{positions[-1]} (truncate first to follow the target)"
+            )
+        if positions[-1] >= self.n_ctx:
+            raise ContextOverflowError(f"the drafter's context of {self.n_ctx} positions is full")
+        ext = self._ext
+        pos4 = ext_bindings.LlamaPos4()
+        float_p = ctypes.POINTER(ctypes.c_float)
+        for begin in range(0, len(positions), self.n_batch):
+            ext.llama_batch_ext_clear(self._batch)
+            for i in range(begin, min(begin + self.n_batch, len(positions))):
+                embd = ext_bindings.LlamaEmbd(features[i].ctypes.data_as(float_p), 1, width)
+                idx = ext.llama_batch_ext_add_embd(self._batch, 0, embd)  # copies the row
+                if idx < 0:
+                    raise DrafterError(f"llama_batch_ext_add_embd failed ({idx}) feeding position {positions[i]}")
+                p = positions[i]
+                pos4[0], pos4[1], pos4[2], pos4[3] = p, p, p, 0  # M-RoPE slots, as llama.cpp does
+                ext.llama_batch_ext_set_pos(self._batch, idx, pos4)
+            rc = ext.llama_process(self._ctx, ext_bindings.LLAMA_PROCESS_TYPE_DECODE, self._batch)
+            if rc != 0:
+                self.truncate(start)
+                raise DrafterError(f"the drafter failed to take target features (llama_process returned {rc})")
+
+    def _gather_features(self, rows: list[int], n_batch_target: int) -> np.ndarray:
+        """[len(rows), n_target_layers * n_embd] float32: per row, the layers' inputs side by side."""
+        _check_target_decoded(self._low, self._target_ctx)
+        self._low.llama_synchronize(self._target_ctx)
+        out = np.empty((len(rows), len(self.target_layer_ids) * self.n_embd), dtype=np.float32)
+        idx = np.asarray(rows)
+        for k, lid in enumerate(self.target_layer_ids):
+            ptr = self._ext.llama_get_embeddings_layer_inp(self._target_ctx, lid)
+            if not ptr:
+                raise DrafterError(f"the target context holds no input of layer {lid}; was it decoded?")
+            layer = np.ctypeslib.as_array(ptr, shape=(n_batch_target, self.n_embd))
+            out[:, k * self.n_embd:(k + 1) * self.n_embd] = layer[idx]
+        return out
+
+    def target_features(self, rows: Sequence[int]) -> np.ndarray:
+        """The features `feed` would inject for these rows of the last target decode (tests)."""
+        return self._gather_features([int(r) for r in rows], int(self._low.llama_n_batch(self._target_ctx)))
+
+    # -- drafting --------------------------------------------------------------------
+
+    def draft(self, anchor_token: int, anchor_pos: int, k: int = TOP_K) -> DraftBlock:
+        """Decode one block [anchor, mask x (B-1)] at anchor_pos..anchor_pos+B-1.
+
+        The drafter's KV must hold positions 0..anchor_pos-1 (it is cut back if it holds more).
+        Returns the top-k candidates per drafted position with their shares among the top k and
+        the confidence; the block's KV cells are removed again before returning.
+        """
+        low, ext = self._low, self._ext
+        held = self.n_positions()
+        if held > anchor_pos:
+            self.truncate(anchor_pos)
+        elif held < anchor_pos:
+            raise ValueError(
+                f"draft at anchor position {anchor_pos}, but the drafter holds features of "
+                f"positions 0..{held - 1} only; feed the accepted rows first"
+            )
+        if anchor_pos + self.block_size > self.n_ctx:
+            raise ContextOverflowError(
+                f"a drafter block at position {anchor_pos} does not fit the context of {self.n_ctx}")
+        k = max(1, min(int(k), self.n_vocab))
+
+        ext.llama_batch_ext_clear(self._batch)
+        pos1 = ext_bindings.LlamaPos4()
+        for i in range(self.block_size):
+            token = int(anchor_token) if i == 0 else self.mask_token_id
+            idx = ext.llama_batch_ext_add_token(self._batch, 0, token)
+            if idx < 0:
+                raise DrafterError(f"llama_batch_ext_add_token failed ({idx}) for token {token}")
+            pos1[0] = anchor_pos + i
+            ext.llama_batch_ext_set_pos(self._batch, idx, pos1)
+            ext.llama_batch_ext_set_output_logits(self._batch, idx, True)
+        try:
+            rc = ext.llama_process(self._ctx, ext_bindings.LLAMA_PROCESS_TYPE_DECODE, self._batch)
+            if rc != 0:
+                raise DrafterError(f"the drafter's block decode failed (llama_process returned {rc})")
+            slots = range(self._first_slot, self.block_size)
+            logits = np.empty((len(slots), self.n_vocab), dtype=np.float32)
+            conf = np.empty(len(slots), dtype=np.float64) if self.has_confidence else None
+            for j, slot in enumerate(slots):
+                ptr = low.llama_get_logits_ith(self._ctx, slot)
+                logits[j] = np.ctypeslib.as_array(ptr, shape=(self.n_vocab,))
+                if conf is not None:
+                    # the confidence is broadcast over an n_embd-wide nextn row; read element 0
+                    conf[j] = ext.llama_get_embeddings_nextn_ith(self._ctx, slot)[0]
+        finally:
+            self.truncate(anchor_pos)
+        return self._top_k(logits, conf, k, anchor_pos)
+
+    @staticmethod
+    def _top_k(logits: np.ndarray, conf: np.ndarray | None, k: int, anchor_pos: int) -> DraftBlock:
+        part = np.argpartition(-logits, k - 1, axis=1)[:, :k]
+        vals = np.take_along_axis(logits, part, axis=1)
+        # best first; equal logits by lower token id, as argmax (the in-graph pick) breaks ties
+        order = np.lexsort((part, -vals), axis=1)
+        tokens = np.take_along_axis(part, order, axis=1).astype(np.int32)
+        top = np.take_along_axis(vals, order, axis=1)
+        z = np.exp(top.astype(np.float64) - top[:, :1])
+        share = z / z.sum(axis=1, keepdims=True)
+        return DraftBlock(tokens=tokens, share=share, conf=conf, logits=top, anchor_pos=anchor_pos)
+
+    # -- lifetime --------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Free the drafter and switch the target's extraction off. Call before freeing the target."""
+        low = self._low
+        if self._features_on:
+            self._features_on = False
+            _release_target_features(self._ext, self._target_ctx, self.target_layer_ids)
+        if self._batch:
+            self._ext.llama_batch_ext_free(self._batch)
+            self._batch = None
+        if self._ctx:
+            low.llama_free(self._ctx)
+            self._ctx = None
+        if self._model:
+            low.llama_model_free(self._model)
+            self._model = None
+
+    def __enter__(self) -> "DSparkDrafter":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

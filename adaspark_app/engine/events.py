@@ -1,0 +1,77 @@
+"""What the engine reports: one event per round and one summary per reply.
+
+These are plain dataclasses so the UI, the headless runner and the benchmarks read the same
+facts. The engine's worker thread creates them; consumers must treat them as read-only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+SOURCES = ("drafter", "ngram", "agreed")
+
+
+@dataclass
+class RoundEvent:
+    """One verify round (Algorithm 1), as logged to ROUNDS.jsonl and shown in the live panel."""
+
+    conversation: str
+    turn: int
+    round_index: int
+    context: int  # committed tokens before the round (c)
+    width: int  # rows verified: the anchor plus width-1 candidates
+    measured: bool  # a cold-start round run to measure a width
+    verify_ms_predicted: float | None  # the cost model's price for this width (None: not priced)
+    verify_ms: float  # measured time of the verify forward alone
+    fixed_ms: float  # the round's fixed cost D: drafting, tree build, bookkeeping
+    expected_accepted: float  # S(n*) under the pricing model
+    accepted: int  # draft tokens accepted (the bonus token not counted)
+    committed: int  # tokens committed this round (accepted + bonus, clipped at a stop)
+    priced_by: str  # "fitted" | "head" | "none"
+    rows_by_source: dict[str, int] = field(default_factory=dict)
+    accepted_by_source: dict[str, int] = field(default_factory=dict)
+    offered: dict[int, float] = field(default_factory=dict)  # width -> priced verify ms now
+    band_rate: float | None = None  # long-run tokens/s of the context band, if known
+    text: str = ""  # text released to the user by this round (UTF-8 safe)
+    reply_tokens: int = 0  # tokens generated so far in this reply
+    reply_seconds: float = 0.0  # decode seconds so far in this reply
+
+    def to_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        d.pop("text", None)
+        d["offered"] = {str(k): v for k, v in self.offered.items()}
+        return d
+
+
+@dataclass
+class ReplyResult:
+    """One generated reply, as written to OUT.jsonl."""
+
+    conversation: str
+    turn: int
+    text: str
+    n_tokens: int
+    decode_s: float  # first to last generated token
+    prefill_s: float
+    prompt_tokens: int  # tokens prefilled for this turn (only the new ones when KV is reused)
+    context: int  # committed tokens at the end of the reply
+    rounds: int
+    widths: dict[int, int]  # verified width -> rounds
+    measure_rounds: int
+    rows_by_source: dict[str, int]
+    accepted_by_source: dict[str, int]
+    looped: bool  # hit the token cap
+    stopped: bool  # cancelled by the user
+    arm: str
+    tokens: list[int] = field(default_factory=list)
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.n_tokens / self.decode_s if self.decode_s > 0 else 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["widths"] = {str(k): v for k, v in sorted(self.widths.items())}
+        d["tokens_per_s"] = self.tokens_per_s
+        return d

@@ -1,0 +1,191 @@
+"""The candidate tree of one round (§2.2, §3.1): best-first order, S(n), layout, seq ids, accept.
+
+Candidates are indexed so that every parent precedes its children; index -1 is the anchor, the
+last committed token, which is always row 0 of a verify. A verify of width n has n rows: the
+anchor and the first n-1 candidates of the best-first order (Proposition 1).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+KIND_PICK, KIND_SIBLING, KIND_NGRAM = 0, 1, 2
+SOURCE_NAMES = ("drafter", "ngram", "agreed")
+
+
+@dataclass
+class Candidates:
+    """One round's candidates with the features the acceptance model reads."""
+
+    parent: list[int] = field(default_factory=list)
+    token: list[int] = field(default_factory=list)
+    kind: list[int] = field(default_factory=list)
+    depth: list[int] = field(default_factory=list)
+    agreed: list[bool] = field(default_factory=list)
+    h: list[float] = field(default_factory=list)
+    sigma: list[float] = field(default_factory=list)
+    r: list[float] = field(default_factory=list)
+    ng_kind: list[int] = field(default_factory=list)  # 0 none, 1 copy, 2 follower
+    ng_evidence: list[int] = field(default_factory=list)
+    ng_above: list[int] = field(default_factory=list)
+    contra_kind: list[int] = field(default_factory=list)
+    contra_evidence: list[int] = field(default_factory=list)
+    children: dict[int, dict[int, int]] = field(default_factory=dict)  # parent -> token -> index
+
+    def __len__(self) -> int:
+        return len(self.token)
+
+    def child(self, parent: int, token: int) -> int | None:
+        return self.children.get(parent, {}).get(token)
+
+    def add(self, parent: int, token: int, kind: int, *, h: float = float("nan"),
+            sigma: float = float("nan"), r: float = float("nan"), ng_kind: int = 0,
+            ng_evidence: int = 0) -> int:
+        """Append a candidate under `parent` (which must already exist); returns its index."""
+        idx = len(self.token)
+        depth = 1 if parent < 0 else self.depth[parent] + 1
+        above = 0 if parent < 0 else self.ng_above[parent] + (1 if self.kind[parent] == KIND_NGRAM else 0)
+        self.parent.append(parent)
+        self.token.append(token)
+        self.kind.append(kind)
+        self.depth.append(depth)
+        self.agreed.append(False)
+        self.h.append(h)
+        self.sigma.append(sigma)
+        self.r.append(r)
+        self.ng_kind.append(ng_kind)
+        self.ng_evidence.append(ng_evidence)
+        self.ng_above.append(above)
+        self.contra_kind.append(0)
+        self.contra_evidence.append(-1)
+        self.children.setdefault(parent, {})[token] = idx
+        return idx
+
+    def source(self, i: int) -> str:
+        """The row class by source: a drafter candidate, an n-gram node, or one both proposed."""
+        if self.agreed[i]:
+            return "agreed"
+        return "ngram" if self.kind[i] == KIND_NGRAM else "drafter"
+
+
+def best_first_order(Q: np.ndarray) -> np.ndarray:
+    """Candidates by decreasing Q, ties toward the lower index (Proposition 1)."""
+    idx = np.arange(len(Q))
+    return np.lexsort((idx, -np.asarray(Q, dtype=np.float64)))
+
+
+def path_products(q: np.ndarray, parent: np.ndarray) -> np.ndarray:
+    """Q_j: the product of q along j's path from the anchor (parents precede children)."""
+    Q = np.empty(len(q), dtype=np.float64)
+    for j in range(len(q)):
+        p = parent[j]
+        Q[j] = q[j] if p < 0 else Q[p] * q[j]
+    return Q
+
+
+def expected_accepted(Q: np.ndarray, order: np.ndarray, is_ngram: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """S(n) for every width n in one pass (Eq. 1), split by source.
+
+    Returns (S_drafter, S_ngram), each of length N+2 so that index n is the expected accepted
+    tokens among the first n-1 nodes; index 0 and 1 are 0.
+    """
+    n = len(order)
+    sd = np.zeros(n + 2)
+    sn = np.zeros(n + 2)
+    if n:
+        qo = Q[order]
+        ng = is_ngram[order]
+        sd[2:] = np.cumsum(np.where(ng, 0.0, qo))
+        sn[2:] = np.cumsum(np.where(ng, qo, 0.0))
+    return sd, sn
+
+
+@dataclass
+class TreeLayout:
+    """A verify's rows: node per row (-1 = anchor), depth, and the seq ids of each row."""
+
+    nodes: list[int]
+    depth: list[int]
+    seq_ids: list[tuple[int, ...]]
+    leaf_seqs: list[int]  # seq ids used for leaves (empty for a chain kept in seq 0)
+    row_of: dict[int, int]
+
+
+def layout(selected: list[int], cands: Candidates) -> TreeLayout:
+    """Depth-first layout of the anchor and the selected nodes, with seq ids for tree attention.
+
+    A chain (every node has at most one selected child) is kept in seq 0. A branching tree gets
+    one seq per leaf (1..63); each row carries the seq ids of every leaf below it.
+    """
+    sel = set(selected)
+    kids: dict[int, list[int]] = {}
+    rank = {j: k for k, j in enumerate(selected)}
+    for j in selected:
+        kids.setdefault(cands.parent[j], []).append(j)
+    for lst in kids.values():
+        lst.sort(key=rank.__getitem__)
+    nodes: list[int] = []
+    depth: list[int] = []
+    stack = [(-1, 0)]
+    while stack:
+        j, d = stack.pop()
+        nodes.append(j)
+        depth.append(d)
+        for c in reversed(kids.get(j, [])):
+            stack.append((c, d + 1))
+    row_of = {j: r for r, j in enumerate(nodes)}
+    chain = all(len(v) <= 1 for v in kids.values())
+    if chain:
+        return TreeLayout(nodes, depth, [(0,)] * len(nodes), [], row_of)
+    leaves = [j for j in nodes if not kids.get(j)]
+    seq_of_leaf = {leaf: s + 1 for s, leaf in enumerate(leaves)}
+    below: dict[int, list[int]] = {j: [] for j in nodes}
+    for leaf, s in seq_of_leaf.items():
+        j = leaf
+        while True:
+            below[j].append(s)
+            if j < 0:
+                break
+            j = cands.parent[j]
+            if j not in sel and j >= 0:  # pragma: no cover - a prefix of the order is a tree
+                raise AssertionError("selected nodes do not form a tree")
+    seq_ids = [tuple(sorted(below[j])) for j in nodes]
+    return TreeLayout(nodes, depth, seq_ids, sorted(seq_of_leaf.values()), row_of)
+
+
+def accepted_path(lay: TreeLayout, cands: Candidates, argmax: np.ndarray) -> tuple[list[int], int, list[int]]:
+    """The greedy accepted path and the bonus token.
+
+    Walks from the anchor: a node is accepted when its token equals the target's argmax at its
+    parent's row. Returns (accepted nodes, bonus token, rows of the path incl. the anchor row).
+    """
+    path: list[int] = []
+    rows = [0]
+    cur = -1
+    while True:
+        want = int(argmax[lay.row_of[cur]])
+        nxt = None
+        for c in cands.children.get(cur, {}).values():
+            if c in lay.row_of and cands.token[c] == want:
+                nxt = c
+                break
+        if nxt is None:
+            return path, want, rows
+        path.append(nxt)
+        rows.append(lay.row_of[nxt])
+        cur = nxt
+
+
+def child_labels(cands: Candidates, lay: TreeLayout, argmax: np.ndarray, path: list[int]) -> np.ndarray:
+    """Labels for every candidate of every accepted parent, placed or not (§3.3 Learning).
+
+    1: it is the target's argmax at its parent's row; 0: it is not; -1: parent not accepted.
+    """
+    labels = np.full(len(cands), -1, dtype=np.int8)
+    for par in [-1] + path:
+        want = int(argmax[lay.row_of[par]])
+        for c in cands.children.get(par, {}).values():
+            labels[c] = 1 if cands.token[c] == want else 0
+    return labels

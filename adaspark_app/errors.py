@@ -1,0 +1,37 @@
+"""One error type per failure a user can cause; the CLI turns each into a one-line message, exit 2."""
+
+from __future__ import annotations
+
+
+class AdaSparkError(Exception):
+    """Base of every user-facing error. str(err) is the one-line message shown to the user."""
+
+    exit_code = 2
+
+
+class ModelLoadError(AdaSparkError):
+    """A model or drafter file is missing, unreadable or not a usable GGUF."""
+
+
+class DrafterError(AdaSparkError):
+    """A drafter file is not a DSpark drafter for this target (wrong arch, vocabulary, layers)."""
+
+
+class ContextOverflowError(AdaSparkError):
+    """The conversation no longer fits in the context window."""
+
+
+class ScriptError(AdaSparkError):
+    """A SCRIPT.jsonl line is malformed; the message names the file and line."""
+
+
+class ArgumentError(AdaSparkError):
+    """A command-line option is invalid (unknown arm, sampling options, bad numbers)."""
+
+
+class StoreError(AdaSparkError):
+    """The learned store is not ours, is from a newer schema, or is corrupt. Never modified."""
+
+
+class BindingError(AdaSparkError):
+    """The installed llama-cpp-python lacks a symbol this build needs."""

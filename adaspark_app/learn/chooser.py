@@ -1,0 +1,111 @@
+"""Width chooser of §3.4: Eq. (7) at the band's long-run rate, with hysteresis.
+
+    V(n) = 1 + S(n0) + g_d dS_d(n) + g_n dS_ng(n) - rho_m (D + T(n, c))        (Eq. 7)
+
+dS_src(n) = S_src(n) - S_src(n0): the tokens a source's nodes add above n0 (negative below it,
+priced with the pair of gains below n0). Until the band's rate is known the chooser maximises
+the per-round ratio E(n) / (D + T(n)), where E(n) = 1 + S(n0) + g_d dS_d + g_n dS_ng is the
+round's expected tokens. The incumbent is kept unless an alternative beats it by HYSTERESIS x its
+expected tokens (by RATIO_MARGIN in ratio mode); the first incumbent is the widest offered width.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .constants import HYSTERESIS, N0, RATIO_MARGIN
+
+
+def s_at(s: np.ndarray, n: int) -> float:
+    """S(n) from an array over n = 0..N; a width past the tree gives the whole tree's S."""
+    return float(s[min(n, len(s) - 1)])
+
+
+@dataclass
+class Scored:
+    """One offered width's terms: expected tokens E(n), time D + T(n), and its score."""
+
+    width: int
+    tokens: float
+    seconds: float
+    score: float  # V(n) in rate mode, E(n) / (D + T(n)) in ratio mode
+
+
+class WidthChooser:
+    """Holds the incumbent width and scores offered widths by Eq. (7) or the ratio."""
+
+    def __init__(self) -> None:
+        self.incumbent: int | None = None
+        self.held = 0  # consecutive non-measuring rounds the incumbent was chosen
+
+    @staticmethod
+    def expected_tokens(
+        n: int, s_d: np.ndarray | list[float], s_n: np.ndarray | list[float], gains: tuple[float, float, float, float]
+    ) -> float:
+        """E(n) = 1 + S(n0) + g_d dS_d(n) + g_n dS_ng(n); the pair of gains by side of n0."""
+        last = len(s_d) - 1
+        base_d, base_n = float(s_d[min(N0, last)]), float(s_n[min(N0, last)])
+        gd, gn = (gains[0], gains[1]) if n < N0 else (gains[2], gains[3])
+        k = min(n, last)
+        return 1.0 + base_d + base_n + gd * (float(s_d[k]) - base_d) + gn * (float(s_n[k]) - base_n)
+
+    def score(
+        self,
+        prices: dict[int, float],
+        s_d: np.ndarray | list[float],
+        s_n: np.ndarray | list[float],
+        fixed_s: float,
+        gains: tuple[float, float, float, float],
+        rho: float | None,
+    ) -> dict[int, Scored]:
+        """Score every offered width: V(n) of Eq. (7) if rho is known, else the per-round ratio."""
+        out: dict[int, Scored] = {}
+        for n, t in prices.items():
+            e = self.expected_tokens(n, s_d, s_n, gains)
+            sec = fixed_s + t
+            sc = e - rho * sec if rho is not None else e / max(sec, 1e-12)
+            out[n] = Scored(n, e, sec, sc)
+        return out
+
+    @staticmethod
+    def beats(alt: Scored, inc: Scored, rate_mode: bool) -> float:
+        """How far ``alt`` clears the switching margin against ``inc`` (> 0: it switches)."""
+        if rate_mode:
+            return alt.score - inc.score - HYSTERESIS * inc.tokens
+        return alt.score - (1.0 + RATIO_MARGIN) * inc.score
+
+    def stand_in(self, offered: list[int]) -> int:
+        """The incumbent if offered, else the widest offered width below it (else the narrowest)."""
+        assert self.incumbent is not None
+        if self.incumbent in offered:
+            return self.incumbent
+        below = [w for w in offered if w < self.incumbent]
+        return below[-1] if below else offered[0]
+
+    def choose(self, scored: dict[int, Scored], rate_mode: bool) -> int:
+        """argmax of the score over the offered widths, kept at the incumbent unless beaten."""
+        offered = sorted(scored)
+        if self.incumbent is None:
+            self.incumbent = offered[-1]  # first incumbent: the widest offered width (§3.4)
+            self.held = 0
+        inc = self.stand_in(offered)
+        best = max(offered, key=lambda w: (scored[w].score, -w))
+        if best != inc and self.beats(scored[best], scored[inc], rate_mode) > 0.0:
+            choice = best
+        else:
+            choice = inc
+        if inc == self.incumbent:
+            if choice == self.incumbent:
+                self.held += 1
+            else:
+                self.incumbent, self.held = choice, 0
+        return choice
+
+    def state_dict(self) -> dict:
+        return {"incumbent": self.incumbent, "held": int(self.held)}
+
+    def load_state(self, state: dict) -> None:
+        self.incumbent = None if state["incumbent"] is None else int(state["incumbent"])
+        self.held = int(state["held"])

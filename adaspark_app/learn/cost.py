@@ -1,0 +1,558 @@
+"""Online verify-cost model of §3.2: learned width table, context law, level, D clock.
+
+A verify of ``n`` rows costs T(n, c) (Eq. 2); the model learns it while serving, per row class
+(an interval of the learned width table, priced at its top width) and as a function of context:
+
+    price_k(c) = law_k(c) * level_k * D_now / D_k                                  (Eq. 5)
+
+``law_k`` is the tau-quantile fit of Eq. (4) by FTRL-Proximal (``QuantileLaw``), ``level_k`` the
+minimum of measured/law over the class's last verifies, and the last factor the D clock. Widths
+are priced at the cheapest class whose top is at least that width (Proposition 2). Pure: takes
+observations, returns numbers; no I/O and no timing.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from functools import lru_cache
+from typing import Callable
+
+import numpy as np
+
+from .constants import (
+    BANK_PER_BAND,
+    CONTEXT_UNIT,
+    FTRL_ALPHA,
+    FTRL_BETA,
+    HELDOUT_FRACTION,
+    HELDOUT_SMALL_BAND,
+    LADDER,
+    LAMBDA1,
+    LAMBDA2,
+    LAW_CLAMP,
+    LEVEL_CLAMP,
+    LEVEL_WINDOW,
+    MAX_WIDTHS,
+    MEASUREMENTS_BEFORE_PRICED,
+    SAMPLES_BEFORE_LAW,
+    SQGRAD_CAP,
+    STEEP_RISE,
+    TAU_QUANTILE,
+)
+
+N_BASIS = 5
+# Iterations of the refit's solver (iteratively reweighted least squares on Eq. 4).
+REFIT_ITERATIONS = 60
+# Residual floor of the reweighting, in units of the class scale.
+REFIT_EPS = 1e-5
+# Rounds observed before a pending width wider than every tree seen teaches the table its reach.
+REACH_PATIENCE = 8
+# Rounds a split width may wait for a round where it could win before the split is dropped.
+SPLIT_PATIENCE = 512
+
+
+def context_band(context: int) -> int:
+    """Context band of §3.2/§3.4: the bit length of the context (128-255 -> 8, 256-511 -> 9)."""
+    return max(int(context), 0).bit_length()
+
+
+@lru_cache(maxsize=512)
+def basis(context: float) -> tuple[float, float, float, float, float]:
+    """phi(u) = [1, u, u^2, sqrt(u), ln(1+u)] with u = c / 8192 (Eq. 4)."""
+    u = max(float(context), 0.0) / CONTEXT_UNIT
+    return (1.0, u, u * u, math.sqrt(u), math.log1p(u))
+
+
+def quantile_loss(v: float, tau: float = TAU_QUANTILE) -> float:
+    """Koenker-Bassett check loss l_tau(v) = v (tau - 1[v < 0]) of Eq. (4)."""
+    return v * (tau - (1.0 if v < 0.0 else 0.0))
+
+
+def fit_quantile(x: np.ndarray, y: np.ndarray, weight: np.ndarray) -> np.ndarray:
+    """Minimise sum_t weight_t l_tau(y_t - theta.x_t) + l1 |theta|_1 + l2 |theta|^2 (Eq. 4).
+
+    Iteratively reweighted least squares: each l_tau(r) is replaced by its quadratic majoriser
+    at the current residual; the L1 term likewise. The context coefficients theta[1:] are kept
+    non-negative by an active set (the most negative one is pinned to zero and the system
+    solved again). Five unknowns and at most a few hundred samples: well under a millisecond.
+    """
+    m, k = x.shape
+    theta = np.zeros(k)
+    free = np.ones(k, dtype=bool)
+    for _ in range(REFIT_ITERATIONS):
+        r = y - x @ theta
+        wq = weight * np.where(r < 0.0, 1.0 - TAU_QUANTILE, TAU_QUANTILE) / np.maximum(np.abs(r), REFIT_EPS)
+        xtw = x.T * wq
+        a = xtw @ x + np.diag(2.0 * LAMBDA2 + LAMBDA1 / np.maximum(np.abs(theta), 1e-6))
+        b = xtw @ y
+        free[:] = True
+        while True:
+            idx = np.flatnonzero(free)
+            sol = np.linalg.solve(a[np.ix_(idx, idx)], b[idx])
+            new = np.zeros(k)
+            new[idx] = sol
+            neg = [i for i in idx if i > 0 and new[i] < 0.0]
+            if not neg:
+                break
+            free[min(neg, key=lambda i: new[i])] = False
+        if np.max(np.abs(new - theta)) < 1e-9:
+            theta = new
+            break
+        theta = new
+    return theta
+
+
+class _Ftrl:
+    """FTRL-Proximal on the tau-quantile loss with the elastic net of Eq. (4).
+
+    Predicts the verify time over the class scale as ``1 + w . phi(u)``: the offset of one scale
+    unit is where the law starts (the scale is the lowest of the first measured times), so the
+    elastic net shrinks toward the class's scale rather than toward zero seconds. The context
+    coefficients w[1:] are kept non-negative, so the law never falls as context grows. The
+    accumulated squared gradient is capped (SQGRAD_CAP), which floors the learning rate so the
+    law can follow a machine that drifts.
+    """
+
+    __slots__ = ("z", "n", "w")
+
+    def __init__(self) -> None:
+        self.z = [0.0] * N_BASIS
+        self.n = [0.0] * N_BASIS
+        self.w = [0.0] * N_BASIS
+
+    def predict(self, phi: tuple[float, ...]) -> float:
+        w = self.w
+        return 1.0 + w[0] * phi[0] + w[1] * phi[1] + w[2] * phi[2] + w[3] * phi[3] + w[4] * phi[4]
+
+    def step(self, phi: tuple[float, ...], y: float) -> None:
+        """One FTRL-Proximal step on l_tau(y - prediction)."""
+        coef = (1.0 if y < self.predict(phi) else 0.0) - TAU_QUANTILE  # d loss / d prediction
+        z, n, w = self.z, self.n, self.w
+        for i in range(N_BASIS):
+            g = coef * phi[i]
+            if g == 0.0:
+                continue
+            n_old = n[i]
+            n_new = min(n_old + g * g, SQGRAD_CAP)
+            sigma = (math.sqrt(n_new) - math.sqrt(n_old)) / FTRL_ALPHA
+            z[i] += g - sigma * w[i]
+            n[i] = n_new
+            w[i] = self._weight(i)
+
+    def _weight(self, i: int) -> float:
+        zi = self.z[i]
+        if abs(zi) <= LAMBDA1:
+            return 0.0
+        den = (FTRL_BETA + math.sqrt(self.n[i])) / FTRL_ALPHA + LAMBDA2
+        wi = -(zi - math.copysign(LAMBDA1, zi)) / den
+        return max(wi, 0.0) if i > 0 else wi
+
+    def set_weights(self, w: list[float]) -> None:
+        """Set the weights and the z that FTRL would need to produce them at the current n."""
+        for i in range(N_BASIS):
+            wi = max(w[i], 0.0) if i > 0 else w[i]
+            den = (FTRL_BETA + math.sqrt(self.n[i])) / FTRL_ALPHA + LAMBDA2
+            self.z[i] = 0.0 if wi == 0.0 else -wi * den - math.copysign(LAMBDA1, wi)
+            self.w[i] = wi
+
+    def state_dict(self) -> dict:
+        return {"z": [float(v) for v in self.z], "n": [float(v) for v in self.n]}
+
+    def load_state(self, state: dict) -> None:
+        self.z = [float(v) for v in state["z"]]
+        self.n = [float(v) for v in state["n"]]
+        self.w = [self._weight(i) for i in range(N_BASIS)]
+
+
+class QuantileLaw:
+    """The context law of one row class: Eq. (4) online, plus the sample bank and batch refit.
+
+    Times are regressed normalised by the class scale (the lowest of its first three measured
+    times). The bank keeps the newest BANK_PER_BAND samples of every context band; at the end of
+    a request ``refit`` trains a candidate on the bank (bands interleaved, the newest quarter of
+    every band with >= 4 samples held out) and keeps it only if its quantile loss on the judged
+    samples is lower than the online law's.
+    """
+
+    def __init__(self) -> None:
+        self.ftrl = _Ftrl()
+        self.first: list[float] = []  # first SAMPLES_BEFORE_LAW measured times
+        self.scale: float | None = None
+        self.lowest = math.inf
+        self.samples = 0
+        self.bank: dict[int, list[tuple[int, float]]] = {}
+        self.dirty = False
+        self.context_lo = 0  # lowest context in the bank
+
+    @property
+    def ready(self) -> bool:
+        """A law is used for pricing once it has SAMPLES_BEFORE_LAW samples."""
+        return self.scale is not None
+
+    def seconds(self, context: float) -> float:
+        """law_k(c) in seconds, clamped to LAW_CLAMP times the class's lowest time (§3.2).
+
+        Below the lowest context the law has samples at it is read flat: the context terms are
+        non-negative, so the law never rises as context falls, but a fit on long contexts alone
+        would extrapolate its intercept downward without evidence.
+        """
+        assert self.scale is not None
+        t = self.scale * self.ftrl.predict(basis(max(context, self.context_lo)))
+        lo, hi = LAW_CLAMP[0] * self.lowest, LAW_CLAMP[1] * self.lowest
+        return hi if t > hi else lo if t < lo else t
+
+    def observe(self, context: int, seconds: float) -> None:
+        """Fold one measured verify time into the bank and the online law."""
+        self.context_lo = int(context) if self.samples == 0 else min(self.context_lo, int(context))
+        self.samples += 1
+        self.lowest = min(self.lowest, seconds)
+        band = self.bank.setdefault(context_band(context), [])
+        band.append((int(context), float(seconds)))
+        if len(band) > BANK_PER_BAND:
+            del band[0]
+        self.dirty = True
+        if self.scale is None:
+            self.first.append(float(seconds))
+            if len(self.first) >= SAMPLES_BEFORE_LAW:
+                self.scale = min(self.first)
+                for b in sorted(self.bank):  # replay the samples seen before the scale was known
+                    for c, t in self.bank[b]:
+                        self.ftrl.step(basis(c), t / self.scale)
+            return
+        self.ftrl.step(basis(context), seconds / self.scale)
+
+    def _split_bank(self) -> tuple[list[list[tuple[int, float]]], list[tuple[int, float]]]:
+        train: list[list[tuple[int, float]]] = []
+        judged: list[tuple[int, float]] = []
+        for b in sorted(self.bank):
+            samples = self.bank[b]
+            if len(samples) < SAMPLES_BEFORE_LAW:  # too few to tell a verify from interference
+                judged.extend(samples)
+            elif len(samples) >= HELDOUT_SMALL_BAND:
+                k = max(1, int(len(samples) * HELDOUT_FRACTION))
+                train.append(samples[:-k])
+                judged.extend(samples[-k:])
+            else:  # too small to hold any out: train on it and judge on all of it
+                train.append(list(samples))
+                judged.extend(samples)
+        return train, judged
+
+    def _loss(self, ftrl: _Ftrl, samples: list[tuple[int, float]]) -> float:
+        assert self.scale is not None
+        return sum(quantile_loss(t / self.scale - ftrl.predict(basis(c))) for c, t in samples)
+
+    def refit(self) -> bool:
+        """End-of-request batch refit (§3.2). Returns True when the candidate replaced the law.
+
+        The candidate minimises Eq. (4) on the training part of the bank, every band weighted
+        alike (so a sparse bank counts as much as a full one), solved to convergence by
+        ``fit_quantile``; it keeps the online law's accumulated squared gradients, so the law
+        goes on learning online at the rate it had reached. A band trains the candidate only
+        once it holds SAMPLES_BEFORE_LAW samples: with five basis terms an exact solve would
+        pass through a lone interfered sample (Proposition 3 needs some free rounds to see).
+        """
+        if self.scale is None or not self.dirty:
+            return False
+        self.dirty = False
+        train, judged = self._split_bank()
+        rows, ys, wts = [], [], []
+        for band in train:
+            for c, t in band:
+                rows.append(basis(c))
+                ys.append(t / self.scale - 1.0)
+                wts.append(1.0 / len(band))
+        if not rows:
+            return False
+        x = np.asarray(rows)
+        w = np.asarray(wts)
+        theta = fit_quantile(x, np.asarray(ys), w * (len(w) / w.sum()))
+        cand = _Ftrl()
+        cand.n = list(self.ftrl.n)
+        cand.set_weights([float(v) for v in theta])
+        if self._loss(cand, judged) < self._loss(self.ftrl, judged):
+            self.ftrl = cand
+            return True
+        return False
+
+    def state_dict(self) -> dict:
+        return {
+            "ftrl": self.ftrl.state_dict(),
+            "first": [float(t) for t in self.first],
+            "scale": self.scale,
+            "lowest": None if math.isinf(self.lowest) else float(self.lowest),
+            "samples": int(self.samples),
+            "bank": [[int(b), [[int(c), float(t)] for c, t in self.bank[b]]] for b in sorted(self.bank)],
+            "dirty": bool(self.dirty),
+            "context_lo": int(self.context_lo),
+        }
+
+    def load_state(self, state: dict) -> None:
+        self.ftrl.load_state(state["ftrl"])
+        self.first = [float(t) for t in state["first"]]
+        self.scale = None if state["scale"] is None else float(state["scale"])
+        self.lowest = math.inf if state["lowest"] is None else float(state["lowest"])
+        self.samples = int(state["samples"])
+        self.bank = {int(b): [(int(c), float(t)) for c, t in s] for b, s in state["bank"]}
+        self.context_lo = int(state["context_lo"])
+        self.dirty = bool(state.get("dirty", False))
+
+
+class RowClass:
+    """One learned width (the top of its class): law, level window, measurement count, D_k.
+
+    ``origin`` is how the width entered the table: the starting ``ladder``, the ``reach`` of the
+    drafter's trees, or a ``split``; ``born`` the round count when it did.
+    """
+
+    def __init__(self, width: int, origin: str = "ladder", born: int = 0) -> None:
+        self.width = int(width)
+        self.origin = origin
+        self.born = int(born)
+        self.law = QuantileLaw()
+        self.count = 0  # counted measurements (full tree, not a request's first round)
+        self.recent: deque[tuple[int, float]] = deque(maxlen=LEVEL_WINDOW)
+        self.d_clock = 0.0  # D clock when last measured (0: unknown)
+        self.level = 1.0
+
+    @property
+    def priced(self) -> bool:
+        return self.count >= MEASUREMENTS_BEFORE_PRICED
+
+    def observe(self, context: int, seconds: float, d_clock: float) -> None:
+        self.count += 1
+        self.law.observe(context, seconds)
+        self.recent.append((int(context), float(seconds)))
+        self.d_clock = d_clock
+        self.update_level()
+
+    def update_level(self) -> None:
+        """level = min over the last LEVEL_WINDOW verifies of measured / law, clamped (Eq. 5)."""
+        if not self.law.ready or not self.recent:
+            self.level = 1.0
+            return
+        lv = min(t / self.law.seconds(c) for c, t in self.recent)
+        self.level = min(max(lv, LEVEL_CLAMP[0]), LEVEL_CLAMP[1])
+
+    def price(self, context: int, d_now: float) -> float:
+        """Eq. (5): law x level x D_now / D_k; before the law exists, lowest time x D clock."""
+        clock = d_now / self.d_clock if d_now > 0.0 and self.d_clock > 0.0 else 1.0
+        clock = min(max(clock, LEVEL_CLAMP[0]), LEVEL_CLAMP[1])
+        if not self.law.ready:
+            return self.law.lowest * clock
+        return self.law.seconds(context) * self.level * clock
+
+    def state_dict(self) -> dict:
+        return {
+            "width": self.width,
+            "origin": self.origin,
+            "born": self.born,
+            "law": self.law.state_dict(),
+            "count": int(self.count),
+            "recent": [[int(c), float(t)] for c, t in self.recent],
+            "d_clock": float(self.d_clock),
+        }
+
+    def load_state(self, state: dict) -> None:
+        self.width = int(state["width"])
+        self.origin = str(state["origin"])
+        self.born = int(state["born"])
+        self.law.load_state(state["law"])
+        self.count = int(state["count"])
+        self.recent = deque(((int(c), float(t)) for c, t in state["recent"]), maxlen=LEVEL_WINDOW)
+        self.d_clock = float(state["d_clock"])
+        self.update_level()
+
+
+# could_win(a, b) -> excess: how far b-1 rows at T(a) beat the held width by the margin (> 0: could win)
+CouldWin = Callable[[int, int], float]
+
+
+class VerifyCostModel:
+    """The learned width table of §3.2: classes, cold start, reach, splits, Proposition 2 prices."""
+
+    def __init__(self, ladder: tuple[int, ...] = LADDER, max_width: int = 64) -> None:
+        self.max_width = int(max_width)
+        self.classes: dict[int, RowClass] = {w: RowClass(w) for w in sorted(set(ladder)) if 1 <= w <= max_width}
+        self.reach: int | None = None  # widest tree the drafter can offer, once learned
+        self.max_available = 0  # widest tree any round offered
+        self.rounds_seen = 0
+        self.short: dict[int, int] = {}  # measurement rounds whose tree came out narrower
+        self.d_window: deque[float] = deque(maxlen=LEVEL_WINDOW)
+        self._widths: list[int] = []
+        self._widths_stale = True
+
+    # --- the table -----------------------------------------------------------------------
+    def widths(self) -> list[int]:
+        """Learned widths within the reach, narrowest first."""
+        if self._widths_stale:  # widths change only by a split, a reach or a dropped split
+            lim = self.max_width if self.reach is None else min(self.reach, self.max_width)
+            self._widths = [w for w in sorted(self.classes) if w <= lim]
+            self._widths_stale = False
+        return self._widths
+
+    def pending(self) -> list[int]:
+        """Widths with fewer than MEASUREMENTS_BEFORE_PRICED measurements, narrowest first."""
+        return [w for w in self.widths() if not self.classes[w].priced]
+
+    def cold_pending(self) -> list[int]:
+        """Unmeasured ladder and reach widths: measured unconditionally, narrowest first."""
+        return [w for w in self.pending() if self.classes[w].origin != "split"]
+
+    def split_pending(self) -> list[int]:
+        """Unmeasured split widths: measured in rounds where they could win."""
+        return [w for w in self.pending() if self.classes[w].origin == "split"]
+
+    def is_priced(self, width: int) -> bool:
+        c = self.classes.get(width)
+        return c is not None and c.priced and width in self.widths()
+
+    def d_clock(self) -> float:
+        """The D clock: lowest fixed cost D over the last LEVEL_WINDOW drafted rounds (0: unknown)."""
+        return min(self.d_window) if self.d_window else 0.0
+
+    def note_fixed(self, fixed_s: float) -> None:
+        """Fold a drafted round's fixed cost D into the clock (not a request's first round)."""
+        if fixed_s > 0.0:
+            self.d_window.append(float(fixed_s))
+
+    def _set_reach(self, reach: int) -> None:
+        self.reach = max(1, int(reach))
+        self._widths_stale = True
+        if self.reach not in self.classes and len(self.widths()) < MAX_WIDTHS:
+            self.classes[self.reach] = RowClass(self.reach, "reach", self.rounds_seen)
+
+    def next_measurement(self, available: int) -> int | None:
+        """Cold start (§3.2): the narrowest width with < 3 measurements that this round's tree fills.
+
+        ``available`` is the widest verify this round's candidates allow. A pending width wider
+        than every tree seen so far teaches the table its reach (after REACH_PATIENCE rounds);
+        a pending width this round cannot fill waits for a round that can.
+        """
+        self.rounds_seen += 1
+        for w in self.split_pending():
+            if self.rounds_seen - self.classes[w].born > SPLIT_PATIENCE:
+                del self.classes[w]  # never could win: merge the class back
+                self._widths_stale = True
+        if available > self.max_available:
+            self.max_available = int(available)
+            if self.reach is not None and available > self.reach:
+                self.reach = None  # the drafter offered more than the reach: learn it again
+                self._widths_stale = True
+        for _ in range(2):
+            pend = self.cold_pending()
+            if not pend:
+                return None
+            w = pend[0]
+            if w <= available:
+                return w
+            if w > self.max_available and self.rounds_seen >= REACH_PATIENCE:
+                self._set_reach(self.max_available)
+                continue
+            return None
+        return None
+
+    def note_short(self, width: int, rows: int, widest_rows: int) -> None:
+        """A measurement round whose tree came out narrower than the width it measures."""
+        self.short[width] = self.short.get(width, 0) + 1
+        if self.short[width] >= MEASUREMENTS_BEFORE_PRICED and width > widest_rows:
+            self._set_reach(widest_rows)
+
+    # --- learning ------------------------------------------------------------------------
+    def observe(self, width: int, context: int, verify_s: float) -> None:
+        """Fold a counted verify of exactly ``width`` rows at ``context`` into its class."""
+        cls = self.classes.get(width)
+        if cls is None or verify_s <= 0.0:
+            return
+        cls.observe(context, verify_s, self.d_clock())
+
+    def end_request(self) -> int:
+        """Batch refit of every law that learned this request; returns how many were replaced."""
+        replaced = 0
+        for cls in self.classes.values():
+            if cls.law.refit():
+                replaced += 1
+                cls.update_level()
+        return replaced
+
+    # --- pricing -------------------------------------------------------------------------
+    def raw_price(self, width: int, context: int) -> float:
+        """Eq. (5) for the class whose top is ``width``."""
+        return self.classes[width].price(context, self.d_clock())
+
+    def prices(self, context: int, limit: int | None = None) -> dict[int, float]:
+        """Offered widths -> priced seconds at ``context`` (Proposition 2).
+
+        Each priced width up to ``limit`` is priced at the cheapest class whose top is at least
+        that width: a cheaper wide class pulls the narrower, dearer one down to its price, and
+        a narrower class never raises a wider one (no running maximum).
+        """
+        ws = [w for w in self.widths() if self.classes[w].priced and (limit is None or w <= limit)]
+        out: dict[int, float] = {}
+        best = math.inf
+        d_now = self.d_clock()
+        for w in reversed(ws):
+            best = min(best, self.classes[w].price(context, d_now))
+            out[w] = best
+        return dict(sorted(out.items()))
+
+    # --- splits --------------------------------------------------------------------------
+    def split(self, held: int, context: int, could_win: CouldWin) -> int | None:
+        """Split the nearest class (a, b] where a width inside could change the choice (§3.2).
+
+        Between priced neighbours a < b a width inside costs at least T(a) and accepts at most
+        what b-1 rows accept; ``could_win(a, b)`` says by how much that bound beats the held
+        width by the switching margin. Split next to the held width when the class's top costs
+        more than STEEP_RISE above its bottom, else at its midpoint. Returns the new width.
+        """
+        ws = self.widths()
+        if len(ws) >= MAX_WIDTHS or self.pending():
+            return None
+        best: tuple[int, float, int, int] | None = None
+        for a, b in zip(ws, ws[1:]):
+            if b - a < 2:
+                continue
+            excess = could_win(a, b)
+            if excess <= 0.0:
+                continue
+            dist = a - held if held <= a else held - b
+            key = (dist, -excess, a, b)
+            if best is None or key < best:
+                best = key
+        if best is None:
+            return None
+        _, _, a, b = best
+        steep = self.raw_price(b, context) > (1.0 + STEEP_RISE) * self.raw_price(a, context)
+        if steep:
+            new = a + 1 if held <= a else b - 1
+        else:
+            new = (a + b) // 2
+        self.classes[new] = RowClass(new, "split", self.rounds_seen)
+        self._widths_stale = True
+        return new
+
+    # --- persistence ---------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        return {
+            "max_width": self.max_width,
+            "classes": [self.classes[w].state_dict() for w in sorted(self.classes)],
+            "reach": self.reach,
+            "max_available": int(self.max_available),
+            "rounds_seen": int(self.rounds_seen),
+            "short": [[int(w), int(k)] for w, k in sorted(self.short.items())],
+            "d_window": [float(d) for d in self.d_window],
+        }
+
+    def load_state(self, state: dict) -> None:
+        self.max_width = int(state["max_width"])
+        self.classes = {}
+        for cs in state["classes"]:
+            cls = RowClass(int(cs["width"]), str(cs["origin"]), int(cs["born"]))
+            cls.load_state(cs)
+            self.classes[cls.width] = cls
+        self.reach = None if state["reach"] is None else int(state["reach"])
+        self.max_available = int(state["max_available"])
+        self.rounds_seen = int(state["rounds_seen"])
+        self.short = {int(w): int(k) for w, k in state["short"]}
+        self.d_window = deque((float(d) for d in state["d_window"]), maxlen=LEVEL_WINDOW)
+        self._widths_stale = True

@@ -1,0 +1,96 @@
+"""Headless scripted conversations: SCRIPT.jsonl in, one ReplyResult per turn out."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, TextIO
+
+from .engine.events import ReplyResult, RoundEvent
+from .errors import ScriptError
+
+
+@dataclass
+class Conversation:
+    """One SCRIPT.jsonl line: {"id": str, "system": str (optional), "turns": [user messages]}."""
+
+    id: str
+    turns: list[str]
+    system: str | None = None
+    category: str | None = None
+    line: int = 0
+
+
+def parse_line(obj: Any, where: str) -> Conversation:
+    if not isinstance(obj, dict):
+        raise ScriptError(f"{where}: expected a JSON object, got {type(obj).__name__}")
+    cid = obj.get("id")
+    if not isinstance(cid, (str, int)) or str(cid) == "":
+        raise ScriptError(f"{where}: \"id\" must be a non-empty string")
+    turns = obj.get("turns")
+    if not isinstance(turns, list):
+        raise ScriptError(f"{where}: \"turns\" must be a list of user messages")
+    if not turns:
+        raise ScriptError(f"{where}: conversation {cid!r} has no turns")
+    for i, t in enumerate(turns):
+        if not isinstance(t, str) or not t.strip():
+            raise ScriptError(f"{where}: turn {i + 1} of conversation {cid!r} must be a non-empty string")
+    system = obj.get("system")
+    if system is not None and not isinstance(system, str):
+        raise ScriptError(f"{where}: \"system\" must be a string")
+    cat = obj.get("category")
+    return Conversation(str(cid), list(turns), system, None if cat is None else str(cat))
+
+
+def load_script(path: str) -> list[Conversation]:
+    """Read SCRIPT.jsonl; every problem is a ScriptError naming the file and line."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ScriptError(f"script not found: {path}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ScriptError(f"cannot read script {path}: {exc}") from None
+    convs: list[Conversation] = []
+    seen: set[str] = set()
+    for n, raw in enumerate(text.splitlines(), start=1):
+        if not raw.strip():
+            continue
+        where = f"{path}:{n}"
+        try:
+            obj = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            raise ScriptError(f"{where}: malformed JSON ({exc.msg} at column {exc.colno})") from None
+        conv = parse_line(obj, where)
+        if conv.id in seen:
+            raise ScriptError(f"{where}: duplicate conversation id {conv.id!r}")
+        seen.add(conv.id)
+        conv.line = n
+        convs.append(conv)
+    if not convs:
+        raise ScriptError(f"{path}: the script has no conversations")
+    return convs
+
+
+def run_conversation(engine: Any, conv: Conversation, max_tokens: int,
+                     on_round: Callable[[RoundEvent], None] | None = None,
+                     log_rounds: TextIO | None = None) -> list[ReplyResult]:
+    """Generate every turn of `conv`, carrying each reply as history for the next turn."""
+    messages: list[dict[str, str]] = []
+    if conv.system:
+        messages.append({"role": "system", "content": conv.system})
+    results: list[ReplyResult] = []
+
+    def cb(ev: RoundEvent) -> None:
+        if log_rounds is not None and ev.round_index > 0 and ev.width > 0 and ev.verify_ms > 0:
+            log_rounds.write(json.dumps(ev.to_json()) + "\n")
+        if on_round is not None:
+            on_round(ev)
+
+    for turn, user in enumerate(conv.turns):
+        messages.append({"role": "user", "content": user})
+        res = engine.generate(conv.id, messages, max_tokens=max_tokens, on_round=cb, turn=turn)
+        messages.append({"role": "assistant", "content": res.text})
+        results.append(res)
+    return results

@@ -1,0 +1,700 @@
+"""The one SQLite file: learned state per (model, device, drafter), request summaries, chats.
+
+Safety rules, in the order :meth:`Store.open` applies them:
+
+1. A file that exists and is not empty is inspected before anything is written: its first 16
+   bytes must be SQLite's magic, then a read-only connection checks ``pragma application_id``,
+   the ``_migrations`` table and the schema version. A foreign file (not SQLite, or SQLite of
+   another application) or a store of a newer schema raises StoreError and is never modified.
+2. Only then is it opened read-write: WAL journal (readers never block the writer, so the TUI and
+   a headless run can share one store), ``busy_timeout`` (a writer waits for the other instead of
+   failing), ``synchronous=NORMAL`` (in WAL mode a committed transaction survives a process kill;
+   only a power loss can drop the last ones, never corrupt).
+3. Migrations run under ``BEGIN IMMEDIATE`` (two processes opening a new file cannot both
+   migrate), after re-checking the identity under that lock.
+
+Every write is one ``BEGIN IMMEDIATE`` transaction, so a kill loses at most the write in flight:
+``save_learned`` stores the learned state and the request's summary together or not at all.
+One Store may be shared by threads (the engine's worker saves, the UI thread reads chats): a lock
+serialises use of the connection.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sqlite3
+import threading
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from sqlite_utils import Database
+
+from adaspark_app.errors import StoreError
+
+from . import migrations
+from .fingerprint import LearnedKey
+from .migrations import APPLICATION_ID, MIGRATIONS_TABLE, now_iso
+
+ENV_VAR = "ADASPARK_STORE"
+APP_NAME = "adaspark"
+DB_NAME = "adaspark.db"
+BUSY_TIMEOUT_MS = 15_000  # a write transaction takes milliseconds; wait long before giving up
+SQLITE_MAGIC = b"SQLite format 3\x00"
+
+# Columns of a request summary row; any other key of a summary is kept in `extra` (JSON).
+SUMMARY_FIELDS: dict[str, type] = {
+    "arm": str,
+    "conversation": str,
+    "turn": int,
+    "n_tokens": int,
+    "decode_s": float,
+    "rounds": int,
+    "widths": dict,
+    "measure_rounds": int,
+    "tokens_per_s": float,
+    "created": str,
+}
+ROLES = ("system", "user", "assistant", "tool")
+
+
+def default_store_path() -> Path:
+    """$ADASPARK_STORE if set, else <platformdirs user data dir>/adaspark/adaspark.db."""
+    env = os.environ.get(ENV_VAR)
+    if env:
+        return Path(env).expanduser()
+    from platformdirs import user_data_dir
+
+    return Path(user_data_dir(APP_NAME)) / DB_NAME
+
+
+def resolve_store_path(path: str | os.PathLike | None) -> Path:
+    return Path(path).expanduser() if path not in (None, "") else default_store_path()
+
+
+# --- JSON helpers -------------------------------------------------------------------------------
+
+
+def to_jsonable(obj: Any) -> Any:
+    """Plain JSON types from learner state: numpy scalars/arrays to Python, dict keys to str.
+
+    JSON object keys are strings: a state saved as ``{8: ...}`` loads back as ``{"8": ...}``.
+    """
+    if obj is None or isinstance(obj, (str, bool, int, float)):
+        if isinstance(obj, int) and not isinstance(obj, bool) and type(obj) is not int:
+            return int(obj)
+        if isinstance(obj, float) and type(obj) is not float:
+            return float(obj)
+        return obj
+    if isinstance(obj, dict):
+        return {str(k): to_jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [to_jsonable(v) for v in obj]
+    tolist = getattr(obj, "tolist", None)  # numpy arrays and scalars
+    if callable(tolist):
+        return to_jsonable(tolist())
+    if hasattr(obj, "item"):
+        return to_jsonable(obj.item())
+    raise StoreError(f"learned state holds a {type(obj).__name__}, which cannot be stored as JSON")
+
+
+def dumps_compact(obj: Any) -> str:
+    return json.dumps(to_jsonable(obj), sort_keys=True, separators=(",", ":"))
+
+
+def _loads(text: str | None, what: str) -> Any:
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except (TypeError, ValueError) as exc:
+        raise StoreError(f"the store holds unreadable JSON in {what}: {exc}") from None
+
+
+def _int_keys(widths: dict | None) -> dict | None:
+    if widths is None:
+        return None
+    out: dict = {}
+    for k, v in widths.items():
+        try:
+            out[int(k)] = v
+        except (TypeError, ValueError):
+            out[k] = v
+    return out
+
+
+def title_from(text: str, limit: int = 60) -> str:
+    """A conversation title from its first user message: one line, cut on a word boundary."""
+    words = " ".join((text or "").split())
+    if not words:
+        return "New conversation"
+    if len(words) <= limit:
+        return words
+    cut = words[:limit]
+    space = cut.rfind(" ")
+    if space >= limit // 3:
+        cut = cut[:space]
+    return cut.rstrip(" ,.;:-") + "…"
+
+
+# --- identity checks ----------------------------------------------------------------------------
+
+
+def _check_magic(path: Path) -> None:
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(len(SQLITE_MAGIC))
+    except OSError as exc:
+        raise StoreError(f"cannot read store {path}: {exc.strerror or exc}") from None
+    if head != SQLITE_MAGIC:
+        raise StoreError(f"{path} is not an AdaSpark store (not a SQLite database); left untouched")
+
+
+def _identify(conn: sqlite3.Connection, path: Path) -> str:
+    """'fresh' (empty database we may initialise) or 'ours'; StoreError for anything else.
+
+    Reads only. Called on a read-only connection before the store is opened for writing, and
+    again under the write lock.
+    """
+    try:
+        app_id = conn.execute("pragma application_id").fetchone()[0]
+        user_version = conn.execute("pragma user_version").fetchone()[0]
+        names = [
+            r[0]
+            for r in conn.execute(
+                "select name from sqlite_master where name not like 'sqlite_%'"
+            )
+        ]
+    except sqlite3.DatabaseError as exc:
+        raise StoreError(f"{path} is not an AdaSpark store ({exc}); left untouched") from None
+    if app_id == 0 and user_version == 0 and not names:
+        return "fresh"
+    if app_id != APPLICATION_ID:
+        raise StoreError(
+            f"{path} is not an AdaSpark store (a SQLite database of another application); "
+            "left untouched"
+        )
+    if MIGRATIONS_TABLE not in names:
+        raise StoreError(f"{path} is a damaged AdaSpark store (no {MIGRATIONS_TABLE} table)")
+    try:
+        applied = migrations.applied_names(conn)
+        meta_version = None
+        if "meta" in names:
+            row = conn.execute("select value from meta where key = 'schema_version'").fetchone()
+            meta_version = int(row[0]) if row and str(row[0]).isdigit() else None
+    except sqlite3.DatabaseError as exc:
+        raise StoreError(f"{path} is a damaged AdaSpark store ({exc})") from None
+    known = set(migrations.known_names())
+    unknown = [n for n in applied if n not in known]
+    version = max(user_version, meta_version or 0, len(applied))
+    if unknown or version > migrations.schema_version():
+        raise StoreError(
+            f"{path} was written by a newer AdaSpark (schema {version}, this version knows "
+            f"{migrations.schema_version()}); upgrade adaspark or choose another --store. "
+            "Left untouched"
+        )
+    return "ours"
+
+
+def _check_readonly(path: Path) -> None:
+    """Identify an existing file through a read-only connection (it cannot write, by design).
+
+    Without a -wal file beside it the file holds the whole database, and ``immutable=1`` reads it
+    without creating -wal/-shm files next to a file that may not be ours. With a -wal file (a
+    store in use, or left by a killed process) a plain read-only connection reads through it.
+    """
+    uri = Path(os.path.abspath(path)).as_uri() + "?mode=ro"
+    if not Path(str(path) + "-wal").exists():
+        uri += "&immutable=1"
+    try:
+        conn = sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_MS / 1000)
+    except sqlite3.Error as exc:
+        raise StoreError(f"cannot open store {path}: {exc}") from None
+    try:
+        _identify(conn, path)
+    finally:
+        conn.close()
+
+
+def _database(conn: sqlite3.Connection) -> Database:
+    """sqlite-utils over our connection, without loading sqlite-utils plugins into it."""
+    try:
+        return Database(conn, execute_plugins=False)
+    except TypeError:  # sqlite-utils older than 3.34
+        return Database(conn)
+
+
+# --- the store ----------------------------------------------------------------------------------
+
+
+class Store:
+    """Learned state, request summaries and conversations in one SQLite file.
+
+    Open with :meth:`Store.open`; safe to share between threads of one process and between
+    processes on one file. Every public method raises StoreError (never sqlite3 errors).
+    """
+
+    def __init__(self, path: Path, conn: sqlite3.Connection):
+        self.path = path
+        self._conn = conn
+        self.db = _database(conn)
+        self._lock = threading.RLock()
+        self._closed = False
+
+    # -- opening ---------------------------------------------------------------------------------
+
+    @classmethod
+    def open(cls, path: str | os.PathLike | None = None) -> "Store":
+        """Open (creating if needed) the store at ``path``, default :func:`default_store_path`.
+
+        Refuses, without writing a byte, a file that is not an AdaSpark store or is of a newer
+        schema; runs pending migrations otherwise.
+        """
+        p = resolve_store_path(path)
+        if p.exists():
+            if p.is_dir():
+                raise StoreError(f"store path {p} is a directory")
+            if p.stat().st_size > 0:
+                _check_magic(p)
+                _check_readonly(p)
+        else:
+            try:
+                p.parent.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise StoreError(f"cannot create the store's folder {p.parent}: {exc}") from None
+        try:
+            conn = sqlite3.connect(
+                str(p),
+                isolation_level=None,  # we issue BEGIN IMMEDIATE / COMMIT ourselves
+                check_same_thread=False,  # guarded by Store._lock
+                timeout=BUSY_TIMEOUT_MS / 1000,
+            )
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot open store {p}: {exc}") from None
+        try:
+            conn.execute(f"pragma busy_timeout = {BUSY_TIMEOUT_MS}")
+            conn.execute("pragma journal_mode = wal")
+            conn.execute("pragma synchronous = normal")
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                # another process may have created the file since the read-only check
+                _identify(conn, p)
+                store = cls(p, conn)
+                migrations.migrate(store.db)
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+        except StoreError:
+            conn.close()
+            raise
+        except sqlite3.Error as exc:
+            conn.close()
+            raise StoreError(f"cannot open store {p}: {exc}") from None
+        return store
+
+    def close(self) -> None:
+        with self._lock:
+            if not self._closed:
+                self._closed = True
+                self._conn.close()
+
+    def __enter__(self) -> "Store":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"Store({str(self.path)!r})"
+
+    # -- plumbing --------------------------------------------------------------------------------
+
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction, taken with the write lock up front (no upgrade deadlocks)."""
+        with self._lock:
+            self._ensure_open()
+            try:
+                self._conn.execute("BEGIN IMMEDIATE")
+            except sqlite3.Error as exc:
+                raise StoreError(f"store {self.path} is busy or unwritable: {exc}") from None
+            try:
+                yield self._conn
+            except BaseException as exc:
+                if self._conn.in_transaction:
+                    self._conn.execute("ROLLBACK")
+                if isinstance(exc, sqlite3.Error):
+                    raise StoreError(f"store {self.path}: write failed: {exc}") from None
+                raise
+            try:
+                self._conn.execute("COMMIT")
+            except sqlite3.Error as exc:
+                if self._conn.in_transaction:
+                    self._conn.execute("ROLLBACK")
+                raise StoreError(f"store {self.path}: commit failed: {exc}") from None
+
+    @contextmanager
+    def _read(self) -> Iterator[sqlite3.Connection]:
+        """Reads in one transaction so a multi-statement read sees one snapshot."""
+        with self._lock:
+            self._ensure_open()
+            try:
+                self._conn.execute("BEGIN")
+                try:
+                    yield self._conn
+                finally:
+                    if self._conn.in_transaction:
+                        self._conn.execute("COMMIT")
+            except sqlite3.Error as exc:
+                raise StoreError(f"store {self.path}: read failed: {exc}") from None
+
+    def _ensure_open(self) -> None:
+        if self._closed:
+            raise StoreError(f"store {self.path} is closed")
+
+    def _rows(self, conn: sqlite3.Connection, sql: str, params: tuple | list = ()) -> list[dict]:
+        cur = conn.execute(sql, params)
+        cols = [d[0] for d in cur.description]
+        return [dict(zip(cols, r)) for r in cur.fetchall()]
+
+    @staticmethod
+    def _key(key: LearnedKey) -> LearnedKey:
+        if not isinstance(key, LearnedKey):
+            if isinstance(key, (tuple, list)) and len(key) in (2, 3):
+                key = LearnedKey(*key)
+            else:
+                raise StoreError(f"expected a LearnedKey, got {type(key).__name__}")
+        return key.validated()
+
+    def schema(self) -> dict:
+        """Schema version, applied migrations and application id (for diagnostics and tests)."""
+        with self._read() as conn:
+            return {
+                "application_id": conn.execute("pragma application_id").fetchone()[0],
+                "user_version": conn.execute("pragma user_version").fetchone()[0],
+                "migrations": migrations.applied_names(conn),
+            }
+
+    def integrity_check(self) -> str:
+        with self._read() as conn:
+            return "; ".join(r[0] for r in conn.execute("pragma integrity_check"))
+
+    # -- learned state ---------------------------------------------------------------------------
+
+    def load_learned(self, key: LearnedKey) -> dict | None:
+        """The state dict last saved for ``key``, or None if nothing was learned yet."""
+        key = self._key(key)
+        with self._read() as conn:
+            row = conn.execute(
+                "select state from learned where key_id = ?", (key.key_id,)
+            ).fetchone()
+        if row is None:
+            return None
+        state = _loads(row[0], f"learned state of {key.key_id}")
+        if not isinstance(state, dict):
+            raise StoreError(f"the store's learned state of {key.key_id} is not an object")
+        return state
+
+    def save_learned(
+        self,
+        key: LearnedKey,
+        state: dict,
+        summary: dict | None = None,
+        key_meta: dict | None = None,
+    ) -> None:
+        """Save ``state`` for ``key`` with the request's ``summary`` in ONE transaction.
+
+        ``state`` is opaque JSON-able data (``{"scheduler": ..., "acceptance": ...}``; numpy
+        values are converted, dict keys become strings). ``summary`` keys: arm, conversation,
+        turn, n_tokens, decode_s, rounds, widths {width: rounds}, measure_rounds, tokens_per_s,
+        created; other keys are kept too. ``key_meta`` (the fingerprints, see
+        ``fingerprint.key_meta``) replaces the stored one when given.
+        """
+        key = self._key(key)
+        if not isinstance(state, dict):
+            raise StoreError(f"learned state must be a dict, got {type(state).__name__}")
+        state_json = dumps_compact(state)
+        meta_json = dumps_compact(key_meta) if key_meta is not None else None
+        summary_row = _summary_row(summary) if summary is not None else None
+        now = now_iso()
+        with self._write() as conn:
+            _upsert_learned(conn, key, state_json, meta_json, now)
+            if summary_row is not None:
+                _insert_summary(conn, key.key_id, summary_row)
+
+    def list_learned(self) -> list[dict]:
+        """One row per key: ids, display names, request count, saves, created and updated."""
+        with self._read() as conn:
+            rows = self._rows(
+                conn,
+                """
+                select l.key_id, l.model_id, l.device_id, l.drafter_id, l.key_meta,
+                       l.n_saves, l.created, l.updated,
+                       (select count(*) from requests r where r.key_id = l.key_id) as n_requests
+                from learned l order by l.key_id
+                """,
+            )
+        out = []
+        for r in rows:
+            meta = _loads(r.pop("key_meta"), f"key metadata of {r['key_id']}") or {}
+            r.update(_names(meta, r))
+            r["key_meta"] = meta
+            out.append(r)
+        return out
+
+    def find_keys(self, pattern: str | None) -> list[LearnedKey]:
+        """Keys whose key id starts with ``pattern`` or whose model name contains it (all if None)."""
+        rows = self.list_learned()
+        if pattern:
+            low = pattern.lower()
+            rows = [
+                r
+                for r in rows
+                if r["key_id"].startswith(pattern) or low in str(r.get("model_name", "")).lower()
+            ]
+        return [LearnedKey(r["model_id"], r["device_id"], r["drafter_id"]) for r in rows]
+
+    def request_summaries(self, key: LearnedKey | None = None, limit: int | None = 50) -> list[dict]:
+        """Per-request summaries, newest first (all keys, or one), at most ``limit``."""
+        sql = "select * from requests"
+        params: list = []
+        if key is not None:
+            sql += " where key_id = ?"
+            params.append(self._key(key).key_id)
+        sql += " order by id desc"
+        if limit is not None:
+            sql += " limit ?"
+            params.append(int(limit))
+        with self._read() as conn:
+            rows = self._rows(conn, sql, params)
+        return [_summary_out(r, int_width_keys=True) for r in rows]
+
+    def reset(self, key: LearnedKey | None = None) -> int:
+        """Delete the learned state and request summaries of one key (or all); return keys deleted.
+
+        Conversations are kept.
+        """
+        with self._write() as conn:
+            if key is None:
+                n = conn.execute("delete from learned").rowcount
+                conn.execute("delete from requests")
+            else:
+                kid = self._key(key).key_id
+                n = conn.execute("delete from learned where key_id = ?", (kid,)).rowcount
+                conn.execute("delete from requests where key_id = ?", (kid,))
+        return int(n)
+
+    # -- export / import -------------------------------------------------------------------------
+
+    def export_json(self, key: LearnedKey | None = None) -> str:
+        """Versioned JSON of the learned state (one key or all), stable ordering; see transfer."""
+        from .transfer import export_json
+
+        return export_json(self, key)
+
+    def import_json(self, text: str, mode: str = "replace") -> list[str]:
+        """Validate an export and apply it ("replace" or "merge"); return one message per key."""
+        from .transfer import import_json
+
+        return import_json(self, text, mode)
+
+    # -- conversations ---------------------------------------------------------------------------
+
+    def create_conversation(self, title: str, model: str, system: str | None = None) -> str:
+        """Create a conversation; return its id (uuid hex)."""
+        cid = uuid.uuid4().hex
+        now = now_iso()
+        with self._write() as conn:
+            conn.execute(
+                "insert into conversations (id, title, model, system, created, updated) "
+                "values (?, ?, ?, ?, ?, ?)",
+                (cid, title_from(title), model, system, now, now),
+            )
+        return cid
+
+    def add_message(
+        self, conversation_id: str, role: str, content: str, meta: dict | None = None
+    ) -> int:
+        """Append a message; return its id. Touches the conversation's `updated`."""
+        if role not in ROLES:
+            raise StoreError(f"unknown message role {role!r} (expected one of {', '.join(ROLES)})")
+        if not isinstance(content, str):
+            raise StoreError("message content must be a string")
+        meta_json = dumps_compact(meta) if meta is not None else None
+        now = now_iso()
+        with self._write() as conn:
+            cur = conn.execute(
+                "update conversations set updated = ? where id = ?", (now, conversation_id)
+            )
+            if cur.rowcount == 0:
+                raise StoreError(f"no conversation {conversation_id!r} in {self.path}")
+            cur = conn.execute(
+                "insert into messages (conversation_id, role, content, meta, created) "
+                "values (?, ?, ?, ?, ?)",
+                (conversation_id, role, content, meta_json, now),
+            )
+            return int(cur.lastrowid)
+
+    def list_conversations(self, search: str | None = None) -> list[dict]:
+        """Conversations, most recently updated first; ``search`` matches titles and messages."""
+        sql = """
+            select c.id, c.title, c.model, c.system, c.created, c.updated,
+                   (select count(*) from messages m where m.conversation_id = c.id) as n_messages
+            from conversations c
+        """
+        params: list = []
+        if search:
+            like = "%" + search.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+            sql += """
+                where c.title like ? escape '\\'
+                   or exists (select 1 from messages m
+                              where m.conversation_id = c.id and m.content like ? escape '\\')
+            """
+            params += [like, like]
+        sql += " order by c.updated desc, c.rowid desc"
+        with self._read() as conn:
+            return self._rows(conn, sql, params)
+
+    def get_conversation(self, conversation_id: str) -> dict | None:
+        with self._read() as conn:
+            rows = self._rows(
+                conn, "select * from conversations where id = ?", (conversation_id,)
+            )
+        return rows[0] if rows else None
+
+    def get_messages(self, conversation_id: str) -> list[dict]:
+        """The conversation's messages in order: id, role, content, meta, created."""
+        with self._read() as conn:
+            rows = self._rows(
+                conn,
+                "select id, role, content, meta, created from messages "
+                "where conversation_id = ? order by id",
+                (conversation_id,),
+            )
+        for r in rows:
+            r["meta"] = _loads(r["meta"], f"message {r['id']} metadata")
+        return rows
+
+    def rename_conversation(self, conversation_id: str, title: str) -> None:
+        with self._write() as conn:
+            cur = conn.execute(
+                "update conversations set title = ?, updated = ? where id = ?",
+                (title_from(title), now_iso(), conversation_id),
+            )
+            if cur.rowcount == 0:
+                raise StoreError(f"no conversation {conversation_id!r} in {self.path}")
+
+    def delete_conversation(self, conversation_id: str) -> None:
+        with self._write() as conn:
+            conn.execute("delete from messages where conversation_id = ?", (conversation_id,))
+            cur = conn.execute("delete from conversations where id = ?", (conversation_id,))
+            if cur.rowcount == 0:
+                raise StoreError(f"no conversation {conversation_id!r} in {self.path}")
+
+
+# --- row helpers shared with transfer.py ----------------------------------------------------------
+
+
+def _names(meta: dict, row: dict) -> dict:
+    def name(part: str) -> str | None:
+        if not isinstance(meta, dict):
+            return None
+        given = meta.get(f"{part}_name")  # the engine may pass display names beside the fingerprints
+        if isinstance(given, str) and given:
+            return given
+        fp = meta.get(part)
+        return fp.get("name") if isinstance(fp, dict) else None
+
+    return {
+        "model_name": name("model") or row.get("model_id"),
+        "device_name": name("device") or row.get("device_id"),
+        "drafter_name": name("drafter") or row.get("drafter_id"),
+    }
+
+
+def _upsert_learned(
+    conn: sqlite3.Connection, key: LearnedKey, state_json: str, meta_json: str | None, now: str
+) -> None:
+    """Insert or update one learned row; key_meta is kept when not given."""
+    cur = conn.execute(
+        "update learned set state = ?, key_meta = coalesce(?, key_meta), "
+        "n_saves = coalesce(n_saves, 0) + 1, updated = ? where key_id = ?",
+        (state_json, meta_json, now, key.key_id),
+    )
+    if cur.rowcount == 0:
+        conn.execute(
+            "insert into learned (key_id, model_id, device_id, drafter_id, state, key_meta, "
+            "n_saves, created, updated) values (?, ?, ?, ?, ?, ?, 1, ?, ?)",
+            (key.key_id, key.model_id, key.device_id, key.drafter_id, state_json, meta_json,
+             now, now),
+        )
+
+
+def _iso_from_epoch(t: float) -> str:
+    from datetime import datetime, timezone
+
+    try:
+        return datetime.fromtimestamp(float(t), timezone.utc).isoformat(timespec="microseconds")
+    except (OverflowError, OSError, ValueError):
+        raise StoreError(f"request summary field 'created' is not a valid time: {t!r}") from None
+
+
+def _summary_row(summary: dict) -> dict:
+    """Split a summary dict into typed columns and `extra` (JSON of the other keys)."""
+    if not isinstance(summary, dict):
+        raise StoreError(f"request summary must be a dict, got {type(summary).__name__}")
+    s = to_jsonable(summary)
+    row: dict[str, Any] = {}
+    for name, typ in SUMMARY_FIELDS.items():
+        v = s.pop(name, None)
+        if v is None:
+            row[name] = None
+        elif typ is dict:
+            if not isinstance(v, dict):
+                raise StoreError(f"request summary field {name!r} must be an object")
+            row[name] = json.dumps(v, sort_keys=True, separators=(",", ":"))
+        elif name == "created" and isinstance(v, (int, float)) and not isinstance(v, bool):
+            row[name] = _iso_from_epoch(v)  # time.time() from the engine
+        elif typ is str:
+            row[name] = v if isinstance(v, str) else str(v)
+        elif typ is int:
+            whole = isinstance(v, int) or (isinstance(v, float) and v.is_integer())
+            if isinstance(v, bool) or not whole:
+                raise StoreError(f"request summary field {name!r} must be an integer, got {v!r}")
+            row[name] = int(v)
+        else:
+            if isinstance(v, bool) or not isinstance(v, (int, float)):
+                raise StoreError(f"request summary field {name!r} must be a number, got {v!r}")
+            row[name] = float(v)
+    if row["tokens_per_s"] is None and row["n_tokens"] is not None and row["decode_s"]:
+        if row["decode_s"] > 0 and math.isfinite(row["decode_s"]):
+            row["tokens_per_s"] = row["n_tokens"] / row["decode_s"]
+    if row["created"] is None:
+        row["created"] = now_iso()
+    row["extra"] = json.dumps(s, sort_keys=True, separators=(",", ":")) if s else None
+    return row
+
+
+def _insert_summary(conn: sqlite3.Connection, key_id: str, row: dict) -> None:
+    cols = ["key_id", *SUMMARY_FIELDS, "extra"]
+    conn.execute(
+        f"insert into requests ({', '.join(cols)}) values ({', '.join('?' * len(cols))})",
+        [key_id, *(row[c] for c in SUMMARY_FIELDS), row["extra"]],
+    )
+
+
+def _summary_out(row: dict, *, int_width_keys: bool) -> dict:
+    """A stored summary row as the flat dict it was saved as (plus id and key_id)."""
+    out = dict(row)
+    extra = _loads(out.pop("extra", None), "request summary extra") or {}
+    widths = _loads(out.get("widths"), "request summary widths")
+    out["widths"] = _int_keys(widths) if int_width_keys else widths
+    for k, v in extra.items():
+        out.setdefault(k, v)
+    return out

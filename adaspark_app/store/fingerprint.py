@@ -1,0 +1,359 @@
+"""Keys of the learned store: what a model file, a device and a drafter are, in a few fields.
+
+The verify's cost law is a property of the model file, the device, the kernels and the context
+(paper §5, "Two learners, two clocks"): it converges once per model and device and is stored under
+this key. A model is identified by a hash of its GGUF header, metadata and tensor table (the bytes
+before the tensor data: architecture, shapes, quantisation types), not of gigabytes of weights.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import re
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from adaspark_app.errors import ModelLoadError, StoreError
+
+GGUF_MAGIC = b"GGUF"
+ID_HEX_CHARS = 16  # short ids: 64 bits of sha256, plenty for a handful of models and devices
+_ID_RE = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+
+# (realpath, size, mtime_ns) -> fingerprint; a model's header is read once per process
+_MODEL_CACHE: dict[tuple[str, int, int], dict] = {}
+
+
+def _short_hash(obj: Any) -> str:
+    text = json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:ID_HEX_CHARS]
+
+
+_SCALAR = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
+_STRING, _ARRAY = 8, 9
+DEFAULT_ALIGNMENT = 32
+
+
+class _GGUFHeader(NamedTuple):
+    version: int
+    fields: dict[str, Any]  # scalar and string values; arrays are skipped (tokenizer tables)
+    tensor_types: dict[int, int]  # ggml type -> elements
+    n_tensors: int
+    data_offset: int  # first byte of tensor data: everything before it is hashed
+
+
+def _parse_gguf_header(path: Path) -> _GGUFHeader:
+    """Walk a GGUF's header, metadata and tensor table without materialising arrays.
+
+    gguf.GGUFReader builds a numpy view per tokenizer entry (3 s for SmolLM2's 49k-token vocab);
+    this walk skips arrays and takes ~0.05 s. Tests check it against GGUFReader.
+    """
+    import mmap
+    import struct
+
+    with open(path, "rb") as fh:
+        buf = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+    try:
+        if buf[:4] != GGUF_MAGIC:
+            raise ValueError("bad magic")
+        (version,) = struct.unpack_from("<I", buf, 4)
+        end = "<"
+        if version & 0xFFFF == 0:  # a big-endian file read little-endian
+            end = ">"
+            (version,) = struct.unpack_from(">I", buf, 4)
+        if version < 2:
+            raise ValueError(f"GGUF version {version} is not supported")
+        n_tensors, n_kv = struct.unpack_from(end + "QQ", buf, 8)
+        pos = 24
+        size = len(buf)
+
+        def need(n: int) -> None:
+            if pos + n > size:
+                raise ValueError("truncated header")
+
+        def u32() -> int:
+            nonlocal pos
+            need(4)
+            (v,) = struct.unpack_from(end + "I", buf, pos)
+            pos += 4
+            return v
+
+        def u64() -> int:
+            nonlocal pos
+            need(8)
+            (v,) = struct.unpack_from(end + "Q", buf, pos)
+            pos += 8
+            return v
+
+        def string() -> str:
+            nonlocal pos
+            n = u64()
+            need(n)
+            v = bytes(buf[pos:pos + n]).decode("utf-8", errors="replace")
+            pos += n
+            return v
+
+        def skip_string() -> None:
+            nonlocal pos
+            n = u64()
+            need(n)
+            pos += n
+
+        def value(vtype: int) -> Any:
+            nonlocal pos
+            if vtype in _SCALAR:
+                fmt = end + _SCALAR[vtype]
+                width = struct.calcsize(fmt)
+                need(width)
+                (v,) = struct.unpack_from(fmt, buf, pos)
+                pos += width
+                return v
+            if vtype == _STRING:
+                return string()
+            if vtype == _ARRAY:
+                itype = u32()
+                count = u64()
+                if itype in _SCALAR:
+                    width = struct.calcsize(end + _SCALAR[itype])
+                    need(width * count)
+                    pos += width * count
+                elif itype == _STRING:
+                    for _ in range(count):
+                        skip_string()
+                else:
+                    for _ in range(count):
+                        value(itype)
+                return None
+            raise ValueError(f"unknown metadata value type {vtype}")
+
+        fields: dict[str, Any] = {}
+        for _ in range(n_kv):
+            key = string()
+            v = value(u32())
+            if v is not None:
+                fields[key] = v
+        tensor_types: dict[int, int] = {}
+        for _ in range(n_tensors):
+            skip_string()
+            n_dims = u32()
+            elements = 1
+            for _ in range(n_dims):
+                elements *= u64()
+            ttype = u32()
+            u64()  # offset within the data section
+            tensor_types[ttype] = tensor_types.get(ttype, 0) + elements
+        alignment = int(fields.get("general.alignment", DEFAULT_ALIGNMENT) or DEFAULT_ALIGNMENT)
+        data_offset = pos + (-pos % alignment)
+        return _GGUFHeader(version, fields, tensor_types, int(n_tensors), min(data_offset, size))
+    finally:
+        buf.close()
+
+
+def _quant_name(file_type: Any) -> str | None:
+    import gguf
+
+    try:
+        name = gguf.LlamaFileType(int(file_type)).name
+    except (ValueError, TypeError):
+        return None
+    for prefix in ("MOSTLY_", "ALL_"):
+        if name.startswith(prefix):
+            name = name[len(prefix):]
+    return name
+
+
+def _dominant_tensor_type(tensor_types: dict[int, int]) -> str | None:
+    """The tensor type holding most elements: the quantisation when general.file_type is absent."""
+    if not tensor_types:
+        return None
+    import gguf
+
+    ttype = max(sorted(tensor_types), key=lambda k: tensor_types[k])
+    try:
+        return gguf.GGMLQuantizationType(ttype).name
+    except ValueError:
+        return f"type{ttype}"
+
+
+def model_fingerprint(path: str | os.PathLike) -> dict:
+    """Fingerprint of a GGUF model file: name, architecture, quantisation, size, header hash, id.
+
+    ``header_sha256`` covers every byte before the tensor data offset (magic, version, metadata
+    KV, tensor infos, alignment padding); ``id`` is its first 16 hex digits. The header is
+    walked directly (see _parse_gguf_header; tests check it against gguf.GGUFReader). Raises
+    ModelLoadError naming the file if it is missing or not a GGUF.
+    """
+    p = Path(path)
+    try:
+        st = p.stat()
+        real = os.path.realpath(p)
+    except OSError as exc:
+        raise ModelLoadError(f"cannot read model file {p}: {exc.strerror or exc}") from None
+    if not p.is_file():
+        raise ModelLoadError(f"model path {p} is not a file")
+    cache_key = (real, st.st_size, st.st_mtime_ns)
+    if cache_key in _MODEL_CACHE:
+        return dict(_MODEL_CACHE[cache_key])
+    try:
+        with open(p, "rb") as fh:
+            magic = fh.read(4)
+    except OSError as exc:
+        raise ModelLoadError(f"cannot read model file {p}: {exc.strerror or exc}") from None
+    if magic != GGUF_MAGIC:
+        raise ModelLoadError(f"{p} is not a GGUF file (magic {magic!r})")
+    try:
+        head = _parse_gguf_header(p)
+    except (ValueError, OSError, OverflowError, MemoryError) as exc:
+        raise ModelLoadError(f"{p} is not a readable GGUF file: {exc}") from None
+    data_offset = head.data_offset
+    name = head.fields.get("general.name")
+    arch = head.fields.get("general.architecture")
+    file_type = head.fields.get("general.file_type")
+    h = hashlib.sha256()
+    with open(p, "rb") as fh:
+        remaining = data_offset
+        while remaining > 0:
+            chunk = fh.read(min(remaining, 1 << 20))
+            if not chunk:
+                break
+            h.update(chunk)
+            remaining -= len(chunk)
+    header_sha = h.hexdigest()
+    quant = _quant_name(file_type) if file_type is not None else None
+    dominant = _dominant_tensor_type(head.tensor_types) if quant is None else None
+    fp = {
+        "kind": "model",
+        "id": header_sha[:ID_HEX_CHARS],
+        "name": str(name) if name else p.stem,
+        "architecture": str(arch) if arch else None,
+        "file_type": int(file_type) if file_type is not None else None,
+        "quantisation": quant or dominant,
+        "size": int(st.st_size),
+        "n_tensors": head.n_tensors,
+        "gguf_version": head.version,
+        "header_bytes": data_offset,
+        "header_sha256": header_sha,
+        "file": p.name,
+    }
+    _MODEL_CACHE[cache_key] = fp
+    return dict(fp)
+
+
+def drafter_fingerprint(path: str | os.PathLike | None) -> dict | None:
+    """model_fingerprint of the drafter file, or None when decoding runs without a drafter."""
+    if path is None:
+        return None
+    fp = model_fingerprint(path)
+    fp["kind"] = "drafter"
+    return fp
+
+
+def _cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as fh:
+            text = fh.read()
+        for key in ("model name", "Hardware", "Processor", "cpu model"):
+            m = re.search(rf"^{key}\s*:\s*(.+)$", text, re.MULTILINE)
+            if m and m.group(1).strip():
+                return re.sub(r"\s+", " ", m.group(1).strip())
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown cpu"
+
+
+def _backend_from_info(info: str) -> str:
+    low = info.lower()
+    for needle, name in (
+        ("cuda", "cuda"),
+        ("metal", "metal"),
+        ("vulkan", "vulkan"),
+        ("hip", "rocm"),
+        ("sycl", "sycl"),
+        ("opencl", "opencl"),
+    ):
+        # "CUDA : ARCHS = ..." or "CUDA = 1" names a backend; "CUDA = 0" does not
+        if re.search(rf"\b{needle}\b", low) and not re.search(rf"\b{needle}\s*=\s*0", low):
+            return name
+    return "cpu"
+
+
+def device_fingerprint(
+    n_threads: int,
+    backend_info: str,
+    *,
+    backend: str | None = None,
+    gpu: str | None = None,
+) -> dict:
+    """Fingerprint of the device a cost law was learned on.
+
+    ``backend_info`` is the llama.cpp build/version string the engine passes (e.g. the package
+    version plus ``llama_print_system_info()``); ``backend`` ("cpu", "cuda", ...) is inferred from
+    it unless given; ``gpu`` names the GPU when there is one. The id hashes every field but the
+    display name, so a different thread count or llama.cpp build is a different device.
+    """
+    if int(n_threads) < 1:
+        raise ValueError(f"n_threads must be >= 1, got {n_threads}")
+    cpu = _cpu_name()
+    fp: dict[str, Any] = {
+        "kind": "device",
+        "backend": backend or _backend_from_info(backend_info or ""),
+        "cpu": cpu,
+        "gpu": gpu,
+        "machine": platform.machine(),
+        "system": platform.system(),
+        "n_threads": int(n_threads),
+        "llama_build": backend_info or "",
+    }
+    fp["id"] = _short_hash(fp)
+    fp["name"] = f"{gpu or cpu}, {int(n_threads)} threads, {fp['backend']}"
+    return fp
+
+
+def check_id(value: Any, what: str, *, optional: bool = False) -> str | None:
+    """Validate one id of a LearnedKey (short, no '/' so key ids cannot collide)."""
+    if value is None and optional:
+        return None
+    if not isinstance(value, str) or not _ID_RE.match(value):
+        raise StoreError(f"invalid {what} {value!r}: expected a short id of letters, digits, '._:-'")
+    return value
+
+
+class LearnedKey(NamedTuple):
+    """What learned state is stored under: (model, device, drafter or None)."""
+
+    model_id: str
+    device_id: str
+    drafter_id: str | None = None
+
+    @property
+    def key_id(self) -> str:
+        """One string naming the key in the store and on the command line."""
+        return f"{self.model_id}/{self.device_id}/{self.drafter_id or '-'}"
+
+    @classmethod
+    def from_key_id(cls, key_id: str) -> "LearnedKey":
+        parts = key_id.split("/")
+        if len(parts) != 3:
+            raise StoreError(f"invalid key id {key_id!r}: expected MODEL/DEVICE/DRAFTER")
+        return cls(parts[0], parts[1], None if parts[2] == "-" else parts[2]).validated()
+
+    @classmethod
+    def from_fingerprints(
+        cls, model: dict, device: dict, drafter: dict | None = None
+    ) -> "LearnedKey":
+        return cls(model["id"], device["id"], drafter["id"] if drafter else None).validated()
+
+    def validated(self) -> "LearnedKey":
+        check_id(self.model_id, "model id")
+        check_id(self.device_id, "device id")
+        check_id(self.drafter_id, "drafter id", optional=True)
+        if self.drafter_id == "-":
+            raise StoreError("invalid drafter id '-': reserved for 'no drafter'")
+        return self
+
+
+def key_meta(model: dict, device: dict, drafter: dict | None = None) -> dict:
+    """The ``key_meta`` the engine passes to save_learned: the three fingerprints."""
+    return {"model": model, "device": device, "drafter": drafter}

@@ -1,0 +1,45 @@
+"""A conversation as a Markdown document, and where to write it."""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+ROLE_HEADINGS = {"system": "System", "user": "You", "assistant": "Assistant"}
+
+
+def conversation_markdown(title: str, messages: list[dict[str, Any]], model: str | None = None) -> str:
+    """Render `messages` ([{role, content, meta?}]) as Markdown, one section per message."""
+    lines = [f"# {title or 'Conversation'}", ""]
+    if model:
+        lines += [f"*Model: {model}*", ""]
+    for m in messages:
+        heading = ROLE_HEADINGS.get(m.get("role", ""), str(m.get("role", "")).title())
+        meta = m.get("meta") or {}
+        note = ""
+        if m.get("role") == "assistant" and meta.get("n_tokens"):
+            note = f" ({meta['n_tokens']} tokens"
+            if meta.get("tokens_per_s"):
+                note += f", {meta['tokens_per_s']:.1f} tok/s"
+            note += ", stopped)" if meta.get("stopped") else ")"
+        lines += [f"## {heading}{note}", "", str(m.get("content", "")).rstrip(), ""]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def slug(text: str, max_len: int = 40) -> str:
+    s = re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
+    return (s[:max_len].rstrip("-")) or "conversation"
+
+
+def export_path(directory: Path, title: str, now: float | None = None) -> Path:
+    """A fresh file name in `directory`: adaspark-<slug>-<YYYYmmdd-HHMMSS>[-n].md."""
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(now))
+    base = f"adaspark-{slug(title)}-{stamp}"
+    path = directory / f"{base}.md"
+    n = 2
+    while path.exists():
+        path = directory / f"{base}-{n}.md"
+        n += 1
+    return path

@@ -1,0 +1,155 @@
+"""The live speculation panel's figures, computed from the engine's RoundEvents.
+
+Pure: `SpecStats` takes events and engine gauges and returns numbers; it imports neither
+textual nor llama_cpp, so it is tested on synthetic events. It lives on the UI thread: the
+worker ships events to it inside Textual messages (see `screens/chat.py`).
+"""
+
+from __future__ import annotations
+
+from collections import Counter, deque
+from dataclasses import dataclass, field
+
+from ..engine.events import SOURCES, RoundEvent
+
+RECENT_ROUNDS = 64  # rounds kept for the width histogram: a few replies' worth, so it shows drift
+NOW_WINDOW_S = 1.0  # decode seconds behind the latest round that "tok/s now" averages over
+
+
+def is_verify_round(event: RoundEvent) -> bool:
+    """True for a real verify round; False for the first token, which comes from the prefill.
+
+    The engine reports the prefill's token as a width-1 event with no verify time; counting it
+    would put a phantom width-1 round in the histogram of every reply.
+    """
+    return event.width >= 1 and event.verify_ms > 0.0
+
+
+@dataclass
+class EngineGauges:
+    """What the panel needs from the engine beyond the events, read on the engine's thread.
+
+    The UI thread never calls the engine (it may be inside llama.cpp); the worker reads these
+    after each batch of rounds and ships them with the batch.
+    """
+
+    plain_rate: float | None = None  # tokens/s the cost model predicts for width 1 at this context
+    cold_start: tuple[int, int] = (0, 0)  # (widths measured, widths learned)
+    prices_ms: dict[int, float] = field(default_factory=dict)  # width -> priced verify ms now
+    context: int = 0
+
+
+@dataclass
+class SourceRate:
+    accepted: int
+    rows: int
+
+    @property
+    def share(self) -> float | None:
+        return self.accepted / self.rows if self.rows else None
+
+
+class SpecStats:
+    """Accumulates the figures shown by the speculation panel.
+
+    Per reply: tokens, decode seconds, rounds, rows and acceptances by source, and a window of
+    (seconds, tokens) points for the current rate. Across replies: the widths of recent rounds.
+    """
+
+    def __init__(self) -> None:
+        self.recent_widths: deque[int] = deque(maxlen=RECENT_ROUNDS)
+        self.gauges = EngineGauges()
+        self.generating = False
+        self.start_reply()
+
+    # ------------------------------------------------------------------ updates
+    def start_reply(self) -> None:
+        """Forget the per-reply figures (the histogram of recent widths is kept)."""
+        self.reply_tokens = 0
+        self.reply_seconds = 0.0
+        self.rounds = 0
+        self.round_tokens = 0  # tokens committed by verify rounds (the prefill's token excluded)
+        self.rows_by_source: Counter[str] = Counter()
+        self.accepted_by_source: Counter[str] = Counter()
+        self.last: RoundEvent | None = None
+        self._points: deque[tuple[float, int]] = deque()
+
+    def add(self, event: RoundEvent) -> None:
+        """Take one round (events arrive in round order)."""
+        self.reply_tokens = max(self.reply_tokens, event.reply_tokens)
+        if event.reply_seconds > 0.0:
+            self.reply_seconds = event.reply_seconds
+            self._points.append((event.reply_seconds, event.reply_tokens))
+            while len(self._points) > 2 and self._points[1][0] < event.reply_seconds - NOW_WINDOW_S:
+                self._points.popleft()
+        if not is_verify_round(event):
+            return
+        self.rounds += 1
+        self.round_tokens += event.committed
+        self.recent_widths.append(event.width)
+        self.rows_by_source.update(event.rows_by_source)
+        self.accepted_by_source.update(event.accepted_by_source)
+        self.last = event
+
+    def set_gauges(self, gauges: EngineGauges) -> None:
+        self.gauges = gauges
+
+    # ------------------------------------------------------------------ figures
+    @property
+    def reply_rate(self) -> float | None:
+        """Tokens per decode second over the whole reply so far."""
+        if self.reply_seconds <= 0.0 or self.reply_tokens <= 0:
+            return None
+        return self.reply_tokens / self.reply_seconds
+
+    @property
+    def now_rate(self) -> float | None:
+        """Tokens per second over about the last NOW_WINDOW_S decode seconds."""
+        if len(self._points) < 2:
+            return self.reply_rate
+        (s0, t0), (s1, t1) = self._points[0], self._points[-1]
+        return (t1 - t0) / (s1 - s0) if s1 > s0 else self.reply_rate
+
+    @property
+    def speedup(self) -> float | None:
+        """Reply rate over the plain-decode (width 1) rate the cost model predicts here."""
+        rate, plain = self.reply_rate, self.gauges.plain_rate
+        if rate is None or not plain:
+            return None
+        return rate / plain
+
+    @property
+    def tokens_per_round(self) -> float | None:
+        if self.rounds == 0:
+            return None
+        return self.round_tokens / self.rounds
+
+    @property
+    def width_now(self) -> int | None:
+        return self.last.width if self.last else None
+
+    def width_histogram(self) -> list[tuple[int, int]]:
+        """(width, rounds) over the recent rounds, by width."""
+        return sorted(Counter(self.recent_widths).items())
+
+    def acceptance(self) -> dict[str, SourceRate]:
+        """Accepted over verified draft rows for each source, this reply."""
+        return {s: SourceRate(self.accepted_by_source.get(s, 0), self.rows_by_source.get(s, 0)) for s in SOURCES}
+
+    def prices_ms(self) -> dict[int, float]:
+        """Priced verify ms of each offered width at the current context.
+
+        The latest round's offer is the freshest; before any round (or when the round was not
+        priced) the engine's price table read with the gauges stands in.
+        """
+        if self.last is not None and self.last.offered:
+            return dict(sorted(self.last.offered.items()))
+        return dict(sorted(self.gauges.prices_ms.items()))
+
+    @property
+    def context(self) -> int:
+        return self.last.context if self.last is not None else self.gauges.context
+
+    @property
+    def priced_by(self) -> str:
+        return self.last.priced_by if self.last is not None else "none"

@@ -1,0 +1,9 @@
+"""Widgets of the chat screen."""
+
+from .chat_view import ChatMessage, ChatView
+from .prompt import PromptInput
+from .sidebar import ConversationList, ConversationSidebar
+from .spec_panel import SpecPanel, render_panel
+
+__all__ = ["ChatMessage", "ChatView", "ConversationList", "ConversationSidebar", "PromptInput", "SpecPanel",
+           "render_panel"]

@@ -1,0 +1,145 @@
+"""The live speculation panel: what the AdaSpark scheduler is doing, round by round."""
+
+from __future__ import annotations
+
+from rich.console import Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+from textual.widgets import Static
+
+from ..stats import RECENT_ROUNDS, SpecStats
+
+BLOCKS = " ▏▎▍▌▋▊▉█"
+BAR_WIDTH = 16
+SOURCE_LABELS = {"drafter": "drafter", "ngram": "n-gram", "agreed": "agreed"}
+PRICED_BY_LABELS = {
+    "fitted": "fitted acceptance model",
+    "head": "head-based estimate",
+    "none": "not priced",
+}
+
+
+def hbar(value: float, top: float, width: int = BAR_WIDTH) -> str:
+    """A horizontal bar of `width` cells, `value / top` full, with eighth-cell resolution."""
+    if top <= 0 or value <= 0:
+        return " " * width
+    eighths = round(min(value / top, 1.0) * width * 8)
+    full, part = divmod(eighths, 8)
+    bar = "█" * full + (BLOCKS[part] if part else "")
+    return bar.ljust(width)
+
+
+def _num(value: float | None, fmt: str = "{:.1f}", missing: str = "–") -> str:
+    return missing if value is None else fmt.format(value)
+
+
+def render_panel(stats: SpecStats, status: str = "") -> RenderableType:
+    """The panel's contents from the accumulated figures (pure: used by the widget and tests)."""
+    head = Table.grid(padding=(0, 1), expand=True)
+    head.add_column(style="dim", no_wrap=True)
+    head.add_column(justify="right", no_wrap=True)
+    head.add_column(style="dim", no_wrap=True)
+    head.add_column(justify="right", no_wrap=True)
+    speedup = stats.speedup
+    speed_style = "bold green" if speedup is not None and speedup >= 1.0 else "bold yellow"
+    head.add_row("tok/s now", Text(_num(stats.now_rate), style="bold"),
+                 "reply", Text(_num(stats.reply_rate), style="bold"))
+    head.add_row("speedup", Text(_num(speedup, "{:.2f}×"), style=speed_style),
+                 "plain", _num(stats.gauges.plain_rate))
+    head.add_row("tok/round", _num(stats.tokens_per_round, "{:.2f}"), "context", str(stats.context))
+    measuring = stats.last is not None and stats.last.measured
+    head.add_row("width now", Text(_num(stats.width_now, "{}"), style="bold cyan"),
+                 "rounds", str(stats.rounds))
+    parts: list[RenderableType] = [head]
+    if measuring:
+        parts.append(Text("  measuring this width (cold start)", style="italic yellow"))
+
+    # Widths chosen over the recent rounds.
+    hist = stats.width_histogram()
+    parts.append(Text(f"\nWidths, last {RECENT_ROUNDS} rounds", style="bold"))
+    if hist:
+        top = max(n for _, n in hist)
+        t = Table.grid(padding=(0, 1))
+        t.add_column(justify="right", no_wrap=True)
+        t.add_column(no_wrap=True)
+        t.add_column(justify="right", no_wrap=True)
+        for width, n in hist:
+            style = "cyan" if width == stats.width_now else "blue"
+            t.add_row(str(width), Text(hbar(n, top), style=style), str(n))
+        parts.append(t)
+    else:
+        parts.append(Text("  no rounds yet", style="dim"))
+
+    # Acceptance by source of the draft rows.
+    parts.append(Text("\nAccepted / drafted rows", style="bold"))
+    acc = Table.grid(padding=(0, 1))
+    acc.add_column(no_wrap=True)
+    acc.add_column(no_wrap=True)
+    acc.add_column(justify="right", no_wrap=True)
+    acc.add_column(justify="right", no_wrap=True)
+    for source, rate in stats.acceptance().items():
+        share = rate.share
+        acc.add_row(SOURCE_LABELS[source], Text(hbar(rate.accepted, rate.rows, 10), style="green"),
+                    f"{rate.accepted}/{rate.rows}", _num(None if share is None else share * 100, "{:.0f}%"))
+    parts.append(acc)
+
+    # The priced verify time of every offered width at the current context.
+    prices = stats.prices_ms()
+    parts.append(Text(f"\nVerify price at context {stats.context} (ms)", style="bold"))
+    if prices:
+        top = max(prices.values())
+        pt = Table.grid(padding=(0, 1))
+        pt.add_column(justify="right", no_wrap=True)
+        pt.add_column(no_wrap=True)
+        pt.add_column(justify="right", no_wrap=True)
+        pt.add_column(no_wrap=True)
+        for width, ms in prices.items():
+            chosen = width == stats.width_now
+            pt.add_row(str(width), Text(hbar(ms, top), style="magenta" if chosen else "bright_black"),
+                       f"{ms:.1f}", Text("◀" if chosen else " ", style="bold magenta"))
+        parts.append(pt)
+    else:
+        parts.append(Text("  not priced yet", style="dim"))
+
+    tail = Table.grid(padding=(0, 1))
+    tail.add_column(style="dim", no_wrap=True)
+    tail.add_column()
+    priced = stats.priced_by
+    tail.add_row("tree priced by", Text(PRICED_BY_LABELS.get(priced, priced),
+                                        style="green" if priced == "fitted" else "yellow"))
+    measured, learned = stats.gauges.cold_start
+    tail.add_row("cold start widths", f"{measured} measured · {learned} learned")
+    band = stats.last.band_rate if stats.last is not None else None
+    if band:
+        tail.add_row("long-run rate", f"{band:.1f} tok/s")
+    parts.append(Text(""))
+    parts.append(tail)
+    if status:
+        parts.append(Text(f"\n{status}", style="italic dim"))
+    return Group(*parts)
+
+
+class SpecPanel(Static):
+    """Shows `SpecStats`; the chat screen calls `show` after each batch of rounds."""
+
+    DEFAULT_CSS = """
+    SpecPanel {
+        width: 46;
+        height: 1fr;
+        padding: 0 1;
+        border: round $primary;
+        border-title-align: left;
+        overflow-y: auto;
+    }
+    """
+
+    def __init__(self, stats: SpecStats, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.stats = stats
+        self.border_title = "Speculation"
+
+    def on_mount(self) -> None:
+        self.show()
+
+    def show(self, status: str = "") -> None:
+        self.update(render_panel(self.stats, status))

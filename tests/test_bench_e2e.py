@@ -1,0 +1,40 @@
+"""`adaspark bench` end to end on the bundled model: every report file is written."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from adaspark_app import cli
+
+pytestmark = pytest.mark.model
+
+
+def test_bench_two_conversations_two_arms_writes_every_report_file(tmp_path):
+    pytest.importorskip("llama_cpp")
+    script = tmp_path / "two.jsonl"
+    script.write_text(
+        json.dumps({"id": "c0", "category": "math", "turns": ["What is 2+2?", "And 3+3?"]}) + "\n"
+        + json.dumps({"id": "c1", "category": "chat", "turns": ["Say hi."]}) + "\n")
+    out = tmp_path / "report"
+    code = cli.main(["bench", str(script), "--arms", "ar,chain:4", "--max-tokens", "16",
+                     "--report", str(out), "--no-progress"])
+    assert code == 0
+    for name in ("report.md", "report.json", "replies.jsonl", "speed_ratio_by_category.png",
+                 "width_shares.png"):
+        assert (out / name).stat().st_size > 0, name
+    assert (out / "speed_ratio_by_category.png").read_bytes()[:4] == b"\x89PNG"
+    data = json.loads((out / "report.json").read_text())
+    assert data["meta"]["arms"] == ["ar", "chain:4"] and data["meta"]["replies_done"] == 6
+    overall = data["summary"]["comparisons"]["chain:4"]["overall"]
+    # every paired reply is either compared or counted as left out
+    assert overall["paired"] == 3
+    assert overall["replies"] + overall["excluded_looped"] + overall["excluded_no_speed"] == 3
+    if overall["replies"]:
+        lo, hi = overall["ci95"]
+        assert lo <= overall["geomean_ratio"] <= hi
+    replies = [json.loads(l) for l in (out / "replies.jsonl").read_text().splitlines()]
+    assert {r["arm"] for r in replies} == {"ar", "chain:4"}
+    assert all(r["n_tokens"] <= 16 for r in replies)
+    assert data["summary"]["arms"]["ar"]["width_shares"] in ({"1": 1.0}, {})

@@ -1,0 +1,176 @@
+"""The n-gram index of §3.3: copies of earlier passages, follower fallback, depth limit, p_src."""
+
+from __future__ import annotations
+
+import random
+import time
+
+import pytest
+
+from adaspark_app.engine.ngram import NgramIndex, NgramStep, SourcePrecision
+from adaspark_app.learn.constants import NGRAM_MAX_DEPTH
+
+
+def _tokens(rng: random.Random, n: int, lo: int = 1000, hi: int = 50_000) -> list[int]:
+    return [rng.randrange(lo, hi) for _ in range(n)]
+
+
+def test_copy_proposes_the_rest_of_a_pasted_passage():
+    """Guards the copy rule: when the reply starts repeating a passage of the prompt, the chain
+    reads on along that passage, marked "copy" with the matched context length as evidence."""
+    rng = random.Random(1)
+    passage = _tokens(rng, 120)
+    text = _tokens(rng, 30) + passage + _tokens(rng, 40) + passage[:10]
+    steps = NgramIndex(text).chain((), 20)
+    assert [s.token for s in steps] == passage[10:30]
+    assert all(s.kind == "copy" for s in steps)
+    assert [s.evidence for s in steps] == list(range(10, 30))  # the match grows as the copy reads on
+
+
+def test_chain_stops_at_the_depth_limit_and_caps_evidence():
+    """Guards "chains stop 32 tokens below the anchor": a passage that continues for hundreds of
+    tokens still yields at most max_depth steps, and copy evidence is capped at 32."""
+    rng = random.Random(2)
+    passage = _tokens(rng, 400)
+    idx = NgramIndex(passage + _tokens(rng, 5) + passage[:50])
+    steps = idx.chain((), NGRAM_MAX_DEPTH)
+    assert len(steps) == NGRAM_MAX_DEPTH == 32
+    assert [s.token for s in steps] == passage[50:82]
+    assert max(s.evidence for s in steps) == 32
+    assert len(idx.chain()) == 32  # the default depth is the paper's limit
+    # from a drafter pick at depth 5 the engine asks for 32 - 5 more
+    assert len(idx.chain(passage[50:55], NGRAM_MAX_DEPTH - 5)) == 27
+
+
+def test_copy_follows_the_most_recent_occurrence_of_the_longest_match():
+    """Guards the choice of passage: the longest matching context wins over a more recent but
+    shorter match; among equally long matches, the most recent occurrence wins."""
+    a, b, c, d, e = 11, 12, 13, 14, 15
+    # older: [a b c d e] -> 100 ; newer: [x b c d e] -> 200 ; now: [a b c d e]: 5 tokens match the older
+    idx = NgramIndex([a, b, c, d, e, 100, 101, 9, 9, 9, 77, b, c, d, e, 200, 201, 8, 8, 8, a, b, c, d, e])
+    assert idx.chain((), 2)[0] == NgramStep(100, "copy", 5)
+    # two occurrences of the same 5 tokens: the newer one's continuation
+    idx = NgramIndex([a, b, c, d, e, 100, 7, 7, 7, a, b, c, d, e, 300, 6, 6, 6, a, b, c, d, e])
+    assert idx.chain((), 1)[0].token == 300
+
+
+def test_follower_fallback_uses_the_most_frequent_follower_of_the_last_three_tokens():
+    """Guards the fallback: with no earlier passage matching 4 or more tokens, the step is the
+    most frequent follower of the last 3 tokens (its count as evidence), not the most recent."""
+    x, y = 500, 600
+    text = []
+    for lead in (1, 2, 3):
+        text += [lead, 7, 8, 9, x]
+    text += [4, 7, 8, 9, y]  # the most recent follower is y, but x is the most frequent
+    text += [5, 7, 8, 9]  # [5 7 8 9] never occurred: no copy
+    steps = NgramIndex(text).chain((), 1)
+    assert steps == [NgramStep(x, "follower", 3)]
+
+
+def test_chain_stops_when_nothing_is_proposed():
+    """Guards the stop rule: text that never repeats proposes nothing."""
+    idx = NgramIndex(list(range(100)))
+    assert idx.chain((), 32) == []
+    assert idx.predict_next() is None
+    assert NgramIndex().chain((1, 2, 3), 5) == []
+
+
+def test_chain_starts_after_an_uncommitted_suffix():
+    """Guards chains from a drafter pick: the suffix (picks not yet committed) is part of the
+    context, and the chain continues after it, not after the committed text."""
+    rng = random.Random(3)
+    passage = _tokens(rng, 60)
+    idx = NgramIndex(passage + _tokens(rng, 10) + passage[:8])
+    from_anchor = idx.chain((), 5)
+    assert [s.token for s in from_anchor] == passage[8:13]
+    after_picks = idx.chain(passage[8:12], 5)  # the drafter's first 4 picks agree with the passage
+    assert [s.token for s in after_picks] == passage[12:17]
+    assert after_picks[0].evidence == 12
+    # picks that leave the passage: the chain follows the new context (here: nothing matches)
+    assert idx.chain([1, 2, 3, 4], 5) == []
+    assert len(idx) == 78  # the suffix is not committed
+
+
+def test_copy_may_overlap_its_own_output():
+    """Guards reading on past the end of the committed text: a repeating cycle is continued
+    from the chain's own tokens (LZ77-style overlap)."""
+    cycle = [21, 22, 23, 24, 25]
+    steps = NgramIndex(cycle * 2 + cycle[:2]).chain((), 12)
+    assert [s.token for s in steps] == (cycle * 4)[2:14]
+
+
+def test_incremental_extend_equals_building_from_scratch():
+    """Guards incremental updates: extending round by round gives the same index (tables and
+    every proposal) as indexing the whole text at once."""
+    rng = random.Random(4)
+    base = _tokens(rng, 300, 1, 40)  # a small vocabulary: many repeats and follower counts
+    text = base + base[50:180] + _tokens(rng, 200, 1, 40) + base[10:90]
+    whole = NgramIndex(text)
+    inc = NgramIndex(text[:100])
+    pos = 100
+    while pos < len(text):
+        step = rng.randint(1, 9)
+        inc.extend(text[pos : pos + step])
+        pos += step
+    assert len(inc) == len(whole) == len(text)
+    assert inc._pos == whole._pos and inc._follow == whole._follow and inc._best == whole._best
+    proposed = 0
+    for k in range(60):
+        start = rng.randrange(len(text) - 8)
+        suffix = text[start : start + k % 7]
+        a = inc.chain(suffix, 32)
+        assert a == whole.chain(suffix, 32)
+        proposed += bool(a)
+    assert proposed > 30  # the comparison is not between empty chains
+    assert inc.predict_next() == whole.predict_next()
+
+
+def test_source_precision_tracks_top1_hits_with_a_beta_prior():
+    """Guards p_src: Beta(1,1)-smoothed top-1 precision over committed tokens where the index
+    proposed something; positions with no proposal do not count."""
+    p = SourcePrecision()
+    assert p.value == 0.5
+    p.observe(None, 5)
+    assert p.trials == 0 and p.value == 0.5
+    for predicted, actual in ((1, 1), (2, 2), (3, 4)):
+        p.observe(predicted, actual)
+    assert (p.hits, p.trials) == (2, 3)
+    assert p.value == pytest.approx(3 / 5)
+
+
+def test_extend_with_precision_scores_each_token_before_indexing_it():
+    """Guards the engine's one-call bookkeeping: extend(tokens, precision) equals predicting
+    each token from the text before it, then indexing it; a repeated passage scores high."""
+    rng = random.Random(5)
+    passage = _tokens(rng, 80)
+    prompt = passage + _tokens(rng, 20)
+    reply = passage[:60]
+    idx_a, p_a = NgramIndex(prompt), SourcePrecision()
+    for t in reply:
+        p_a.observe(idx_a.predict_next(), t)
+        idx_a.extend([t])
+    idx_b, p_b = NgramIndex(prompt), SourcePrecision()
+    idx_b.extend(reply[:25], p_b)
+    idx_b.extend(reply[25:], p_b)
+    assert (p_a.hits, p_a.trials) == (p_b.hits, p_b.trials)
+    assert p_b.value > 0.85  # once 4 tokens match, the copy is right every time
+
+
+def test_chains_are_fast_enough_for_every_round():
+    """Guards the per-round budget: on a 4,000-token text, extending by a round's tokens and
+    running 8 chains of depth up to 32 (the anchor and each pick) stays far below a verify's
+    time. A lookup that scanned the text would take tens of milliseconds here."""
+    rng = random.Random(6)
+    text = _tokens(rng, 2500, 1, 2000)
+    text += text[300:1800]
+    idx = NgramIndex(text[:4000])
+    rest = text[4000:] + _tokens(rng, 400, 1, 2000)
+    t0 = time.perf_counter()
+    rounds = 60
+    for r in range(rounds):
+        picks = rest[r * 3 : r * 3 + 8]
+        for depth in range(8):
+            idx.chain(picks[:depth], NGRAM_MAX_DEPTH - depth)
+        idx.extend(rest[r * 3 : r * 3 + 3])
+    per_round = (time.perf_counter() - t0) / rounds
+    assert per_round < 0.02, f"{per_round * 1e3:.1f} ms per round"

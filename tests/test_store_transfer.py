@@ -1,0 +1,203 @@
+"""Export and import of learned state: byte-identical round trips, merge, validation."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from adaspark_app.errors import StoreError
+from adaspark_app.store import EXPORT_FORMAT, EXPORT_VERSION, LearnedKey, Store
+
+K1 = LearnedKey("1111111111111111", "dddddddddddddddd")
+K2 = LearnedKey("2222222222222222", "dddddddddddddddd", "3333333333333333")
+META = {
+    "model": {"id": K1.model_id, "name": "SmolLM2 135M", "quantisation": "Q4_1"},
+    "device": {"id": K1.device_id, "name": "cpu x2"},
+    "drafter": None,
+}
+
+
+@pytest.fixture(autouse=True)
+def _store_env(tmp_path, monkeypatch):
+    monkeypatch.setenv("ADASPARK_STORE", str(tmp_path / "env-store.db"))
+
+
+def learned_state(i: int) -> dict:
+    # width keys that sort differently as ints and as strings, floats that need repr precision,
+    # unicode, nested lists: everything that could break byte identity
+    return {
+        "scheduler": {
+            "widths": {1: {"law": [0.0101, 1e-7 * i]}, 8: {"law": [0.05, 0.1 / 3]}, 16: {"law": []}},
+            "d_clock": 0.0021 + i,
+            "bank": [[256, 0.011], [1024, 0.013]],
+        },
+        "acceptance": {"counters": {"rounds": 10 * i}, "note": "café ✓", "open": [True, False]},
+    }
+
+
+def summary(t: int) -> dict:
+    return {
+        "arm": "adaspark",
+        "conversation": f"conv-{t // 2}",
+        "turn": t % 2,
+        "n_tokens": 120 + t,
+        "decode_s": 1.0 / 3 + t,
+        "rounds": 50,
+        "widths": {1: 5, 8: 40, 16: 5},
+        "measure_rounds": 3,
+        "created": f"2025-06-01T10:00:0{t}.000000+00:00",
+        "rows_by_source": {"drafter": 10, "ngram": 4},
+    }
+
+
+def fill(store: Store) -> None:
+    for t in range(3):
+        store.save_learned(K1, learned_state(t), summary(t), key_meta=META)
+    store.save_learned(K2, learned_state(9), None)
+
+
+def test_export_import_export_is_byte_identical(tmp_path):
+    """Export -> import into a fresh store -> export gives the same bytes."""
+    with Store.open(tmp_path / "a.db") as a:
+        fill(a)
+        first = a.export_json()
+    with Store.open(tmp_path / "b.db") as b:
+        msgs = b.import_json(first)
+        assert len(msgs) == 2 and all(m.startswith("added") for m in msgs)
+        second = b.export_json()
+    assert second == first
+    assert second.encode("utf-8") == first.encode("utf-8")
+
+
+def test_reimport_into_same_store_is_byte_identical(tmp_path):
+    """Replacing a store's keys with its own export changes nothing observable."""
+    with Store.open(tmp_path / "a.db") as a:
+        fill(a)
+        first = a.export_json()
+        msgs = a.import_json(first, mode="replace")
+        assert all(m.startswith("replaced") for m in msgs)
+        assert a.export_json() == first
+        assert len(a.request_summaries(K1)) == 3  # replaced, not duplicated
+
+
+def test_export_is_versioned_sorted_and_stable(tmp_path):
+    """The document names its format and version, sorts keys and entries, and does not change
+    between two exports (no export timestamp)."""
+    with Store.open(tmp_path / "a.db") as a:
+        a.save_learned(K2, learned_state(1))  # saved first, sorts second
+        a.save_learned(K1, learned_state(2))
+        text = a.export_json()
+        assert a.export_json() == text
+    doc = json.loads(text)
+    assert doc["format"] == EXPORT_FORMAT == "adaspark-store"
+    assert doc["version"] == EXPORT_VERSION == 1
+    assert [e["key"]["model_id"] for e in doc["learned"]] == [K1.model_id, K2.model_id]
+    assert text == json.dumps(doc, sort_keys=True, indent=2, ensure_ascii=False) + "\n"
+
+
+def test_export_one_key(tmp_path):
+    with Store.open(tmp_path / "a.db") as a:
+        fill(a)
+        doc = json.loads(a.export_json(K2))
+        assert [e["key"] for e in doc["learned"]] == [
+            {"model_id": K2.model_id, "device_id": K2.device_id, "drafter_id": K2.drafter_id}
+        ]
+        with pytest.raises(StoreError, match="no learned state"):
+            a.export_json(LearnedKey("9999999999999999", "dddddddddddddddd"))
+
+
+def test_imported_state_loads_for_the_engine(tmp_path):
+    """After import a restarted engine finds the learned state under the same key."""
+    with Store.open(tmp_path / "a.db") as a:
+        fill(a)
+        text = a.export_json()
+        expected = a.load_learned(K1)
+    with Store.open(tmp_path / "b.db") as b:
+        b.import_json(text)
+        assert b.load_learned(K1) == expected
+        assert [r["turn"] for r in b.request_summaries(K1)] == [0, 1, 0]
+
+
+def test_replace_keeps_keys_not_in_file(tmp_path):
+    """Replace overwrites the imported keys only; other local keys stay."""
+    with Store.open(tmp_path / "a.db") as a:
+        a.save_learned(K1, learned_state(1))
+        text = a.export_json()
+    with Store.open(tmp_path / "b.db") as b:
+        b.save_learned(K1, learned_state(5), summary(0))
+        b.save_learned(K2, learned_state(6))
+        b.import_json(text)
+        assert b.load_learned(K1) == json.loads(json.dumps(learned_state(1)))
+        assert b.request_summaries(K1) == []
+        assert b.load_learned(K2) is not None
+
+
+def test_merge_keeps_newer_state_and_unions_summaries(tmp_path):
+    """Merge: per key the later-updated state wins; request summaries are unioned, no duplicates."""
+    with Store.open(tmp_path / "a.db") as a:
+        a.save_learned(K1, learned_state(1), summary(0))
+        a.save_learned(K1, learned_state(2), summary(1))
+        older = a.export_json()
+        a.save_learned(K1, learned_state(3), summary(2))
+        newer = a.export_json()
+    with Store.open(tmp_path / "b.db") as b:
+        b.import_json(older)
+        msgs = b.import_json(newer, mode="merge")
+        assert "took the imported state" in msgs[0] and "1 new request" in msgs[0]
+        assert b.load_learned(K1)["scheduler"]["d_clock"] == pytest.approx(3.0021)
+        assert len(b.request_summaries(K1)) == 3
+        msgs = b.import_json(older, mode="merge")
+        assert "kept the local state" in msgs[0] and "0 new request" in msgs[0]
+        assert b.load_learned(K1)["scheduler"]["d_clock"] == pytest.approx(3.0021)
+        assert len(b.request_summaries(K1)) == 3
+        assert b.export_json() == newer
+
+
+@pytest.mark.parametrize(
+    "text, match",
+    [
+        ("{not json", "not valid JSON"),
+        ("[]", "not an AdaSpark store export"),
+        ('{"format": "other", "version": 1, "learned": []}', "not an AdaSpark store export"),
+        ('{"format": "adaspark-store", "version": 2, "learned": []}', "newer"),
+        ('{"format": "adaspark-store", "version": "1", "learned": []}', "version"),
+        ('{"format": "adaspark-store", "version": 1, "learned": {}}', "must be a list"),
+        ('{"format": "adaspark-store", "version": 1, "learned": [{"key": {"model_id": "a/b", '
+         '"device_id": "d"}, "state": {}}]}', r"learned\[0\]\.key"),
+        ('{"format": "adaspark-store", "version": 1, "learned": [{"key": {"model_id": "a", '
+         '"device_id": "d"}, "state": []}]}', "state"),
+        ('{"format": "adaspark-store", "version": 1, "learned": [{"key": {"model_id": "a", '
+         '"device_id": "d"}, "state": {}, "requests": [{"turn": "x"}]}]}', r"requests\[0\]"),
+        ('{"format": "adaspark-store", "version": 1, "learned": ['
+         '{"key": {"model_id": "a", "device_id": "d"}, "state": {}},'
+         '{"key": {"model_id": "a", "device_id": "d"}, "state": {}}]}', "twice"),
+    ],
+)
+def test_bad_import_is_refused_and_changes_nothing(tmp_path, text, match):
+    """Every malformed export is a one-line StoreError naming the problem; the store is unchanged
+    (validation happens before anything is written)."""
+    with Store.open(tmp_path / "a.db") as a:
+        fill(a)
+        before = a.export_json()
+        with pytest.raises(StoreError, match=match) as info:
+            a.import_json(text)
+        assert "\n" not in str(info.value)
+        assert a.export_json() == before
+
+
+def test_bad_entry_after_good_one_imports_nothing(tmp_path):
+    """A file whose second entry is bad does not import its first entry either."""
+    good = {"key": {"model_id": "aaaa", "device_id": "dddd", "drafter_id": None}, "state": {"x": 1}}
+    bad = {"key": {"model_id": "bbbb", "device_id": "dddd"}, "state": "oops"}
+    text = json.dumps({"format": "adaspark-store", "version": 1, "learned": [good, bad]})
+    with Store.open(tmp_path / "a.db") as a:
+        with pytest.raises(StoreError):
+            a.import_json(text)
+        assert a.list_learned() == []
+
+
+def test_unknown_mode_refused(tmp_path):
+    with Store.open(tmp_path / "a.db") as a:
+        with pytest.raises(StoreError, match="mode"):
+            a.import_json('{"format": "adaspark-store", "version": 1, "learned": []}', mode="append")

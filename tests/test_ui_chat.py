@@ -1,0 +1,404 @@
+"""The chat app through Textual's Pilot, with a scripted engine (fast, deterministic)."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from adaspark_app.errors import ContextOverflowError, ModelLoadError
+from adaspark_app.store import Store
+from adaspark_app.ui.app import AdaSparkApp
+from adaspark_app.ui.screens import ChatScreen, ConfirmScreen, HelpScreen, RenameScreen
+from adaspark_app.ui.testing import ScriptedEngine, wait_until
+from adaspark_app.ui.widgets import ChatView, PromptInput
+
+SIZE = (160, 48)
+LONG_REPLY = "\n\n".join(f"Line {i}." for i in range(120))  # two tokens a paragraph: tall quickly
+
+
+@pytest.fixture
+def store(tmp_path):
+    s = Store.open(tmp_path / "ui.db")
+    yield s
+    s.close()
+
+
+def make_app(store, engine: ScriptedEngine | None = None, tmp_path=None, **kwargs) -> AdaSparkApp:
+    engine = engine if engine is not None else ScriptedEngine()
+    return AdaSparkApp(lambda: engine, store, store_label="ui.db", export_dir=tmp_path,
+                       exit_on_load_error=kwargs.pop("exit_on_load_error", False), **kwargs)
+
+
+async def type_and_send(pilot, text: str) -> None:
+    prompt = pilot.app.chat_screen.prompt
+    prompt.focus()
+    prompt.text = text
+    await pilot.press("enter")
+
+
+def notifications(app) -> list[str]:
+    return [n.message for n in app._notifications]
+
+
+async def finished(pilot, timeout: float = 10.0) -> ChatScreen:
+    chat = pilot.app.chat_screen
+    await wait_until(pilot, lambda: not chat.generating, timeout=timeout, what="the reply to finish")
+    return chat
+
+
+# ---------------------------------------------------------------------------- sending
+async def test_send_shows_streamed_reply_panel_figures_and_saves(store, tmp_path):
+    engine = ScriptedEngine(["Sure: **four**.\n\n```python\nprint(2 + 2)\n```"])
+    app = make_app(store, engine, tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press(*"what is 2+2?")
+        await pilot.press("enter")
+        chat = await finished(pilot)
+        user, reply = chat.chat_view.messages()
+        assert user.text == "what is 2+2?"
+        assert reply.text == "Sure: **four**.\n\n```python\nprint(2 + 2)\n```"
+        assert chat.prompt.text == ""
+        # The engine ran in a worker thread and got the conversation so far.
+        assert engine.threads and all(name != threading.main_thread().name for name in engine.threads)
+        assert engine.calls[0][1] == [{"role": "user", "content": "what is 2+2?"}]
+        # Panel figures from the scripted rounds (synthetic clock: 20 ms a round).
+        stats = chat.stats
+        assert stats.rounds > 0 and stats.reply_rate and stats.reply_rate > 0
+        assert stats.speedup == pytest.approx(stats.reply_rate / 100.0)
+        assert stats.width_now in (1, 4, 8) and stats.width_histogram()
+        assert sum(r.rows for r in stats.acceptance().values()) > 0
+        rendered = str(chat.panel.render())
+        assert "tok/s now" in rendered or chat.panel.visual is not None
+        # Saved: conversation titled from the first message, both messages, reply figures.
+        (conv,) = store.list_conversations()
+        assert conv["title"] == "what is 2+2?" and conv["n_messages"] == 2
+        msgs = store.get_messages(conv["id"])
+        assert [m["role"] for m in msgs] == ["user", "assistant"]
+        assert msgs[1]["meta"]["n_tokens"] > 0 and msgs[1]["meta"]["stopped"] is False
+        assert "tokens" in reply.query_one(".note").render().plain
+
+
+async def test_second_turn_sends_the_whole_history(store, tmp_path):
+    engine = ScriptedEngine(["First answer.", "Second answer."])
+    app = make_app(store, engine, tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await type_and_send(pilot, "one")
+        await finished(pilot)
+        await type_and_send(pilot, "two")
+        await finished(pilot)
+        assert engine.calls[1][1] == [
+            {"role": "user", "content": "one"}, {"role": "assistant", "content": "First answer."},
+            {"role": "user", "content": "two"}]
+        assert engine.calls[0][0] == engine.calls[1][0]  # same conversation id: KV reuse
+        assert store.list_conversations()[0]["n_messages"] == 4
+
+
+async def test_enter_sends_and_ctrl_j_inserts_a_newline(store, tmp_path):
+    engine = ScriptedEngine(["ok"])
+    app = make_app(store, engine, tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_until(pilot, lambda: app.holder.ready)
+        await pilot.press("a", "ctrl+j", "b")
+        assert app.chat_screen.prompt.text == "a\nb" and not engine.calls
+        await pilot.press("enter")
+        await finished(pilot)
+        assert engine.calls[0][1][-1]["content"] == "a\nb"
+
+
+async def test_blank_prompt_is_not_sent(store, tmp_path):
+    engine = ScriptedEngine()
+    app = make_app(store, engine, tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("space", "enter")
+        await pilot.pause(0.05)
+        assert not engine.calls and not app.chat_screen.chat_view.messages()
+
+
+async def test_ui_appears_before_the_engine_has_loaded(store, tmp_path):
+    """The model loads in a worker; a prompt sent meanwhile is answered once it is there."""
+    loaded_in: list[str] = []
+
+    def factory():
+        loaded_in.append(threading.current_thread().name)
+        return ScriptedEngine(["late but here"], load_seconds=0.4)
+
+    app = AdaSparkApp(factory, store, store_label="ui.db", export_dir=tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        chat = app.chat_screen
+        assert not app.holder.ready
+        assert "Loading" in str(chat.query_one("#status").render())
+        await type_and_send(pilot, "hello")
+        chat = await finished(pilot)
+        assert chat.chat_view.messages()[1].text == "late but here"
+        assert loaded_in and loaded_in[0] != threading.main_thread().name
+        assert app.sub_title.startswith("model Scripted-135M (test)")
+
+
+async def test_model_load_error_exits_with_code_2(store, tmp_path):
+    def factory():
+        raise ModelLoadError("cannot read model /nope.gguf: no such file")
+
+    app = AdaSparkApp(factory, store, store_label="ui.db", export_dir=tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_until(pilot, lambda: app.return_code is not None, what="the app to exit")
+    assert app.return_code == 2
+
+
+# ---------------------------------------------------------------------------- stopping
+async def test_escape_mid_reply_keeps_the_partial_text(store, tmp_path):
+    full = "one two three four five six seven eight nine ten eleven twelve thirteen fourteen"
+    engine = ScriptedEngine([full], hold_after_rounds=3)
+    app = make_app(store, engine, tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await type_and_send(pilot, "count")
+        chat = app.chat_screen
+        await wait_until(pilot, engine.held.is_set, what="the engine to be mid-reply")
+        await wait_until(pilot, lambda: chat.chat_view.messages()[1].text != "", what="streamed text")
+        await pilot.press("escape")
+        await finished(pilot)
+        reply = chat.chat_view.messages()[1]
+        assert reply.text and full.startswith(reply.text) and len(reply.text) < len(full)
+        assert "stopped" in reply.query_one(".note").render().plain
+        msgs = store.get_messages(store.list_conversations()[0]["id"])
+        assert msgs[1]["content"] == reply.text and msgs[1]["meta"]["stopped"] is True
+        assert chat.history[-1] == {"role": "assistant", "content": reply.text}
+        assert any("Stopped" in n for n in notifications(app))
+
+
+async def test_escape_before_the_first_token_gives_the_prompt_back(store, tmp_path):
+    engine = ScriptedEngine(["never seen"], hold_after_rounds=0)
+    app = make_app(store, engine, tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await type_and_send(pilot, "are you there?")
+        await wait_until(pilot, engine.held.is_set)
+        await pilot.press("escape")
+        chat = await finished(pilot)
+        assert chat.prompt.text == "are you there?"
+        assert not chat.chat_view.messages()
+        assert store.list_conversations() == []
+
+
+# ---------------------------------------------------------------------------- failures
+async def test_failing_engine_restores_the_prompt_and_notifies(store, tmp_path):
+    engine = ScriptedEngine(fail=ContextOverflowError("the conversation (4100 tokens) exceeds the context (4096)"),
+                            fail_after_rounds=2)
+    app = make_app(store, engine, tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await type_and_send(pilot, "a very long question")
+        chat = await finished(pilot)
+        assert chat.prompt.text == "a very long question"
+        assert chat.chat_view.messages() == []
+        assert any("exceeds the context" in n for n in notifications(app))
+        assert store.list_conversations() == []  # the conversation made for it is gone
+        assert chat.conversation_id is None
+
+
+async def test_failure_in_a_later_turn_keeps_the_conversation(store, tmp_path):
+    engine = ScriptedEngine(["fine"])
+    app = make_app(store, engine, tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await type_and_send(pilot, "first")
+        chat = await finished(pilot)
+        engine.fail = ContextOverflowError("too long")
+        await type_and_send(pilot, "second")
+        await finished(pilot)
+        assert chat.prompt.text == "second"
+        assert [m.text for m in chat.chat_view.messages()] == ["first", "fine"]
+        assert store.list_conversations()[0]["n_messages"] == 2
+
+
+async def test_unexpected_engine_exception_also_restores_the_prompt(store, tmp_path):
+    engine = ScriptedEngine()
+    engine.generate = lambda *a, **k: (_ for _ in ()).throw(RuntimeError("boom"))  # type: ignore[method-assign]
+    app = make_app(store, engine, tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await type_and_send(pilot, "hi")
+        chat = await finished(pilot)
+        assert chat.prompt.text == "hi"
+        assert any("RuntimeError: boom" in n for n in notifications(app))
+
+
+# ---------------------------------------------------------------------------- conversations
+def seed_conversation(store) -> str:
+    cid = store.create_conversation("Capital of France", "SmolLM2")
+    store.add_message(cid, "user", "What is the capital of France?")
+    store.add_message(cid, "assistant", "Paris.", meta={"n_tokens": 3, "tokens_per_s": 80.0})
+    return cid
+
+
+async def test_resume_a_stored_conversation(store, tmp_path):
+    cid = seed_conversation(store)
+    engine = ScriptedEngine(["About two million."])
+    app = make_app(store, engine, tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        chat = app.chat_screen
+        assert chat.sidebar.option_list.option_count == 1
+        chat.sidebar.option_list.focus()
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: len(chat.chat_view.messages()) == 2, what="the stored messages")
+        assert [m.text for m in chat.chat_view.messages()] == ["What is the capital of France?", "Paris."]
+        assert chat.conversation_id == cid and chat.last_reply == "Paris."
+        await type_and_send(pilot, "How many people live there?")
+        await finished(pilot)
+        assert engine.calls[-1] == (cid, [
+            {"role": "user", "content": "What is the capital of France?"},
+            {"role": "assistant", "content": "Paris."},
+            {"role": "user", "content": "How many people live there?"}])
+        assert store.list_conversations()[0]["n_messages"] == 4
+
+
+async def test_new_rename_delete_and_search(store, tmp_path):
+    seed_conversation(store)
+    other = store.create_conversation("Rust lifetimes", "SmolLM2")
+    store.add_message(other, "user", "Explain lifetimes")
+    app = make_app(store, ScriptedEngine(), tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        chat = app.chat_screen
+        sidebar = chat.sidebar
+        # search
+        await pilot.press("ctrl+f")
+        assert sidebar.query_one("#search").has_focus
+        await pilot.press(*"lifetimes")
+        await wait_until(pilot, lambda: sidebar.option_list.option_count == 1)
+        assert sidebar.conversations[0]["id"] == other
+        # open it, rename it
+        await pilot.press("enter", "enter")
+        await wait_until(pilot, lambda: chat.conversation_id == other)
+        chat.prompt.focus()
+        await pilot.press("f2")
+        await wait_until(pilot, lambda: isinstance(app.screen, RenameScreen))
+        app.screen.query_one("#title").value = "Borrow checker"
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: store.get_conversation(other)["title"] == "Borrow checker")
+        # delete it after confirming
+        await pilot.press("f8")
+        await wait_until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+        await pilot.press("y")
+        await wait_until(pilot, lambda: store.get_conversation(other) is None)
+        assert chat.conversation_id is None and not chat.chat_view.messages()
+        # new conversation clears the view
+        sidebar.query_one("#search").value = ""
+        await wait_until(pilot, lambda: sidebar.option_list.option_count == 1)
+        await pilot.press("ctrl+n")
+        assert chat.conversation_id is None and chat.history == []
+
+
+async def test_delete_is_cancelled_by_default(store, tmp_path):
+    cid = seed_conversation(store)
+    app = make_app(store, ScriptedEngine(), tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await app.chat_screen.open_conversation(cid)
+        await pilot.press("f8")
+        await wait_until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+        await pilot.press("escape")
+        await wait_until(pilot, lambda: isinstance(app.screen, ChatScreen))
+        assert store.get_conversation(cid) is not None
+
+
+async def test_export_markdown_and_copy_last_reply(store, tmp_path):
+    engine = ScriptedEngine(["The answer is `42`."])
+    app = make_app(store, engine, tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("ctrl+o")
+        assert any("No reply" in n for n in notifications(app))
+        await type_and_send(pilot, "meaning of life?")
+        await finished(pilot)
+        await pilot.press("ctrl+o")
+        assert app.clipboard == "The answer is `42`."
+        await pilot.press("ctrl+s")
+        (path,) = tmp_path.glob("adaspark-*.md")
+        text = path.read_text()
+        assert "# meaning of life?" in text and "The answer is `42`." in text
+        assert any(str(path) in n for n in notifications(app))
+
+
+# ---------------------------------------------------------------------------- follow the bottom
+async def test_view_follows_the_bottom_only_while_near_it(store, tmp_path):
+    engine = ScriptedEngine([LONG_REPLY, LONG_REPLY], hold_after_rounds=40, round_sleep=0.0)
+    app = make_app(store, engine, tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        view = app.chat_screen.query_one(ChatView)
+        # First reply: the reader stays at the bottom, so the view follows it.
+        await type_and_send(pilot, "long please")
+        await wait_until(pilot, engine.held.is_set)
+        await wait_until(pilot, lambda: view.max_scroll_y > 10, what="content taller than the view")
+        await wait_until(pilot, lambda: view.max_scroll_y - view.scroll_y <= view.NEAR_BOTTOM,
+                         what="the view to follow the stream")
+        engine.gate.set()
+        await finished(pilot)
+        await wait_until(pilot, lambda: view.max_scroll_y - view.scroll_y <= view.NEAR_BOTTOM,
+                         what="the view to be at the bottom")
+        # Second reply: the reader scrolls up to read; new text must not move the view.
+        engine.gate.clear()
+        await type_and_send(pilot, "again")
+        await wait_until(pilot, engine.held.is_set)
+        await pilot.pause(0.1)
+        view.scroll_to(y=5, animate=False)
+        await wait_until(pilot, lambda: view.scroll_y == 5)
+        assert not view.following
+        before = view.max_scroll_y
+        engine.gate.set()
+        await finished(pilot)
+        await wait_until(pilot, lambda: view.max_scroll_y > before + 10, what="the reply to grow")
+        assert view.scroll_y == 5
+        # A scroll that ends within NEAR_BOTTOM lines of the end follows again.
+        view.scroll_to(y=view.max_scroll_y - 1, animate=False)
+        await wait_until(pilot, lambda: view.following, what="following near the bottom")
+
+
+# ---------------------------------------------------------------------------- help and palette
+async def test_help_screen_and_palette_list_every_action(store, tmp_path):
+    app = make_app(store, ScriptedEngine(), tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        chat = app.chat_screen
+        ids = [b.id for b in ChatScreen.BINDINGS]
+        assert all(ids) and len(set(ids)) == len(ids)
+        assert all(b.id for b in AdaSparkApp.BINDINGS)
+        commands = {c.title for c in app.get_system_commands(chat)}
+        for b in ChatScreen.BINDINGS:
+            assert b.tooltip in commands, b.id
+            assert callable(getattr(chat, f"action_{b.action}"))
+        await pilot.press("f1")
+        await wait_until(pilot, lambda: isinstance(app.screen, HelpScreen))
+        md = app.screen.markdown
+        for b in [*ChatScreen.BINDINGS, *AdaSparkApp.BINDINGS]:
+            assert b.tooltip in md, b.id
+        assert "Ctrl+J" in md and "Enter" in md and "Ctrl+P" in md
+        await pilot.press("escape")
+        await wait_until(pilot, lambda: isinstance(app.screen, ChatScreen))
+        # '?' opens help too, but types a '?' while the prompt has focus.
+        await pilot.press("question_mark")
+        assert chat.prompt.text == "?" and isinstance(app.screen, ChatScreen)
+
+
+async def test_palette_command_runs_the_action(store, tmp_path):
+    app = make_app(store, ScriptedEngine(), tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        chat = app.chat_screen
+        (toggle,) = [c for c in app.get_system_commands(chat) if c.title.startswith("Show or hide the speculation")]
+        assert chat.panel.display
+        toggle.callback()
+        await pilot.pause()
+        assert not chat.panel.display
+
+
+async def test_sidebar_and_panel_toggle(store, tmp_path):
+    app = make_app(store, ScriptedEngine(), tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        chat = app.chat_screen
+        await pilot.press("ctrl+b", "ctrl+g")
+        assert not chat.sidebar.display and not chat.panel.display
+        await pilot.press("ctrl+b", "ctrl+g")
+        assert chat.sidebar.display and chat.panel.display
+
+
+async def test_quitting_mid_reply_stops_it_and_closes_the_engine(store, tmp_path):
+    engine = ScriptedEngine(["a b c d e f g"], hold_after_rounds=2)
+    app = make_app(store, engine, tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await type_and_send(pilot, "go")
+        await wait_until(pilot, engine.held.is_set)
+        await pilot.press("ctrl+q")
+    assert engine.closed
+    assert isinstance(app.chat_screen if False else PromptInput, type)  # the app exited cleanly
