@@ -242,14 +242,15 @@ def simulate(
     scheduler: WidthScheduler | None = None,
     score_from_request: int = 1,
     max_width: int = 64,
+    rng: np.random.Generator | None = None,
 ) -> RunResult:
     """Run ``requests`` ((start context, rounds) each) through the scheduler.
 
     Rounds of requests from ``score_from_request`` on are scored per context band against every
     pinned width 1..64 (which pays D every round, as the engine's pinned:N arm does) and against
-    plain decode (no drafting).
+    plain decode (no drafting). Pass ``rng`` to continue a random stream across calls.
     """
-    rng = np.random.default_rng(seed)
+    rng = rng if rng is not None else np.random.default_rng(seed)
     sch = scheduler if scheduler is not None else WidthScheduler(max_width=max_width)
     bands: dict[int, BandScore] = {}
     plans = []

@@ -24,11 +24,7 @@ from adaspark_app.learn.acceptance import (
     CandidateSet,
     ngram_bucket,
 )
-from adaspark_app.learn.constants import (
-    EXPLORATION_PERIOD,
-    PRIOR_GATE,
-    REQ_INTERCEPT_BAND,
-)
+from adaspark_app.learn.constants import EXPLORATION_PERIOD, PRIOR_GATE, REQ_INTERCEPT_BAND
 
 K = 8  # candidates per drafter position (pick + 7 siblings)
 B = 7  # drafter block
@@ -288,6 +284,7 @@ def test_coefficients_stay_at_prior_until_the_gate_opens():
     """Guards the 3 sqrt(m) gate: identical rounds give identical gradients, which exceed three
     standard errors only from the 10th update (k |g| > 3 sqrt(k) |g| iff k > 9). Before that every
     coefficient is the prior and q equals the prior's q exactly; at the 10th round they leave."""
+    assert PRIOR_GATE == 3.0  # the update count below is derived for the paper's 3 sqrt(m)
     model = AcceptanceModel()
     prior = model.coefficients()
     c = _round_with(h=0.7)
@@ -508,6 +505,27 @@ def test_agreed_candidate_priced_above_either_source_alone(which, trained):
     qd = model.q_both(alone, 1000, p_src)[0][0]
     qn = model.q_both(ngram_alone, 1000, p_src)[0][0]
     assert qa > qd and qa > qn, (qa, qd, qn)
+
+
+def test_cross_source_terms_at_the_prior_follow_logit_p_src_floored_at_zero():
+    """Guards the agreed and contradicted terms' fixed parts: agreement adds and contradiction
+    subtracts max(0, logit p_src) to a drafter candidate's score, so a weak source (p_src < 0.5)
+    neither lifts nor sinks the drafter's candidates."""
+    model = AcceptanceModel()
+    alone = _round_with(h=0.6, sigma=0.6)
+    agreed = _round_with(pick_kw=dict(agreed=True, ng_kind=1, ng_evidence=16), h=0.6, sigma=0.6)
+    contra = _round_with(pick_kw=dict(contra_evidence=16, contra_kind=1), h=0.6, sigma=0.6)
+
+    def pick_score(c, p_src):  # the pick's score, recovered from q and the fixed sibling mass
+        q = model.q_both(c, 1024, p_src)[0]
+        none = 1.0 - q.sum()
+        return math.log(q[0] / none)
+
+    base = pick_score(alone, 0.8)
+    assert pick_score(agreed, 0.8) - base == pytest.approx(math.log(4.0), abs=1e-6)  # logit 0.8 = ln 4
+    assert pick_score(contra, 0.8) - base == pytest.approx(-math.log(4.0), abs=1e-6)
+    assert pick_score(agreed, 0.3) == pytest.approx(pick_score(alone, 0.3), abs=1e-9)
+    assert pick_score(contra, 0.3) == pytest.approx(pick_score(alone, 0.3), abs=1e-9)
 
 
 def test_ngram_only_trees_are_priced_and_learned():

@@ -48,9 +48,16 @@ def chat_app(store, engine) -> AdaSparkApp:
                        exit_on_load_error=False)
 
 
-async def send_and_finish(pilot, text: str) -> None:
+async def steady(pilot) -> None:
+    """No blinking cursor: a snapshot must not depend on when in the blink it is taken."""
     app = pilot.app
     await wait_until(pilot, lambda: app.holder.ready)
+    app.chat_screen.prompt.cursor_blink = False
+
+
+async def send_and_finish(pilot, text: str) -> None:
+    app = pilot.app
+    await steady(pilot)
     app.chat_screen.prompt.text = text
     await pilot.press("enter")
     await wait_until(pilot, lambda: not app.chat_screen.generating, timeout=10)
@@ -70,7 +77,12 @@ def test_chat_screen_after_a_reply(snap_compare, frozen_store):
 
 def test_help_screen(snap_compare, frozen_store):
     app = chat_app(frozen_store, ScriptedEngine())
-    assert snap_compare(app, terminal_size=SIZE, press=["f1"])
+    async def open_help(pilot) -> None:
+        await steady(pilot)
+        await pilot.press("f1")
+        await pilot.pause()
+
+    assert snap_compare(app, terminal_size=SIZE, run_before=open_help)
 
 
 class PanelHost(App):

@@ -100,7 +100,7 @@ def test_prices_come_from_the_round_else_from_the_engine_table():
 
 def test_panel_shows_every_figure():
     s = SpecStats()
-    s.set_gauges(EngineGauges(plain_rate=80.0, cold_start=(3, 2)))
+    s.set_gauges(EngineGauges(plain_rate=80.0, cold_start=(2, 7)))
     s.add(ev(0, width=1, committed=1, tokens=1, verify_ms=0.0, priced_by="none"))
     s.add(ev(1, width=4, committed=3, tokens=4, seconds=0.04, rows={"drafter": 2, "ngram": 1},
              acc={"drafter": 2}, offered={1: 9.5, 4: 28.0}, priced_by="head", context=321))
@@ -108,7 +108,7 @@ def test_panel_shows_every_figure():
     for needle in ("tok/s now", "100.0", "speedup", "1.25×", "tok/round", "3.00", "width now",
                    "Widths, last", "drafter", "2/2", "n-gram", "0/1", "agreed", "0/0",
                    "Verify price at context 321", "9.5", "28.0", "◀", "head-based estimate",
-                   "3 measured · 2 learned"):
+                   "2/7 widths measured"):
         assert needle in text, needle
 
 

@@ -16,7 +16,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -237,8 +237,11 @@ class LlamaBackend:
         ptr = self.llama.llama_get_logits(self.ctx)
         return np.ctypeslib.as_array(ptr, shape=(n_out, self.n_vocab)).copy()
 
-    def prefill(self, tokens: Sequence[int], start: int) -> int:
-        """Decode `tokens` at positions start.. into seq 0; returns the argmax after the last one."""
+    def prefill(self, tokens: Sequence[int], start: int,
+                on_chunk: Callable[[list[int], list[int]], None] | None = None) -> int:
+        """Decode `tokens` at positions start.. into seq 0; returns the argmax after the last one.
+
+        on_chunk(rows, positions) runs right after each chunk's decode (the drafter's features)."""
         if start + len(tokens) > self.n_ctx:
             raise ContextOverflowError(
                 f"the conversation needs {start + len(tokens)} tokens but the context holds "
@@ -252,6 +255,8 @@ class LlamaBackend:
             self._fill_batch(chunk, range(start + i, start + i + n), [(0,)] * n,
                              [is_last and k == n - 1 for k in range(n)])
             self._decode()
+            if on_chunk is not None:
+                on_chunk(list(range(n)), list(range(start + i, start + i + n)))
             i += n
             if is_last:
                 last = int(self._argmax_rows(1)[0])

@@ -71,13 +71,17 @@ class ChatEngine:
         return f"{b.name} ({quant})" if quant else b.name
 
     def _load_drafter(self, drafter_path: str):
+        """Load a DSpark drafter on the target context (before the target's first decode)."""
         from .dspark import DSparkDrafter  # imported lazily: binds C++ ext symbols
 
         if drafter_path == "default":
-            from .dspark import default_drafter_path
-            drafter_path = default_drafter_path()
+            from ..errors import DrafterError
+
+            raise DrafterError("no trained default drafter ships with this version; pass a DSpark GGUF "
+                               "(`adaspark drafter init` writes one with random weights)")
         self.drafter_path = drafter_path
-        return DSparkDrafter(self.backend, drafter_path)
+        b = self.backend
+        return DSparkDrafter(b.model, b.ctx, drafter_path, b.n_threads)
 
     def _attach_store(self, store: Any) -> None:
         from ..store import LearnedKey, device_fingerprint, model_fingerprint

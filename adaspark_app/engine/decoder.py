@@ -71,6 +71,10 @@ class Decoder:
         self.tree_rounds_with_ngram = 0
         self.plain_only = backend.recurrent
         self.checked_rows = 0
+        # Target features of committed rows not yet injected into the drafter: kept as copies so a
+        # run of plain steps costs no drafter forward; injected in one batch before the next draft.
+        self._feed_feats: list[np.ndarray] = []
+        self._feed_pos: list[int] = []
 
     # ------------------------------------------------------------------ state
     def state_dict(self) -> dict:
@@ -108,13 +112,14 @@ class Decoder:
             m += 1
         b.seq_rm(0, m, -1)
         self.kv_tokens = self.kv_tokens[:m]
+        if self.drafter is not None:
+            self._drafter_truncate(m)
         t0 = time.perf_counter()
-        first = b.prefill(prompt[m:], m)
+        on_chunk = self._note_rows if self.drafter is not None and self.arm.kind != "ar" else None
+        first = b.prefill(prompt[m:], m, on_chunk=on_chunk)
         dt = time.perf_counter() - t0
         self.kv_tokens = list(prompt)
         self.anchor = first
-        if self.drafter is not None:
-            self.drafter.begin(self.kv_tokens, m)
         self.ngram = NgramIndex(prompt)
         self._ng_synced = len(prompt)
         self.acceptance.begin_request()
@@ -128,8 +133,36 @@ class Decoder:
         self.anchor = toks[-1] if toks else None
         self.backend.seq_rm(0, len(self.kv_tokens), -1)
         if self.drafter is not None:
-            self.drafter.truncate(len(self.kv_tokens))
+            self._drafter_truncate(len(self.kv_tokens))
         self.scheduler.end_request()
+
+    # ------------------------------------------------------------------ drafter feed
+    def _note_rows(self, rows: list[int], positions: list[int]) -> None:
+        """Right after a target decode: keep the features of the committed rows for the drafter."""
+        self._feed_feats.append(self.drafter.target_features(rows))
+        self._feed_pos.extend(positions)
+
+    def _drafter_flush(self) -> None:
+        if self._feed_pos:
+            feats = np.concatenate(self._feed_feats) if len(self._feed_feats) > 1 else self._feed_feats[0]
+            self.drafter.feed_features(feats, self._feed_pos)
+            self._feed_feats, self._feed_pos = [], []
+
+    def _drafter_truncate(self, n: int) -> None:
+        """Follow the target's seq 0 back to positions < n (pending features included)."""
+        self._drafter_flush_upto(n)
+        self.drafter.truncate(n)
+
+    def _drafter_flush_upto(self, n: int) -> None:
+        if not self._feed_pos:
+            return
+        feats = np.concatenate(self._feed_feats)
+        keep = [i for i, p in enumerate(self._feed_pos) if p < n]
+        start = self.drafter.n_positions()
+        keep = [i for i in keep if self._feed_pos[i] >= start]
+        if keep:
+            self.drafter.feed_features(feats[keep], [self._feed_pos[i] for i in keep])
+        self._feed_feats, self._feed_pos = [], []
 
     # ------------------------------------------------------------------ one round
     def round(self) -> RoundOutcome:
@@ -206,8 +239,8 @@ class Decoder:
         nxt = int(out.argmax[0])
         self.kv_tokens.append(anchor)
         self.anchor = nxt
-        if self.drafter is not None:
-            self.drafter.feed_rows([0], [pos])
+        if self.drafter is not None and self.arm.kind != "ar":
+            self._note_rows([0], [pos])
         fixed = time.perf_counter() - t0 - out.seconds
         if tell_scheduler:
             self.scheduler.observe_plain(pos + 1, out.seconds + fixed, first_round)
@@ -221,13 +254,20 @@ class Decoder:
         if self.ngram is None:
             self.ngram = NgramIndex(toks)
         elif self._ng_synced < len(toks):
-            self.ngram.extend(toks[self._ng_synced:])
+            self.ngram.extend(toks[self._ng_synced:], self.precision)
         self._ng_synced = len(toks)
 
     def _chain_candidates(self, k: int) -> Candidates:
-        """`chain:K`: the n-gram continuation from the anchor, up to K tokens (prompt lookup)."""
+        """`chain:K`: the drafter's first K picks, or without a drafter the n-gram continuation
+        from the anchor, up to K tokens (prompt lookup)."""
         cands = Candidates()
         par = -1
+        if self.drafter is not None:
+            self._drafter_flush()
+            block = self.drafter.draft(self.anchor, len(self.kv_tokens), 1)
+            for i in range(min(k, block.tokens.shape[0])):
+                par = cands.add(par, int(block.tokens[i, 0]), KIND_PICK, sigma=float(block.share[i, 0]))
+            return cands
         for st in self.ngram.chain([], k):
             par = cands.add(par, st.token, KIND_NGRAM, ng_kind=NG_KIND.get(st.kind, 1), ng_evidence=st.evidence)
         return cands
@@ -237,6 +277,7 @@ class Decoder:
         cands = Candidates()
         picks: list[int] = []
         if self.drafter is not None:
+            self._drafter_flush()
             block = self.drafter.draft(self.anchor, len(self.kv_tokens), TOP_K)
             par = -1
             conf = block.conf
@@ -320,12 +361,10 @@ class Decoder:
         if self.self_check:
             self._check_rows(lay, cands, out.argmax, rows, path_tokens, bonus, anchor_pos)
         if self.drafter is not None:
-            self.drafter.feed_rows(rows, [anchor_pos + i for i in range(k + 1)])
+            self._note_rows(rows, [anchor_pos + i for i in range(k + 1)])
         self.kv_tokens.append(self.anchor)
         self.kv_tokens.extend(path_tokens)
         self.anchor = bonus
-        # n-gram precision: did the anchor proposal match the committed token?
-        self.precision.observe(self._ng_first(cands), path_tokens[0] if path_tokens else bonus)
         rows_by: dict[str, int] = {"drafter": 0, "ngram": 0, "agreed": 0}
         acc_by: dict[str, int] = {"drafter": 0, "ngram": 0, "agreed": 0}
         for j in lay.nodes[1:]:
@@ -334,7 +373,7 @@ class Decoder:
             acc_by[cands.source(j)] += 1
         if self.arm.kind != "chain":
             labels = child_labels(cands, lay, out.argmax, path)
-            self.acceptance.learn(cset, self.context, p_src, labels)
+            self.acceptance.learn(cset, anchor_pos + 1, p_src, labels)
         verify_s = out.seconds
         fixed = (time.perf_counter() - t0) - verify_s
         if plan is not None:
@@ -351,13 +390,6 @@ class Decoder:
         exp_acc = float((s_d + s_n)[width]) if width < len(s_d) else float((s_d + s_n)[-1])
         return RoundOutcome(path_tokens + [bonus], width, measured, verify_s, fixed, predicted, exp_acc, k,
                             priced_by, rows_by, acc_by, offered, band_rate)
-
-    def _ng_first(self, cands: Candidates) -> int | None:
-        for c in cands.children.get(-1, {}).values():
-            if cands.kind[c] == KIND_NGRAM or cands.agreed[c]:
-                if cands.ng_kind[c] or cands.kind[c] == KIND_NGRAM:
-                    return cands.token[c]
-        return None
 
     def _note_fixed(self, fixed: float) -> None:
         self._fixed_ema = fixed if self._fixed_ema is None else 0.8 * self._fixed_ema + 0.2 * fixed

@@ -34,8 +34,11 @@ Rejected rows are never fed. This mirrors common/speculative.cpp (DFlash `proces
 which feeds every row of every target batch and has the server remove the rejected cells.
 
 Call sequence for the engine (target context created with kv_unified, n_seq_max >= leaves):
-  1. drafter = DSparkDrafter(model, ctx, path, n_threads) -- before the target's first decode;
-     it switches on the target's layer-input extraction (`enable_target_features`).
+  1. drafter = DSparkDrafter(model, ctx, path, n_threads) right after creating the target
+     context, before its first decode: it switches on the target's layer-input extraction
+     (`enable_target_features`). Rows decoded before that carry no features, so a drafter
+     opened mid-conversation needs the conversation prefilled again (feed refuses until the
+     target has decoded once more, rather than letting llama.cpp abort the process).
   2. prefill: llama_decode(ctx, prompt rows at positions 0..P-1) -> feed(rows 0..P-1, positions
      0..P-1) after each llama_decode of the prefill (chunks of n_batch included). The anchor is
      the target's argmax on the last prompt row, at position P.
@@ -343,7 +346,8 @@ class DSparkDrafter:
             )
         if "selector_hidden.weight" in header.tensors:
             raise DrafterError(f"{self.path} is a DFlash2 (selector) drafter; only DSpark/DFlash are supported")
-        if header.kv.get("dflash.hyper_connection_count") or "hc_head_fn.weight" in header.tensors:
+        if header.kv.get("dflash.hyper_connection.count") or "output_hc_fn.weight" in header.tensors:
+            # its KV is a sliding-window ring, which cannot follow the target back reliably
             raise DrafterError(f"{self.path} is a DeepSeek-V4 DSpark drafter; not supported here")
         self.has_markov = "markov_w1.weight" in header.tensors
         self.has_confidence = self.has_markov and "conf_proj.weight" in header.tensors

@@ -183,7 +183,8 @@ class QuantileLaw:
         self.samples = 0
         self.bank: dict[int, list[tuple[int, float]]] = {}
         self.dirty = False
-        self.context_lo = 0  # lowest context in the bank
+        self.context_lo = 0  # lowest context sampled
+        self.context_hi = 0  # highest context sampled
 
     @property
     def ready(self) -> bool:
@@ -205,6 +206,7 @@ class QuantileLaw:
     def observe(self, context: int, seconds: float) -> None:
         """Fold one measured verify time into the bank and the online law."""
         self.context_lo = int(context) if self.samples == 0 else min(self.context_lo, int(context))
+        self.context_hi = max(self.context_hi, int(context))
         self.samples += 1
         self.lowest = min(self.lowest, seconds)
         band = self.bank.setdefault(context_band(context), [])
@@ -285,6 +287,7 @@ class QuantileLaw:
             "bank": [[int(b), [[int(c), float(t)] for c, t in self.bank[b]]] for b in sorted(self.bank)],
             "dirty": bool(self.dirty),
             "context_lo": int(self.context_lo),
+            "context_hi": int(self.context_hi),
         }
 
     def load_state(self, state: dict) -> None:
@@ -295,6 +298,7 @@ class QuantileLaw:
         self.samples = int(state["samples"])
         self.bank = {int(b): [(int(c), float(t)) for c, t in s] for b, s in state["bank"]}
         self.context_lo = int(state["context_lo"])
+        self.context_hi = int(state["context_hi"])
         self.dirty = bool(state.get("dirty", False))
 
 
@@ -381,6 +385,7 @@ class VerifyCostModel:
         self.d_window: deque[float] = deque(maxlen=LEVEL_WINDOW)
         self._widths: list[int] = []
         self._widths_stale = True
+        self._pending: list[int] | None = None  # cache of pending(); reset when a count changes
 
     # --- the table -----------------------------------------------------------------------
     def widths(self) -> list[int]:
@@ -389,11 +394,15 @@ class VerifyCostModel:
             lim = self.max_width if self.reach is None else min(self.reach, self.max_width)
             self._widths = [w for w in sorted(self.classes) if w <= lim]
             self._widths_stale = False
+            self._pending = None
         return self._widths
 
     def pending(self) -> list[int]:
         """Widths with fewer than MEASUREMENTS_BEFORE_PRICED measurements, narrowest first."""
-        return [w for w in self.widths() if not self.classes[w].priced]
+        ws = self.widths()
+        if self._pending is None:
+            self._pending = [w for w in ws if not self.classes[w].priced]
+        return self._pending
 
     def cold_pending(self) -> list[int]:
         """Unmeasured ladder and reach widths: measured unconditionally, narrowest first."""
@@ -421,6 +430,7 @@ class VerifyCostModel:
         self._widths_stale = True
         if self.reach not in self.classes and len(self.widths()) < MAX_WIDTHS:
             self.classes[self.reach] = RowClass(self.reach, "reach", self.rounds_seen)
+            self._widths_stale = True
 
     def next_measurement(self, available: int) -> int | None:
         """Cold start (§3.2): the narrowest width with < 3 measurements that this round's tree fills.
@@ -465,6 +475,7 @@ class VerifyCostModel:
         if cls is None or verify_s <= 0.0:
             return
         cls.observe(context, verify_s, self.d_clock())
+        self._pending = None
 
     def end_request(self) -> int:
         """Batch refit of every law that learned this request; returns how many were replaced."""
@@ -486,13 +497,34 @@ class VerifyCostModel:
         Each priced width up to ``limit`` is priced at the cheapest class whose top is at least
         that width: a cheaper wide class pulls the narrower, dearer one down to its price, and
         a narrower class never raises a wider one (no running maximum).
+
+        Past the contexts a class has been measured at, its law's slope is a guess; there its
+        price is at least its price at its highest measured context plus what the nearest
+        narrower class gains over the same stretch (a class measured this far out, or one whose
+        contexts span a factor of two, so its law has a fitted slope): every row attends over
+        the context, so a verify of more rows gains at least as much time per token.
         """
-        ws = [w for w in self.widths() if self.classes[w].priced and (limit is None or w <= limit)]
+        d_now = self.d_clock()
+        raw: list[tuple[int, float]] = []
+        ref: RowClass | None = None  # widest narrower class measured at this context or beyond
+        for w in self.widths():
+            if limit is not None and w > limit:
+                break
+            cls = self.classes[w]
+            if not cls.priced:
+                continue
+            p = cls.price(context, d_now)
+            hi = cls.law.context_hi
+            if context > hi and ref is not None:
+                inc = ref.price(context, d_now) - ref.price(hi, d_now)
+                p = max(p, cls.price(hi, d_now) + inc)
+            if context <= hi or hi >= 2 * cls.law.context_lo:  # measured here, or has a fitted slope
+                ref = cls
+            raw.append((w, p))
         out: dict[int, float] = {}
         best = math.inf
-        d_now = self.d_clock()
-        for w in reversed(ws):
-            best = min(best, self.classes[w].price(context, d_now))
+        for w, p in reversed(raw):
+            best = min(best, p)
             out[w] = best
         return dict(sorted(out.items()))
 
@@ -556,3 +588,4 @@ class VerifyCostModel:
         self.short = {int(w): int(k) for w, k in state["short"]}
         self.d_window = deque((float(d) for d in state["d_window"]), maxlen=LEVEL_WINDOW)
         self._widths_stale = True
+        self._pending = None

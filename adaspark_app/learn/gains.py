@@ -22,6 +22,11 @@ from .constants import CONTEXT_UNIT, GAIN_CLAMP, GAIN_RIDGE, N0
 # correction, Z the self-normalised statistic of realised minus predicted marginal. Few, noisy
 # rounds then cannot set a gain that steers the chooser away from the rows that would correct it.
 GAIN_EVIDENCE_Z = 3.0
+# Evidence fades with a half-life in rounds (every round, whether or not it teaches the line): a
+# gain that has steered the chooser to widths that no longer teach it (width 1 teaches no row)
+# drifts back toward 1 and the rows get tried again, instead of staying locked on a bad start.
+GAIN_HALF_LIFE = 128.0
+_GAIN_DECAY = 0.5 ** (1.0 / GAIN_HALF_LIFE)
 
 SOURCES = ("drafter", "ngram")
 SIDES = ("lower", "upper")
@@ -34,7 +39,7 @@ class GainLine:
         self.stats = [0.0] * 7  # sum p^2, p^2 u, p^2 u^2, p r, p r u, p^2 (r-p)^2, p^3
         self.count = 0
         self.a, self.b = 1.0, 0.0
-        self.share = 0.0  # evidence gate, see evidence()
+        self.z2 = 0.0  # (Z / GAIN_EVIDENCE_Z)^2, see evidence()
         self.u_lo, self.u_hi = 0.0, 0.0  # range of contexts seen (u = c / 8192)
 
     def observe(self, predicted: float, realised: float, context: int) -> None:
@@ -68,8 +73,13 @@ class GainLine:
         else:
             self.a, self.b = v0 / m00, 0.0
         spread = max(s[5], s[6])
-        z = (s[3] - s[0]) / spread**0.5 if spread > 0.0 else 0.0
-        self.share = min(1.0, (z / GAIN_EVIDENCE_Z) ** 2)
+        self.z2 = (s[3] - s[0]) ** 2 / spread / GAIN_EVIDENCE_Z**2 if spread > 0.0 else 0.0
+
+    def fade(self, factor: float) -> None:
+        """Scale all evidence by ``factor``: the fit (a, b) is unchanged, Z^2 shrinks with it."""
+        if self.count:
+            self.stats = [v * factor for v in self.stats]
+            self.z2 *= factor
 
     def evidence(self) -> float:
         """Share of the fitted correction in use: (|Z| / GAIN_EVIDENCE_Z)^2, at most 1.
@@ -77,14 +87,14 @@ class GainLine:
         Z = sum p (r - p) / sqrt(max(sum p^2 (r - p)^2, sum p^3)): realised against predicted
         marginal in units of its own spread (floored by a Poisson spread, r ~ p).
         """
-        return self.share
+        return min(1.0, self.z2)
 
     def value(self, context: int) -> float:
         """g(c), clamped to GAIN_CLAMP (which also keeps Proposition 2's condition g >= 0)."""
         if self.count == 0:
             return 1.0
         u = min(max(context / CONTEXT_UNIT, self.u_lo), self.u_hi)
-        g = 1.0 + self.share * (self.a + self.b * u - 1.0)
+        g = 1.0 + min(1.0, self.z2) * (self.a + self.b * u - 1.0)
         return min(max(g, GAIN_CLAMP[0]), GAIN_CLAMP[1])
 
     def state_dict(self) -> dict:
@@ -101,7 +111,7 @@ class GainLine:
         if self.count:
             self._solve()
         else:
-            self.a, self.b, self.share = 1.0, 0.0, 0.0
+            self.a, self.b, self.z2 = 1.0, 0.0, 0.0
 
 
 class Gains:
@@ -109,6 +119,11 @@ class Gains:
 
     def __init__(self) -> None:
         self.lines = {(side, src): GainLine() for side in SIDES for src in SOURCES}
+
+    def fade(self) -> None:
+        """One round passed (GAIN_HALF_LIFE)."""
+        for line in self.lines.values():
+            line.fade(_GAIN_DECAY)
 
     def at(self, context: int) -> tuple[float, float, float, float]:
         """(g_d below n0, g_n below n0, g_d above n0, g_n above n0) at ``context``."""

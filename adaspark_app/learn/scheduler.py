@@ -8,14 +8,17 @@ Draft gate. By Proposition 5 a round is worth drafting when E[A - rho C | draft]
 E[A - rho C | plain]. With D sunk, the chooser's pick n* is worth V(n*) - V(1) tokens over a
 plain step (its advantage); drafting costs rho D. Per context band the gate keeps decayed sums
 of the advantage and of rho D over drafted rounds and, while the advantage does not pay for D,
-skips drafting for 2^j rounds, then probes with one drafted round (j grows with each probe
-that did not pay for its own D, up to GATE_MAX_BACKOFF; it resets once the sums say drafting
-pays, e.g. when probes meet a copy-heavy passage). Skipped rounds still teach
+skips drafting for 2^j rounds, then probes with one drafted round (j grows by one with each
+probe that did not pay for its own D, up to GATE_MAX_BACKOFF, and shrinks by one with each probe
+that did; it resets once the sums say drafting pays, e.g. when probes meet a copy-heavy passage).
+A skip is also at most 2^GATE_MAX_BACKOFF x (1 - advantage / rho D) rounds: a probe costs rho D
+less its advantage, so where drafting nearly pays, probes are nearly free and come often. Skipped rounds still teach
 width 1's cost and the band rate.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -67,8 +70,13 @@ class DraftGate:
         if self.adv >= self.cost:
             self.backoff = 0
         elif self.rounds >= GATE_MIN_ROUNDS:
-            self.skip_left = 2**self.backoff
-            if advantage <= draft_cost:  # a probe that paid for its own D does not lengthen the wait
+            # A probe costs rho D minus its advantage: nearly nothing when drafting almost pays,
+            # so the skip is also capped in proportion to how clearly drafting loses.
+            shortfall = 1.0 - max(self.adv, 0.0) / self.cost
+            self.skip_left = max(1, min(2**self.backoff, math.ceil(2**GATE_MAX_BACKOFF * shortfall)))
+            if advantage > draft_cost:  # a probe that paid for its own D: probe much sooner
+                self.backoff //= 2
+            else:
                 self.backoff = min(self.backoff + 1, GATE_MAX_BACKOFF)
 
     def copy(self) -> "DraftGate":
@@ -283,6 +291,7 @@ class WidthScheduler:
             priced = None if t_priced is None else d_priced + t_priced
             self.rate.observe(context, committed, fixed_s + verify_s, priced)
         narrowest = last[3] if last is not None else 1
+        self.gains.fade()
         self.gains.observe_round(context, narrowest, q_order, src_order, accepted_order)
         if last is not None and last[1] is not None and last[2] is not None:
             self._gate(context).observe(last[1], last[2] * d_priced)
@@ -290,6 +299,7 @@ class WidthScheduler:
     def observe_plain(self, context: int, step_s: float, first_round: bool) -> None:
         """A plain one-token step run without drafting: teaches width 1's cost and the band rate."""
         priced = self.cost.raw_price(1, context) if self.cost.is_priced(1) else None
+        self.gains.fade()
         if not first_round:
             self.cost.observe(1, context, step_s)
         self.rate.observe(context, 1.0, step_s, priced)

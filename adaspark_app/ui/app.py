@@ -25,6 +25,7 @@ from .streaming import EngineHolder
 from .widgets.sidebar import ConversationList
 
 BUNDLED_MODEL_LABEL = "SmolLM2-135M-Instruct (bundled)"
+QUIT_GRACE_S = 5.0  # how long Ctrl+Q waits for a running reply to stop and be saved
 
 # Keys handled inside widgets rather than by bindings, listed so the help screen shows them.
 PROMPT_KEYS = [
@@ -72,6 +73,7 @@ class AdaSparkApp(App[int]):
         self.exit_on_load_error = exit_on_load_error
         self.load_error: str | None = None
         self._load_started = False
+        self._quitting = False
         self._update_subtitle()
 
     # ------------------------------------------------------------------ screens
@@ -139,6 +141,23 @@ class AdaSparkApp(App[int]):
             self.chat_screen.set_status()
         except LookupError:
             pass
+
+    async def action_quit(self) -> None:
+        """Quit; a reply in progress is stopped first and its partial text saved, then we exit."""
+        try:
+            stopping = self.chat_screen.stop_reply()
+        except LookupError:
+            stopping = False
+        if stopping:
+            self._quitting = True
+            self.set_timer(QUIT_GRACE_S, self.exit)  # a reply that does not stop must not keep us open
+            return
+        self.exit()
+
+    def reply_ended(self) -> None:
+        """Called by the chat screen when a reply has been recorded (UI thread)."""
+        if self._quitting:
+            self.exit()
 
     async def on_unmount(self) -> None:
         """Stop a running reply and close the engine once it has returned (off the event loop)."""

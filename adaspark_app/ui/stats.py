@@ -34,7 +34,7 @@ class EngineGauges:
     """
 
     plain_rate: float | None = None  # tokens/s the cost model predicts for width 1 at this context
-    cold_start: tuple[int, int] = (0, 0)  # (widths measured, widths learned)
+    cold_start: tuple[int, int] = (0, 0)  # (widths measured enough to be priced, widths offered)
     prices_ms: dict[int, float] = field(default_factory=dict)  # width -> priced verify ms now
     context: int = 0
 

@@ -1,8 +1,9 @@
 """The chat screen: conversations sidebar, messages, prompt, and the live speculation panel.
 
-Threading: `_run_reply` is the only code that runs off the UI thread. It calls the engine, and
-reaches the UI solely by posting the messages nested in this class (`post_message` is
-thread-safe). Everything else, including every store call for chats, runs on the UI thread.
+Threading: `_run_reply` (with the batcher timer it may start) is the only code here that runs
+off the UI thread. It calls the engine, and reaches the UI solely by posting the messages nested
+in this class (`post_message` is thread-safe). Everything else, including every store call for
+chats, runs on the UI thread.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from ...engine.events import ReplyResult, RoundEvent
 from ...errors import AdaSparkError
 from ..export import conversation_markdown, export_path
 from ..stats import EngineGauges, SpecStats
-from ..streaming import StreamBatcher
+from ..streaming import EngineHolder, StreamBatcher
 from ..widgets import ChatMessage, ChatView, ConversationSidebar, PromptInput, SpecPanel
 from .dialogs import ConfirmScreen, RenameScreen
 
@@ -171,7 +172,7 @@ class ChatScreen(Screen):
                 text = "Generating… Esc stops and keeps the text so far."
             else:
                 text = "Ready."
-        self.query_one("#status", Static).update(text)
+        self.query_one("#status", Static).update(text, layout=False)
 
     def engine_ready(self, gauges: EngineGauges | None) -> None:
         """Called by the app on the UI thread once the engine has loaded."""
@@ -205,7 +206,7 @@ class ChatScreen(Screen):
             return
         store = self.adaspark.store
         try:
-            conv = store.get_conversation(conversation_id) if hasattr(store, "get_conversation") else None
+            conv = store.get_conversation(conversation_id)
             rows = store.get_messages(conversation_id)
         except AdaSparkError as err:
             self.notify(str(err), title="Store", severity="error")
@@ -288,18 +289,18 @@ class ChatScreen(Screen):
         self.panel.show()
         if created:
             self.refresh_conversations()
-        self._run_reply(request, self._cancel)
+        self._run_reply(request, self._cancel, app.holder)
         return True
 
     @work(thread=True, exclusive=True, group="reply", name="reply", exit_on_error=False)
-    def _run_reply(self, request: ReplyRequest, cancel: threading.Event) -> None:
+    def _run_reply(self, request: ReplyRequest, cancel: threading.Event, holder: EngineHolder) -> None:
         """Thread boundary: runs in a worker thread. Blocks in the engine; touches no widget.
 
         Text and rounds go to the UI in batches (StreamBatcher, ~40 ms); the worker's own
         cancellation and the Esc event both stop the engine between rounds.
         """
         worker = get_current_worker()
-        holder = self.adaspark.holder
+        engine_thread = threading.current_thread()
         engine = None
 
         def gauges_now(context: int) -> EngineGauges | None:
@@ -309,8 +310,11 @@ class ChatScreen(Screen):
                 return None
 
         def emit(text: str, events: list[RoundEvent]) -> None:
+            # The batcher's timer may flush from its own thread: only the engine's thread reads
+            # the engine's learners, so a timer batch carries no gauges (the next one will).
+            on_engine_thread = threading.current_thread() is engine_thread
             context = events[-1].context if events else 0
-            self.post_message(self.ReplyChunk(text, events, gauges_now(context)))
+            self.post_message(self.ReplyChunk(text, events, gauges_now(context) if on_engine_thread else None))
 
         batcher = StreamBatcher(emit)
 
@@ -346,7 +350,7 @@ class ChatScreen(Screen):
             self.stats.add(event)
         if message.gauges is not None:
             self.stats.set_gauges(message.gauges)
-        self.panel.show()
+        self.panel.show_soon()
         if self._pending is not None and message.text:
             reply_msg = self._pending[1]
             if reply_msg.text == "":
@@ -418,6 +422,7 @@ class ChatScreen(Screen):
         self._cancel = None
         self.panel.show()
         self.set_status()
+        self.adaspark.reply_ended()
 
     def stop_reply(self) -> bool:
         """Ask the running reply to stop (it ends after the current round). False if none runs."""

@@ -31,7 +31,7 @@ PANEL_HELP = """\
 | accepted / drafted | draft rows accepted over verified, by source: DSpark drafter, n-gram, both agreed |
 | verify price | priced verify time of each offered width at the current context; ◀ marks the choice |
 | tree priced by | the fitted acceptance model, or the drafter-head estimate while the guard prefers it |
-| cold start | widths whose cost was measured, and widths learned |
+| cold start | widths measured often enough to be priced, out of the widths offered |
 """
 
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from textual.app import ComposeResult
 from textual.containers import Vertical, VerticalScroll
-from textual.widgets import Label, Markdown
+from rich.text import Text
+from textual.widgets import Label, Markdown, Static
 from textual.widgets.markdown import MarkdownStream
 
 ROLE_LABELS = {"user": "You", "assistant": "Assistant", "system": "System"}
@@ -30,6 +31,7 @@ class ChatMessage(Vertical):
     ChatMessage > .role { color: $text-muted; text-style: bold; }
     ChatMessage > .note { color: $text-muted; text-style: italic; height: auto; }
     ChatMessage > Markdown { margin: 0; padding: 0 1; }
+    ChatMessage > .plain { padding: 0 1; height: auto; }
     ChatMessage > Markdown > MarkdownParagraph { margin: 0; }
     """
 
@@ -42,7 +44,11 @@ class ChatMessage(Vertical):
 
     def compose(self) -> ComposeResult:
         yield Label(ROLE_LABELS.get(self.role, self.role.title()), classes="role")
-        yield Markdown(self._initial)
+        if self.role == "assistant":
+            yield Markdown(self._initial)
+        else:
+            # What the user typed, as typed: line breaks kept, nothing interpreted.
+            yield Static(Text(self._initial), classes="plain")
         yield Label(self._note, classes="note")
 
     def on_mount(self) -> None:
@@ -54,7 +60,9 @@ class ChatMessage(Vertical):
 
     @property
     def text(self) -> str:
-        """The Markdown source shown so far."""
+        """The text shown so far (the Markdown source for a reply)."""
+        if self.role != "assistant":
+            return self._initial
         return self.body.source
 
     async def write(self, fragment: str) -> None:

@@ -33,7 +33,7 @@ def _num(value: float | None, fmt: str = "{:.1f}", missing: str = "–") -> str:
     return missing if value is None else fmt.format(value)
 
 
-def render_panel(stats: SpecStats, status: str = "") -> RenderableType:
+def render_panel(stats: SpecStats) -> RenderableType:
     """The panel's contents from the accumulated figures (pure: used by the widget and tests)."""
     head = Table.grid(padding=(0, 1), expand=True)
     head.add_column(style="dim", no_wrap=True)
@@ -107,20 +107,27 @@ def render_panel(stats: SpecStats, status: str = "") -> RenderableType:
     priced = stats.priced_by
     tail.add_row("tree priced by", Text(PRICED_BY_LABELS.get(priced, priced),
                                         style="green" if priced == "fitted" else "yellow"))
-    measured, learned = stats.gauges.cold_start
-    tail.add_row("cold start widths", f"{measured} measured · {learned} learned")
+    measured, widths = stats.gauges.cold_start
+    if widths and measured >= widths:
+        tail.add_row("cold start", Text(f"done: {measured}/{widths} widths measured", style="green"))
+    else:
+        tail.add_row("cold start", Text(f"{measured}/{widths} widths measured", style="yellow"))
     band = stats.last.band_rate if stats.last is not None else None
     if band:
         tail.add_row("long-run rate", f"{band:.1f} tok/s")
     parts.append(Text(""))
     parts.append(tail)
-    if status:
-        parts.append(Text(f"\n{status}", style="italic dim"))
     return Group(*parts)
 
 
 class SpecPanel(Static):
-    """Shows `SpecStats`; the chat screen calls `show` after each batch of rounds."""
+    """Shows `SpecStats`. While a reply streams, `show_soon` redraws at most every REDRAW_S.
+
+    The figures are read by eye: a few redraws a second are plenty, and every redraw on the UI
+    thread is CPU taken from llama.cpp on a small machine.
+    """
+
+    REDRAW_S = 0.2
 
     DEFAULT_CSS = """
     SpecPanel {
@@ -129,7 +136,6 @@ class SpecPanel(Static):
         padding: 0 1;
         border: round $primary;
         border-title-align: left;
-        overflow-y: auto;
     }
     """
 
@@ -137,9 +143,24 @@ class SpecPanel(Static):
         super().__init__(**kwargs)
         self.stats = stats
         self.border_title = "Speculation"
+        self._redraw_pending = False
+        self.redraws = 0
 
     def on_mount(self) -> None:
         self.show()
 
-    def show(self, status: str = "") -> None:
-        self.update(render_panel(self.stats, status))
+    def show(self) -> None:
+        """Redraw now (the panel's size is fixed by CSS, so no layout pass is needed)."""
+        self._redraw_pending = False
+        self.redraws += 1
+        self.update(render_panel(self.stats), layout=False)
+
+    def show_soon(self) -> None:
+        """Redraw within REDRAW_S, coalescing the requests made meanwhile."""
+        if not self._redraw_pending:
+            self._redraw_pending = True
+            self.set_timer(self.REDRAW_S, self._redraw_if_pending)
+
+    def _redraw_if_pending(self) -> None:
+        if self._redraw_pending:
+            self.show()

@@ -1,0 +1,65 @@
+"""The engine with a real SQLite store: what is learned persists, so a restart does not re-measure."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from adaspark_app.engine.chat_engine import ChatEngine
+from adaspark_app.store import Store
+
+
+def _serve(model_path, store_path, prompts, max_tokens=48):
+    store = Store.open(store_path)
+    eng = ChatEngine(model_path, arm="adaspark", store=store, n_ctx=2048, n_threads=2)
+    measured: dict[int, int] = {}
+
+    def on_round(ev):
+        if ev.measured:
+            measured[ev.width] = measured.get(ev.width, 0) + 1
+
+    try:
+        for conv in prompts:
+            msgs = []
+            for turn, user in enumerate(conv["turns"]):
+                msgs.append({"role": "user", "content": user})
+                res = eng.generate(conv["id"], msgs, max_tokens=max_tokens, on_round=on_round, turn=turn)
+                msgs.append({"role": "assistant", "content": res.text})
+            eng.reset_conversation()
+        return measured, eng.cold_start_progress()
+    finally:
+        eng.close()
+        store.close()
+
+
+def test_restarted_engine_does_not_remeasure_learned_widths(model_path, public_prompts, tmp_path):
+    db = tmp_path / "learned.db"
+    copy_heavy = [c for c in public_prompts if c["category"] in ("extraction", "coding", "writing")]
+    first, progress1 = _serve(model_path, db, copy_heavy)
+    assert sum(first.values()) > 0, "an empty store must measure widths"
+    learned = {w for w, n in first.items() if n >= 3}
+    second, progress2 = _serve(model_path, db, copy_heavy)
+    assert not (set(second) & learned), f"re-measured learned widths: {second} (learned {learned})"
+    assert sum(second.values()) <= sum(first.values()) / 3
+    assert progress2[0] >= progress1[0]
+
+
+def test_run_cli_with_store_then_store_show(model_path, public_prompts, tmp_path):
+    """`adaspark run --store` saves learned state that `adaspark store show` reads back."""
+    script = tmp_path / "s.jsonl"
+    script.write_text("\n".join(json.dumps({"id": c["id"], "turns": c["turns"][:1]}) for c in public_prompts[8:10]))
+    db = tmp_path / "cli.db"
+    out = tmp_path / "out.jsonl"
+    p = subprocess.run([sys.executable, "-m", "adaspark_app.cli", "run", str(script), "--store", str(db),
+                        "--max-tokens", "24", "--out", str(out)], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    rows = [json.loads(x) for x in out.read_text().splitlines()]
+    assert len(rows) == 2 and all(r["n_tokens"] > 0 for r in rows)
+    for key in ("conversation", "turn", "text", "n_tokens", "decode_s", "rounds", "widths", "measure_rounds",
+                "rows_by_source", "accepted_by_source", "looped"):
+        assert key in rows[0]
+    s = subprocess.run([sys.executable, "-m", "adaspark_app.cli", "store", "show", "--store", str(db)],
+                       capture_output=True, text=True, timeout=120)
+    assert s.returncode == 0, s.stderr
+    assert "SmolLM2" in s.stdout or "Smollm2" in s.stdout

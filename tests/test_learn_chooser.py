@@ -1,0 +1,231 @@
+"""The width chooser of §3.4 and the scheduler facade, on simulated rounds (pure, seeded, fast).
+
+Every simulated verify time carries a 0.3% two-sided jitter and, on 20% of rounds, a one-sided
+slowdown of 10-60%; every curve has a context slope that grows with the class's rows. Decode
+rates are scored on expected tokens and noise-free times (see learn_sim), per context band,
+against every pinned width 1..64 (paying D every round, as the engine's pinned:N arm) and plain
+decode; the first request (cold start from an empty state) is not scored.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from adaspark_app.learn.chooser import Scored, WidthChooser
+from adaspark_app.learn.constants import BAND_MIN_ROUNDS, HYSTERESIS, N0
+from adaspark_app.learn.gains import Gains
+from adaspark_app.learn.rate import LongRunRate
+from adaspark_app.learn.scheduler import WidthScheduler
+from learn_sim import Acceptance, Machine, cpu_linear, dense_step, routed, simulate, wide_cheaper
+
+REQUESTS = [(300, 200), (1300, 200), (2400, 200)] * 3
+SCENARIOS = {
+    "dense steps, flat to 8 rows then +50%": (dense_step, Acceptance(pick=0.7, ngram_share=0.3)),
+    "routed, every row costs": (routed, Acceptance(pick=0.6, ngram_share=0.2)),
+    "routed, steady acceptance, best width between ladder entries": (routed, Acceptance(pick=0.7, pick_conc=400)),
+    "CPU linear curve, weak acceptance": (cpu_linear, Acceptance(pick=0.3)),
+    "a wide class cheaper than a narrower one": (wide_cheaper, Acceptance(pick=0.85, ngram_share=0.5)),
+}
+MARGINAL = "CPU linear curve, strong picks and n-gram copies"
+MARGINAL_SCENARIO = (cpu_linear, Acceptance(pick=0.85, ngram_share=0.3))
+
+
+@pytest.fixture(scope="module")
+def runs():
+    all_scenarios = {**SCENARIOS, MARGINAL: MARGINAL_SCENARIO}
+    return {name: simulate(Machine(curve), acc, REQUESTS, seed=7) for name, (curve, acc) in all_scenarios.items()}
+
+
+@pytest.mark.parametrize("name", list(SCENARIOS))
+def test_decode_rate_within_1pct_of_best_pinned_width_in_every_context_band(runs, name):
+    res = runs[name]
+    bands = {b: sc for b, sc in res.bands.items() if sc.rounds >= 150}
+    assert len(bands) >= 3
+    for b, sc in bands.items():
+        best_w, best = sc.best_pinned()
+        target = max(best, sc.plain_rate())
+        assert sc.rate() >= 0.99 * target, f"band {b}: {sc.rate():.1f} tok/s vs pinned:{best_w} {best:.1f}, plain {sc.plain_rate():.1f}"
+
+
+def test_marginal_cpu_regime_stays_within_2pct_of_plain_and_best_pinned(runs):
+    """On the CPU curve with strong picks, drafting pays only in the rounds that carry an n-gram
+    copy (width 8 then beats plain), and the draft gate must decide before drafting whether a
+    round will be one: the policy stays within 2% of max(plain, best pinned) in every band (seeds
+    0-5 measured 0.982-0.995 at development time) and beats both where copies pay."""
+    res = runs[MARGINAL]
+    ratios = []
+    for sc in res.bands.values():
+        if sc.rounds >= 150:
+            ratios.append(sc.rate() / max(sc.best_pinned()[1], sc.plain_rate()))
+    assert min(ratios) >= 0.98 and max(ratios) > 1.0
+
+
+def test_the_cheaper_wide_class_is_used(runs):
+    res = runs["a wide class cheaper than a narrower one"]
+    chosen = [p.width for r, _, _, p in res.plans if r >= 1 and not p.measured]
+    assert chosen.count(32) > 0.2 * len(chosen)
+    assert sum(9 <= w <= 16 for w in chosen) <= 0.01 * len(chosen), "the dearer 9-16 row class is not run"
+    table = res.scheduler.price_table(1500)
+    assert table[16] == table[32] < float(wide_cheaper(16, 1500))  # Proposition 2, no running maximum
+    assert table[32] == pytest.approx(float(wide_cheaper(32, 1500)), rel=0.03)
+
+
+def test_cpu_curve_with_weak_acceptance_settles_on_width_1_and_stops_drafting(runs):
+    res = runs["CPU linear curve, weak acceptance"]
+    drafted = sum(sc.drafted for sc in res.bands.values())
+    rounds = sum(sc.rounds for sc in res.bands.values())
+    assert drafted < 0.03 * rounds, "wants_draft() is False most of the time"
+    chosen = [p.width for r, _, _, p in res.plans if r >= 1 and not p.measured]
+    assert chosen.count(1) >= 0.95 * len(chosen)
+    for sc in res.bands.values():
+        assert sc.rate() >= 0.99 * sc.plain_rate(), "never slower than plain decode"
+
+
+def test_gate_resumes_drafting_when_drafting_starts_to_pay():
+    """After a long plain stretch (weak acceptance), a copy-heavy passage brings drafting back."""
+    rng = np.random.default_rng(11)
+    weak = simulate(Machine(cpu_linear), Acceptance(pick=0.3), [(300, 300)], seed=11, rng=rng)
+    assert sum(sc.drafted for sc in weak.bands.values()) < 0.05 * 300
+    copy = Acceptance(pick=0.3, ngram_share=1.0, ngram_q=0.97, ngram_first=0.95, ngram_len=(16, 32))
+    res = simulate(Machine(cpu_linear), copy, [(700, 300)], seed=11, rng=rng, scheduler=weak.scheduler, score_from_request=0)
+    sc = next(iter(res.bands.values()))
+    late = [p for r, k, _, p in res.plans if k >= 150]
+    assert len(late) > 0.95 * 150 and np.mean([p.width for p in late]) > 4
+    assert sc.rate() > 1.5 * sc.plain_rate()
+
+
+def test_wants_draft_probes_again_with_exponential_backoff():
+    res = simulate(Machine(cpu_linear), Acceptance(pick=0.3), [(300, 600)], seed=3, score_from_request=0)
+    probes = [k for _, k, _, p in res.plans if k > 100 and not p.measured]
+    gaps = np.diff(probes)
+    assert len(probes) >= 3, "drafting is probed again periodically"
+    assert gaps.max() <= 129 and gaps[-1] >= 32, "the waits grow up to 2^7 rounds"
+
+
+# --- Eq. (7) pieces -------------------------------------------------------------------------
+def _sc(w: int, tokens: float, seconds: float, rho: float | None) -> Scored:
+    return Scored(w, tokens, seconds, tokens - rho * seconds if rho is not None else tokens / seconds)
+
+
+def test_first_incumbent_is_the_widest_offered_width():
+    ch = WidthChooser()
+    scored = {w: _sc(w, 1 + 0.1 * w, 0.02, 100.0) for w in (1, 2, 4, 8)}
+    scored[64] = _sc(64, 1 + 6.45, 0.02, 100.0)  # the widest also best: kept from the first round
+    assert ch.choose(scored, True) == 64 and ch.incumbent == 64
+
+
+def test_hysteresis_keeps_incumbent_unless_beaten_by_4pct_of_its_tokens():
+    rho = 100.0
+    ch = WidthChooser()
+    ch.incumbent = 8
+    inc = _sc(8, 4.0, 0.030, rho)  # V = 1.0
+    near = _sc(16, 4.0 + 0.15, 0.030, rho)  # beats by 0.15 < 0.04 x 4 = 0.16
+    far = _sc(16, 4.0 + 0.17, 0.030, rho)
+    assert ch.choose({8: inc, 16: near}, True) == 8
+    ch.pressure.clear()
+    assert ch.choose({8: inc, 16: far}, True) == 16 and ch.incumbent == 16
+    # ratio mode (band rate unknown): the alternative's ratio must be 4% higher
+    ch = WidthChooser()
+    ch.incumbent = 8
+    assert ch.choose({8: _sc(8, 4.0, 0.040, None), 16: _sc(16, 4.15, 0.040, None)}, False) == 8
+    ch.pressure.clear()
+    assert ch.choose({8: _sc(8, 4.0, 0.040, None), 16: _sc(16, 4.17, 0.040, None)}, False) == 16
+
+
+def test_noise_does_not_flip_the_choice_but_a_consistent_small_advantage_wins():
+    rng = np.random.default_rng(0)
+    rho = 100.0
+    ch = WidthChooser()
+    ch.incumbent = 8
+    switches = 0
+    for _ in range(1000):  # a tie with noise of +-0.05 tokens, inside the 0.16-token margin
+        alt = _sc(16, 4.0 + rng.uniform(-0.05, 0.05), 0.030, rho)
+        if ch.choose({8: _sc(8, 4.0, 0.030, rho), 16: alt}, True) != 8:
+            switches += 1
+            ch.incumbent = 8
+    assert switches == 0
+    for k in range(20):  # 0.08 tokens better every round: 2% of the incumbent's tokens, half the margin
+        if ch.choose({8: _sc(8, 4.0, 0.030, rho), 16: _sc(16, 4.08, 0.030, rho)}, True) == 16:
+            break
+    assert ch.incumbent == 16 and k < 8
+
+
+def test_value_uses_gain_pair_by_side_of_n0_and_the_band_rate():
+    s_d = np.concatenate([[0.0, 0.0], np.cumsum(np.full(20, 0.5))])
+    s_n = np.zeros_like(s_d)
+    gains = (0.5, 1.0, 2.0, 1.0)
+    e4 = WidthChooser.expected_tokens(4, s_d, s_n, gains)
+    e16 = WidthChooser.expected_tokens(16, s_d, s_n, gains)
+    s8 = s_d[N0]
+    assert e4 == pytest.approx(1 + s8 + 0.5 * (s_d[4] - s8))
+    assert e16 == pytest.approx(1 + s8 + 2.0 * (s_d[16] - s8))
+    scored = WidthChooser().score({4: 0.02, 16: 0.03}, s_d, s_n, 0.005, gains, 100.0)
+    assert scored[16].score == pytest.approx(e16 - 100.0 * 0.035)
+
+
+def test_gains_learn_from_prefixes_of_the_accepted_path():
+    """By Proposition 1 a 12-row round reveals rows 1-7 (lower pair) and rows 8-11 (upper pair)."""
+    g = Gains()
+    q = np.array([0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2, 0.2, 0.1, 0.1])  # 11 nodes: width 12
+    src = np.array([0, 0, 0, 1, 1, 0, 0, 0, 1, 0, 1])
+    acc = np.array([1, 1, 0, 1, 0, 0, 0, 1, 0, 0, 0], bool)
+    g.observe_round(1000, 1, q, src, acc)
+    lo_d, lo_n = g.lines["lower", "drafter"], g.lines["lower", "ngram"]
+    hi_d, hi_n = g.lines["upper", "drafter"], g.lines["upper", "ngram"]
+    p_lo_d = 0.9 + 0.8 + 0.7 + 0.4 + 0.3
+    assert lo_d.stats[0] == pytest.approx(p_lo_d**2) and lo_d.stats[3] == pytest.approx(p_lo_d * 2)
+    assert lo_n.stats[3] == pytest.approx((0.6 + 0.5) * 1)
+    assert hi_d.stats[3] == pytest.approx((0.2 + 0.1) * 1) and hi_n.stats[3] == 0.0
+    narrow = Gains()
+    narrow.observe_round(1000, 1, q[:5], src[:5], acc[:5])  # a 6-row round teaches no upper gain
+    assert narrow.lines["upper", "drafter"].count == 0
+
+
+def test_gains_correct_an_overconfident_acceptance_model_and_stay_1_when_calibrated():
+    over = simulate(Machine(dense_step), Acceptance(pick=0.6, overconfidence=1.4), REQUESTS[:4], seed=5)
+    g_lo, _, g_hi, _ = over.scheduler.gains.at(1500)
+    assert 0.55 < g_lo < 0.85 and g_hi < 0.9
+    cal = simulate(Machine(dense_step), Acceptance(pick=0.6), REQUESTS[:4], seed=5)
+    assert cal.scheduler.gains.at(1500)[0] == pytest.approx(1.0, abs=0.08)
+
+
+def test_long_run_rate_is_decayed_tokens_over_priced_time_after_8_rounds():
+    rate = LongRunRate()
+    for k in range(BAND_MIN_ROUNDS - 1):
+        rate.observe(300, 2.0, 0.025, 0.020)
+        assert rate.rate(300) is None, "the per-round ratio is used until a band holds 8 rounds"
+    rate.observe(300, 2.0, 0.025, 0.020)
+    assert rate.rate(300) == pytest.approx(100.0) and rate.achieved(300) == pytest.approx(80.0)
+    assert rate.rate(600) is None, "bands are bit lengths of the context"
+    for _ in range(64):  # one half-life at half the rate
+        rate.observe(400, 1.0, 0.020, 0.020)
+    assert 50.0 < rate.rate(300) < 75.0
+
+
+# --- persistence ------------------------------------------------------------------------------
+def test_restart_from_state_dict_continues_exactly_and_measures_nothing_again():
+    acc = Acceptance(pick=0.7, ngram_share=0.3)
+    whole = simulate(Machine(routed), acc, REQUESTS[:5], seed=9, score_from_request=0)
+    rng = np.random.default_rng(9)
+    first = simulate(Machine(routed), acc, REQUESTS[:3], rng=rng, score_from_request=0)
+    state = json.loads(json.dumps(first.scheduler.state_dict()))
+    restarted = WidthScheduler()
+    restarted.load_state(state)
+    assert restarted.state_dict() == first.scheduler.state_dict()
+    second = simulate(Machine(routed), acc, REQUESTS[3:5], rng=rng, scheduler=restarted, score_from_request=0)
+    assert [p.width for *_, p in second.plans] == [p.width for r, *_, p in whole.plans if r >= 3]
+    assert second.measure_rounds == 0 or all(
+        c.origin == "split" for c in restarted.cost.classes.values() if c.count < 3
+    ), "no cold start after a restart"
+
+
+def test_scheduler_state_is_plain_json_with_stable_ordering():
+    res = simulate(Machine(dense_step), Acceptance(pick=0.7, ngram_share=0.3), REQUESTS[:2], seed=2)
+    a = json.dumps(res.scheduler.state_dict())
+    b = json.dumps(res.scheduler.state_dict())
+    assert a == b
+    with pytest.raises(ValueError):
+        WidthScheduler().load_state({"version": 999})

@@ -1,0 +1,262 @@
+"""The online verify-cost model of §3.2 on synthetic verify times (pure, seeded, fast)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from adaspark_app.learn.constants import LADDER, MAX_WIDTHS, MEASUREMENTS_BEFORE_PRICED
+from adaspark_app.learn.cost import REACH_PATIENCE, QuantileLaw, RowClass, VerifyCostModel
+from adaspark_app.learn.scheduler import WidthScheduler
+from learn_sim import Acceptance, Machine, dense_step, routed, simulate
+
+
+def _chain_s(n_nodes: int, q: float = 0.7) -> tuple[np.ndarray, np.ndarray]:
+    """S(n) of a plain chain of drafter picks with acceptance q per depth, n = 0..n_nodes+1."""
+    qs = q ** np.arange(1, n_nodes + 1)
+    s_d = np.concatenate([[0.0, 0.0], np.cumsum(qs)])
+    return s_d, np.zeros_like(s_d)
+
+
+def _run_round(sch: WidthScheduler, ctx: int, n_nodes: int, seconds: float, first: bool = False, rows: int | None = None):
+    """One drafted round on a chain tree of ``n_nodes`` candidates; nothing accepted."""
+    s_d, s_n = _chain_s(n_nodes)
+    plan = sch.plan(ctx, s_d, s_n, 0.002)
+    w = min(plan.width, n_nodes + 1) if rows is None else rows
+    sch.observe(plan, ctx, seconds, 0.002, 1, first, np.full(w - 1, 0.5), np.zeros(w - 1, int), np.zeros(w - 1, bool))
+    return plan
+
+
+def _feed(cls_or_law, contexts, curve, rng, interference=0.2, jitter=0.003):
+    for c in contexts:
+        t = curve(c) * (1 + rng.uniform(-jitter, jitter))
+        if rng.random() < interference:
+            t *= 1 + rng.uniform(0.1, 0.6)
+        cls_or_law.observe(int(c), float(t))
+
+
+# --- cold start and the first round -------------------------------------------------------
+def test_cold_start_measures_each_width_three_times_narrowest_first_skipping_the_first_round():
+    sch = WidthScheduler()
+    widths = []
+    for k in range(40):
+        cold = bool(sch.cost.cold_pending())
+        draft = sch.wants_draft(300 + k)
+        assert draft or not cold, "cold start must draft so every width gets measured"
+        if not draft:
+            sch.observe_plain(300 + k, 0.01, False)
+            continue
+        plan = _run_round(sch, 300 + k, 63, 0.01 * (1 + 0.1 * k), first=(k == 0))
+        widths.append((plan.width, plan.measured))
+        if k == 0:
+            assert sch.cost.classes[1].count == 0, "a request's first round is not learned from"
+    measured = [w for w, m in widths if m]
+    # the first round of a request is not learned from, so width 1 is measured a fourth time
+    assert measured == [1] * 4 + [w for w in LADDER[1:] for _ in range(3)]
+    assert not any(m for _, m in widths[len(measured):]), "no measurement after the cold start"
+    assert sch.cold_start_progress() == (len(LADDER), len(LADDER))
+    assert all(sch.cost.classes[w].count == MEASUREMENTS_BEFORE_PRICED for w in LADDER[1:])
+
+
+def test_measurement_round_with_narrower_tree_does_not_count_and_teaches_reach():
+    sch = WidthScheduler()
+    # a drafter that never offers more than 40 rows (39 candidates)
+    for k in range(60):
+        _run_round(sch, 500 + k, 39, 0.01)
+    assert sch.cost.reach == 40
+    assert 64 not in sch.cost.widths() and 40 in sch.cost.widths()
+    assert sch.cost.classes[64].count == 0, "a width beyond the reach is never measured"
+    assert sch.cost.classes[40].priced
+    assert all(w <= 40 for w in sch.price_table(600))
+    # a measurement round whose tree came out narrower than asked does not count
+    sch2 = WidthScheduler()
+    plan = _run_round(sch2, 300, 63, 0.01, first=False)
+    assert plan.measured and plan.width == 1
+    for _ in range(2):
+        _run_round(sch2, 300, 63, 0.01)
+    plan = sch2.plan(300, *_chain_s(63), 0.002)
+    assert plan.measured and plan.width == 2
+    sch2.observe(plan, 300, 0.01, 0.002, 1, False, np.zeros(0), np.zeros(0, int), np.zeros(0, bool))  # 1 row, not 2
+    assert sch2.cost.classes[2].count == 0
+
+
+def test_reach_is_learned_only_after_patience_and_widens_again():
+    cost = VerifyCostModel()
+    for w in LADDER[:-1]:
+        for _ in range(3):
+            cost.observe(w, 400, 0.01 * w)
+    assert cost.next_measurement(57) is None  # 64 pending, only 57 rows offered: not yet a reach
+    for _ in range(REACH_PATIENCE):
+        cost.next_measurement(57)
+    assert cost.reach == 57 and cost.widths()[-1] == 57
+    assert cost.next_measurement(57) == 57, "the reach itself is measured"
+    cost.next_measurement(63)  # the drafter offered more: the reach is learned again
+    assert cost.reach is None and 64 in cost.widths()
+
+
+# --- the context law ------------------------------------------------------------------------
+@pytest.mark.parametrize("width", [4, 8, 16])
+def test_fitted_law_within_3pct_of_true_time_at_three_contexts(width):
+    """Eq. (4)+bank refit from an empty state, one-sided interference on 20% of verifies."""
+    rng = np.random.default_rng(width)
+    cls = RowClass(width)
+    true = lambda c: float(dense_step(width, c))  # noqa: E731
+    for start in [300, 1300, 2600, 500, 1700, 3000, 350, 1200]:  # requests in three bands
+        _feed(cls.law, range(start, start + 120, 2), true, rng)
+        cls.law.refit()
+    for c in (400, 1500, 2800):
+        assert cls.law.seconds(c) == pytest.approx(true(c), rel=0.03)
+
+
+def test_quantile_law_prices_the_free_machine_not_the_mean_under_interference():
+    """Proposition 3: with 20% of verifies slowed, the 0.15 quantile is the machine's time."""
+    rng = np.random.default_rng(1)
+    law = QuantileLaw()
+    true = lambda c: 0.030  # noqa: E731
+    for start in (400, 450, 500):
+        _feed(law, range(start, start + 100), true, rng)
+        law.refit()
+    samples = [t for band in law.bank.values() for _, t in band]
+    assert np.mean(samples) > 1.04 * 0.030  # a least-squares price would absorb the interference
+    assert law.seconds(450) == pytest.approx(0.030, rel=0.01)
+
+
+def test_context_slopes_are_learned_per_class():
+    rng = np.random.default_rng(2)
+    slopes = {8: 1.3e-6, 32: 4.0e-6}  # seconds per token of context (Table 1's Qwen3-4B shape)
+    laws = {w: QuantileLaw() for w in slopes}
+    for start in [400, 1600, 3500, 700, 2500, 3800]:
+        for w, law in laws.items():
+            _feed(law, range(start, start + 80, 2), lambda c, w=w: 0.025 * (w / 8) ** 0.5 + slopes[w] * c, rng)
+            law.refit()
+    for w, law in laws.items():
+        fitted = (law.seconds(3600) - law.seconds(600)) / 3000
+        assert fitted == pytest.approx(slopes[w], rel=0.15)
+
+
+def test_law_is_read_flat_below_its_lowest_context_and_clamped():
+    law = QuantileLaw()
+    for c, t in [(2000, 0.020), (2010, 0.020), (2020, 0.020), (3000, 0.026), (3010, 0.026), (3020, 0.026)]:
+        law.observe(c, t)
+    law.refit()
+    assert law.seconds(3010) == pytest.approx(0.026, rel=0.01)
+    assert law.seconds(100) == pytest.approx(law.seconds(2000), rel=1e-9), "no extrapolation below the data"
+    assert 0.5 * law.lowest <= law.seconds(100_000) <= 3.0 * law.lowest
+
+
+def test_refit_replaces_a_misfit_online_law_and_only_runs_after_new_samples():
+    rng = np.random.default_rng(3)
+    law = QuantileLaw()
+    true = lambda c: 0.020 + 3e-6 * c  # noqa: E731
+    _feed(law, [500, 502, 504], true, rng, interference=0.0)  # scale fixed at 500 tokens
+    _feed(law, range(3000, 3032, 2), true, rng, interference=0.0)  # online steps barely move the slope
+    assert law.seconds(3000) < 0.97 * true(3000)
+    assert law.refit() is True
+    assert law.seconds(3000) == pytest.approx(true(3000), rel=0.01)
+    assert law.refit() is False, "nothing new since the last refit"
+
+
+def test_single_interfered_sample_in_a_band_does_not_bend_the_law():
+    law = QuantileLaw()
+    for c in (1600, 1610, 1620, 1630, 1640):
+        law.observe(c, 0.022)
+    law.observe(2700, 0.030)  # one verify at a new context, slowed by interference
+    law.refit()
+    assert law.seconds(2700) < 0.0235
+
+
+# --- the price ------------------------------------------------------------------------------
+def test_each_width_priced_at_cheapest_class_at_or_above_never_running_max():
+    """Proposition 2: 32 rows cost less than 16, so 16 is priced at 32's price and 32 keeps it."""
+    cost = VerifyCostModel()
+    for w, t in {1: 0.010, 2: 0.011, 4: 0.012, 8: 0.020, 16: 0.030, 32: 0.025, 64: 0.060}.items():
+        for _ in range(3):
+            cost.observe(w, 500, t)
+    p = cost.prices(500)
+    assert p[16] == pytest.approx(0.025) and p[32] == pytest.approx(0.025)
+    assert p[8] == pytest.approx(0.020) and p[64] == pytest.approx(0.060)
+    assert 32 not in cost.prices(500, limit=20), "a round's tree limits the widths offered"
+
+
+def test_level_follows_a_slower_machine_within_8_verifies_and_d_clock_scales_idle_classes():
+    cost = VerifyCostModel()
+    for _ in range(8):
+        cost.note_fixed(0.004)
+    for w in (8, 16):
+        for _ in range(3):
+            cost.observe(w, 500, 0.020 if w == 8 else 0.030)
+    for k in range(8):  # the machine slows by 30%: D and the running class's verifies
+        cost.note_fixed(0.0052)
+        cost.observe(8, 500, 0.026)
+        if k < 7:
+            assert cost.raw_price(8, 500) < 0.0255
+    assert cost.raw_price(8, 500) == pytest.approx(0.026, rel=0.01)
+    assert cost.raw_price(16, 500) == pytest.approx(0.030 * 1.3, rel=0.01), "the idle class follows the D clock"
+
+
+def test_before_its_law_a_width_is_priced_at_its_lowest_time_on_the_d_clock():
+    cls = RowClass(4)
+    cls.observe(500, 0.012, 0.004)
+    cls.observe(510, 0.011, 0.004)
+    assert cls.price(520, 0.004) == pytest.approx(0.011)
+    assert cls.price(520, 0.006) == pytest.approx(0.0165)
+
+
+# --- splits -----------------------------------------------------------------------------------
+def _priced_model(times: dict[int, float]) -> VerifyCostModel:
+    cost = VerifyCostModel(ladder=tuple(times))
+    for w, t in times.items():
+        for _ in range(3):
+            cost.observe(w, 500, t)
+    return cost
+
+
+def test_split_next_to_held_width_on_steep_class_else_midpoint():
+    steep = {1: 0.010, 8: 0.020, 16: 0.030, 32: 0.034}
+    cost = _priced_model(steep)
+    assert cost.split(8, 500, lambda a, b: 1.0 if (a, b) == (8, 16) else -1.0) == 9  # above the held width
+    cost = _priced_model(steep)
+    assert cost.split(16, 500, lambda a, b: 1.0 if (a, b) == (8, 16) else -1.0) == 15  # below it
+    cost = _priced_model(steep)
+    assert cost.split(16, 500, lambda a, b: 1.0 if (a, b) == (16, 32) else -1.0) == 24  # rise 13%: midpoint
+
+
+def test_split_only_where_a_width_inside_could_change_the_choice():
+    cost = _priced_model({1: 0.010, 8: 0.020, 16: 0.030, 32: 0.034})
+    assert cost.split(8, 500, lambda a, b: -0.1) is None
+    assert cost.widths() == [1, 8, 16, 32]
+    # the nearest passing class to the held width is split
+    assert cost.split(16, 500, lambda a, b: 1.0 if (a, b) in ((1, 8), (16, 32)) else -1.0) == 24
+    # no split while a split width is still being measured
+    assert cost.split(16, 500, lambda a, b: 1.0) is None
+
+
+def test_at_most_24_widths_are_learned():
+    cost = _priced_model({w: 0.01 + 0.001 * w for w in range(1, 2 * MAX_WIDTHS, 2)})
+    n0 = len(cost.widths())
+    assert n0 >= MAX_WIDTHS
+    assert cost.split(1, 500, lambda a, b: 1.0) is None
+
+
+def test_splits_find_the_best_width_between_ladder_entries_on_a_routed_curve():
+    """Routed target, steady acceptance: the best width (6) is not on the ladder; splits learn
+    it and the chooser runs it, and a split width is measured only in rounds where it could win."""
+    res = simulate(Machine(routed), Acceptance(pick=0.7, pick_conc=400), [(300, 200), (1300, 200)] * 3, seed=1)
+    split = {c.width for c in res.scheduler.cost.classes.values() if c.origin == "split"}
+    assert 6 in split
+    late = [p.width for r, _, _, p in res.plans if r >= 4 and not p.measured]
+    assert sum(w in (5, 6, 7) for w in late) > 0.8 * len(late)
+
+
+# --- persistence ------------------------------------------------------------------------------
+def test_cost_model_state_dict_round_trips_through_json():
+    res = simulate(Machine(dense_step), Acceptance(pick=0.7, ngram_share=0.3), [(300, 120), (1300, 120)], seed=4)
+    cost = res.scheduler.cost
+    state = json.loads(json.dumps(cost.state_dict()))
+    again = VerifyCostModel()
+    again.load_state(state)
+    assert again.state_dict() == cost.state_dict()
+    for c in (400, 1500, 2800):
+        assert again.prices(c) == cost.prices(c)
