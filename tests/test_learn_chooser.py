@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from adaspark_app.learn.chooser import Scored, WidthChooser
-from adaspark_app.learn.constants import BAND_MIN_ROUNDS, HYSTERESIS, N0
+from adaspark_app.learn.constants import BAND_MIN_ROUNDS, N0
 from adaspark_app.learn.gains import Gains
 from adaspark_app.learn.rate import LongRunRate
 from adaspark_app.learn.scheduler import WidthScheduler
@@ -85,16 +85,18 @@ def test_cpu_curve_with_weak_acceptance_settles_on_width_1_and_stops_drafting(ru
 
 
 def test_gate_resumes_drafting_when_drafting_starts_to_pay():
-    """After a long plain stretch (weak acceptance), a copy-heavy passage brings drafting back."""
+    """After a long plain stretch (weak acceptance), a copy-heavy passage brings drafting back
+    within one longest skip (2^7 rounds), after which the copies are verified wide."""
     rng = np.random.default_rng(11)
     weak = simulate(Machine(cpu_linear), Acceptance(pick=0.3), [(300, 300)], seed=11, rng=rng)
     assert sum(sc.drafted for sc in weak.bands.values()) < 0.05 * 300
     copy = Acceptance(pick=0.3, ngram_share=1.0, ngram_q=0.97, ngram_first=0.95, ngram_len=(16, 32))
     res = simulate(Machine(cpu_linear), copy, [(700, 300)], seed=11, rng=rng, scheduler=weak.scheduler, score_from_request=0)
-    sc = next(iter(res.bands.values()))
-    late = [p for r, k, _, p in res.plans if k >= 150]
-    assert len(late) > 0.95 * 150 and np.mean([p.width for p in late]) > 4
-    assert sc.rate() > 1.5 * sc.plain_rate()
+    drafted = sorted(k for _, k, _, p in res.plans)
+    resumed = next(k for k in drafted if all(j in drafted for j in range(k, k + 20)))
+    assert resumed <= 128 + 16
+    late = [p for _, k, _, p in res.plans if k >= resumed]
+    assert len(late) > 0.95 * (300 - resumed) and np.mean([p.width for p in late]) > 4
 
 
 def test_wants_draft_probes_again_with_exponential_backoff():
@@ -185,9 +187,15 @@ def test_gains_learn_from_prefixes_of_the_accepted_path():
 
 
 def test_gains_correct_an_overconfident_acceptance_model_and_stay_1_when_calibrated():
-    over = simulate(Machine(dense_step), Acceptance(pick=0.6, overconfidence=1.4), REQUESTS[:4], seed=5)
-    g_lo, _, g_hi, _ = over.scheduler.gains.at(1500)
-    assert 0.55 < g_lo < 0.85 and g_hi < 0.9
+    from learn_sim import build_tree
+
+    acc = Acceptance(pick=0.6, overconfidence=1.4)  # every q told 1.4x too high: deep rows worst
+    rng = np.random.default_rng(0)
+    trees = [build_tree(rng, acc) for _ in range(2000)]
+    truth = sum(t.Q_true[: N0 - 1].sum() for t in trees) / sum(t.Q_pred[: N0 - 1].sum() for t in trees)
+    over = simulate(Machine(dense_step), acc, REQUESTS[:4], seed=5)
+    g_lo = over.scheduler.gains.at(1500)[0]  # rows past 8 rarely run here: the upper pair stays near 1
+    assert g_lo == pytest.approx(truth, abs=0.1)
     cal = simulate(Machine(dense_step), Acceptance(pick=0.6), REQUESTS[:4], seed=5)
     assert cal.scheduler.gains.at(1500)[0] == pytest.approx(1.0, abs=0.08)
 

@@ -100,6 +100,7 @@ async def test_second_turn_sends_the_whole_history(store, tmp_path):
             {"role": "user", "content": "one"}, {"role": "assistant", "content": "First answer."},
             {"role": "user", "content": "two"}]
         assert engine.calls[0][0] == engine.calls[1][0]  # same conversation id: KV reuse
+        assert engine.turns == [0, 1]
         assert store.list_conversations()[0]["n_messages"] == 4
 
 

@@ -182,8 +182,7 @@ class ChatEngine:
 
     def plain_rate(self, context: int) -> float | None:
         t = self.price_table(context).get(1)
-        d = self.decoder._fixed_ema or 0.0
-        return 1.0 / (t + d) if t else None
+        return 1.0 / t if t else None
 
     def cold_start_progress(self) -> tuple[int, int]:
         return self.decoder.scheduler.cold_start_progress()

@@ -244,7 +244,6 @@ class Decoder:
         fixed = time.perf_counter() - t0 - out.seconds
         if tell_scheduler:
             self.scheduler.observe_plain(pos + 1, out.seconds + fixed, first_round)
-        self._note_fixed(fixed)
         return RoundOutcome([nxt], 1, False, out.seconds, fixed, None, 0.0, 0, "none")
 
     # ------------------------------------------------------------------ candidates
@@ -392,6 +391,7 @@ class Decoder:
                             priced_by, rows_by, acc_by, offered, band_rate)
 
     def _note_fixed(self, fixed: float) -> None:
+        """Running estimate of a drafted round's fixed cost D (plain steps have none to speak of)."""
         self._fixed_ema = fixed if self._fixed_ema is None else 0.8 * self._fixed_ema + 0.2 * fixed
 
     def _check_rows(self, lay, cands, argmax, rows, path_tokens, bonus, anchor_pos) -> None:

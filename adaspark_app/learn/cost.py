@@ -5,10 +5,12 @@ A verify of ``n`` rows costs T(n, c) (Eq. 2); the model learns it while serving,
 
     price_k(c) = law_k(c) * level_k * D_now / D_k                                  (Eq. 5)
 
-``law_k`` is the tau-quantile fit of Eq. (4) by FTRL-Proximal (``QuantileLaw``), ``level_k`` the
-minimum of measured/law over the class's last verifies, and the last factor the D clock. Widths
-are priced at the cheapest class whose top is at least that width (Proposition 2). Pure: takes
-observations, returns numbers; no I/O and no timing.
+``law_k`` is the tau-quantile fit of Eq. (4) (``QuantileLaw``): FTRL-Proximal online, and at
+the end of each request a batch refit on the sample bank, solved exactly and kept only if it
+prices the held-out samples better. ``level_k`` is the minimum of measured/law over the class's
+last verifies, and the last factor the D clock. Widths are priced at the cheapest class whose
+top is at least that width (Proposition 2). Pure: takes observations, returns numbers; no I/O
+and no timing.
 """
 
 from __future__ import annotations

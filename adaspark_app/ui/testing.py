@@ -42,6 +42,7 @@ class ScriptedEngine:
         self.drafter_name = drafter_name
         self.calls: list[tuple[str, list[dict[str, str]]]] = []
         self.threads: list[str] = []
+        self.turns: list[int] = []
         self.rounds_total = 0
         self.held = threading.Event()  # set while a reply waits at hold_after_rounds
         self.gate = threading.Event()  # set by a test to let a held reply go on
@@ -54,6 +55,7 @@ class ScriptedEngine:
         if self.closed:
             raise RuntimeError("engine is closed")
         self.calls.append((conversation_id, [dict(m) for m in messages]))
+        self.turns.append(turn)
         self.threads.append(threading.current_thread().name)
         reply = self.replies[min(len(self.calls) - 1, len(self.replies) - 1)]
         pieces = TOKEN_RE.findall(reply)[:max_tokens]

@@ -331,7 +331,7 @@ class ChatScreen(Screen):
                 if holder.closed:
                     raise AdaSparkError("the engine has been closed")
                 result = engine.generate(request.conversation_id, request.messages, max_tokens=request.max_tokens,
-                                         on_round=on_round, cancel=cancel)
+                                         on_round=on_round, cancel=cancel, turn=request.turn)
                 batcher.flush()
                 gauges = gauges_now(result.context)
         except AdaSparkError as err:
