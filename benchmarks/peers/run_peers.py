@@ -29,6 +29,7 @@ import http.client
 import json
 import os
 import shlex
+import signal
 import socket
 import subprocess
 import sys
@@ -103,6 +104,9 @@ class LlamaCppPythonPeer:
         kwargs: dict[str, Any] = {}
         if pld:
             kwargs["draft_model"] = LlamaPromptLookupDecoding(num_pred_tokens=10)
+            # 0.3.36 forces logits_all on with a draft model but sizes its score buffer by the
+            # argument (n_batch rows when False), so it crashes past 512 tokens without this.
+            kwargs["logits_all"] = True
         self.llm = llama_cpp.Llama(model, n_ctx=n_ctx, n_threads=threads, n_threads_batch=threads,
                                    verbose=False, **kwargs)
 
@@ -226,11 +230,16 @@ def run_one(peer: Any, conv: Conversation, max_tokens: int, tok: Tokenizer) -> l
     out = []
     for turn, user in enumerate(conv.turns):
         messages.append({"role": "user", "content": user})
-        if isinstance(peer, AdaSparkPeer):
-            t, looped, extra, text = peer.reply_conv(conv.id, messages, max_tokens, turn)
-        else:
-            t, looped, extra = peer.reply(messages, max_tokens)
-            text = t.text
+        try:
+            if isinstance(peer, AdaSparkPeer):
+                t, looped, extra, text = peer.reply_conv(conv.id, messages, max_tokens, turn)
+            else:
+                t, looped, extra = peer.reply(messages, max_tokens)
+                text = t.text
+        except Exception as exc:  # a peer's own failure: recorded, left out of the ratios, counted
+            print(f"{peer.name} {conv.id} turn {turn}: {exc!r}", file=sys.stderr, flush=True)
+            t, looped, text = Timer(), False, ""
+            extra = {"error": repr(exc)[:300]}
         messages.append({"role": "assistant", "content": text})
         n = tok.count(text)
         # n tokens over the span first..last piece: the first piece arrives with prefill, so a
@@ -273,6 +282,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=str(Path(__file__).resolve().parent / "results"))
     args = ap.parse_args(argv)
     args.model = args.model or default_model_path()
+    # a TERM (or an INT, ignored by background jobs) unwinds through `finally`, which stops
+    # the llama-server processes this script started
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     names = [p.strip() for p in args.peers.split(",") if p.strip()]
     convs = load_script(args.script)[: args.limit]
     out = Path(args.out)
