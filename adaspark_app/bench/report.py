@@ -108,8 +108,8 @@ def plot_ratios(report: Mapping[str, Any], path: Path) -> None:
     summ = report["summary"]
     comps = summ["comparisons"]
     rows = ["all"] + list(summ.get("categories") or [])
-    fig, ax = plt.subplots(figsize=(7.5, 0.45 * len(rows) * max(1, len(comps)) ** 0.5 + 1.6))
     n = max(1, len(comps))
+    fig, ax = plt.subplots(figsize=(7.5, min(14.0, 0.3 * len(rows) * (1.0 + 0.2 * n) + 1.6)))
     for k, (arm, comp) in enumerate(comps.items()):
         ys, xs, lo, hi = [], [], [], []
         for j, row in enumerate(rows):
@@ -122,10 +122,13 @@ def plot_ratios(report: Mapping[str, Any], path: Path) -> None:
             hi.append(c["ci95"][1] - c["geomean_ratio"])
         ax.errorbar(xs, ys, xerr=[lo, hi], fmt="o", capsize=3, label=arm)
     ax.axvline(1.0, color="grey", lw=1, ls="--")
-    ax.set_yticks(range(len(rows)), rows)
+    counts = [max((comp["overall"] if row == "all" else comp["by_category"][row])["replies"]
+                  for comp in comps.values()) if comps else 0 for row in rows]
+    ax.set_yticks(range(len(rows)), [f"{row} (n={c})" for row, c in zip(rows, counts)])
     ax.invert_yaxis()
     ax.set_xlabel(f"decode speed / {summ['base_arm']} (geometric mean, 95% bootstrap interval)")
-    ax.legend(loc="best", fontsize="small")
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.07 - 1.2 / fig.get_figheight() / 10),
+              ncol=min(3, n), fontsize="small", frameon=False)
     ax.grid(axis="x", alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=110)

@@ -96,7 +96,6 @@ class VerifyOutput:
 
     argmax: np.ndarray  # int32 per row of the batch
     seconds: float
-    margin: np.ndarray | None = None  # top-1 minus top-2 logit per row (multi-row verifies only)
 
 
 class LlamaBackend:
@@ -265,28 +264,15 @@ class LlamaBackend:
         return last
 
     def verify(self, tokens: Sequence[int], positions: Sequence[int],
-               seq_ids: Sequence[Sequence[int]], margins: bool = False) -> VerifyOutput:
-        """One target forward over the given rows, logits on every row; argmax per row and time.
-
-        With `margins`, also the gap between each row's best and second-best logit: the
-        engine's near-tie guard reads it (multi-row kernels round differently from one-row decode).
-        """
-        if max(positions) >= self.n_ctx:
+               seq_ids: Sequence[Sequence[int]]) -> VerifyOutput:
+        """One target forward over the given rows, logits on every row; argmax per row and time."""
+        if positions[-1] >= self.n_ctx or max(positions) >= self.n_ctx:
             raise ContextOverflowError(f"the reply reached the context limit of {self.n_ctx} tokens")
-        n = len(tokens)
-        self._fill_batch(tokens, positions, seq_ids, [True] * n)
+        self._fill_batch(tokens, positions, seq_ids, [True] * len(tokens))
         t0 = time.perf_counter()
         self._decode()
-        ptr = self.llama.llama_get_logits(self.ctx)
-        arr = np.ctypeslib.as_array(ptr, shape=(n, self.n_vocab))
-        am = arr.argmax(axis=1).astype(np.int32)
-        margin = None
-        if margins:
-            top = arr[np.arange(n), am].copy()
-            arr_masked = arr.copy()
-            arr_masked[np.arange(n), am] = -np.inf
-            margin = top - arr_masked.max(axis=1)
-        return VerifyOutput(am, time.perf_counter() - t0, margin)
+        am = self._argmax_rows(len(tokens))
+        return VerifyOutput(am, time.perf_counter() - t0)
 
     # ------------------------------------------------------------------ KV cache
     def seq_cp(self, src: int, dst: int, p0: int = -1, p1: int = -1) -> None:

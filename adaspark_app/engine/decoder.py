@@ -25,10 +25,6 @@ from .tree import (KIND_NGRAM, KIND_PICK, KIND_SIBLING, Candidates, accepted_pat
                    child_labels, expected_accepted, layout, path_products)
 
 NG_KIND = {"copy": 1, "follower": 2}
-# Near-tie guard. A multi-row verify rounds differently from one-row decode (CPU kernels are not
-# bit-identical), so where a row's best and second-best logits are this close its argmax is left
-# to a one-row step: the round commits only the tokens before that row and the next round is plain.
-TIE_MARGIN = 0.05
 
 
 class SelfCheckError(AssertionError):
@@ -75,9 +71,6 @@ class Decoder:
         self.tree_rounds_with_ngram = 0
         self.plain_only = backend.recurrent
         self.checked_rows = 0
-        self.tie_margin = TIE_MARGIN
-        self._force_plain = False
-        self.tie_rounds = 0
         # Target features of committed rows not yet injected into the drafter: kept as copies so a
         # run of plain steps costs no drafter forward; injected in one batch before the next draft.
         self._feed_feats: list[np.ndarray] = []
@@ -181,10 +174,6 @@ class Decoder:
         arm = self.arm.kind
         if arm == "ar" or self.plain_only:
             return self._plain(t0, first_round, tell_scheduler=False)
-        if self._force_plain:
-            self._force_plain = False
-            self.tie_rounds += 1
-            return self._plain(t0, first_round, tell_scheduler=arm == "adaspark")
         ctx = self.context
         if arm == "adaspark" and not self.scheduler.wants_draft(ctx):
             return self._plain(t0, first_round, tell_scheduler=True)
@@ -356,32 +345,25 @@ class Decoder:
         positions = [anchor_pos + d for d in lay.depth]
         for s in lay.leaf_seqs:
             b.seq_cp(0, s, -1, -1)
-        out = b.verify(tokens, positions, lay.seq_ids, margins=self.tie_margin > 0)
+        out = b.verify(tokens, positions, lay.seq_ids)
+        t_after = time.perf_counter()
         path, bonus, rows = accepted_path(lay, cands, out.argmax)
         k = len(path)
-        path_tokens = [cands.token[j] for j in path]
-        if self.self_check:
-            self._check_rows(lay, cands, out.argmax, rows, path_tokens, bonus, anchor_pos)
-        emitted = path_tokens + [bonus]
-        n_emit = self._tie_cut(out.margin, rows)
-        emitted = emitted[:n_emit]
-        # Keep in seq 0 the anchor and the accepted rows whose successors are emitted; the last
-        # emitted token becomes the next anchor (row 0 of the next verify).
-        n_kv = n_emit
         if lay.leaf_seqs:
             keep_seq = lay.seq_ids[rows[-1]][0]
-            if n_kv:
-                b.seq_cp(keep_seq, 0, anchor_pos, anchor_pos + n_kv)
+            b.seq_cp(keep_seq, 0, anchor_pos, anchor_pos + k + 1)
             for s in lay.leaf_seqs:
                 b.seq_rm(s, -1, -1)
         else:
-            b.seq_rm(0, anchor_pos + n_kv, -1)
-        if self.drafter is not None and n_kv:
-            self._note_rows(rows[:n_kv], [anchor_pos + i for i in range(n_kv)])
-        if n_emit:
-            self.kv_tokens.append(self.anchor)
-            self.kv_tokens.extend(emitted[:-1])
-            self.anchor = emitted[-1]
+            b.seq_rm(0, anchor_pos + k + 1, -1)
+        path_tokens = [cands.token[j] for j in path]
+        if self.self_check:
+            self._check_rows(lay, cands, out.argmax, rows, path_tokens, bonus, anchor_pos)
+        if self.drafter is not None:
+            self._note_rows(rows, [anchor_pos + i for i in range(k + 1)])
+        self.kv_tokens.append(self.anchor)
+        self.kv_tokens.extend(path_tokens)
+        self.anchor = bonus
         rows_by: dict[str, int] = {"drafter": 0, "ngram": 0, "agreed": 0}
         acc_by: dict[str, int] = {"drafter": 0, "ngram": 0, "agreed": 0}
         for j in lay.nodes[1:]:
@@ -400,22 +382,13 @@ class Decoder:
             src_order = np.array([1 if (cands.kind[j] == KIND_NGRAM and not cands.agreed[j]) else 0 for j in sel],
                                  dtype=np.int64)
             acc_order = np.array([j in in_path for j in sel], dtype=bool)
-            self.scheduler.observe(plan, anchor_pos + 1, verify_s, fixed, n_emit, first_round,
+            self.scheduler.observe(plan, anchor_pos + 1, verify_s, fixed, k + 1, first_round,
                                    q_order, src_order, acc_order)
         self._note_fixed(fixed)
+        del t_after
         exp_acc = float((s_d + s_n)[width]) if width < len(s_d) else float((s_d + s_n)[-1])
-        return RoundOutcome(emitted, width, measured, verify_s, fixed, predicted, exp_acc, k,
+        return RoundOutcome(path_tokens + [bonus], width, measured, verify_s, fixed, predicted, exp_acc, k,
                             priced_by, rows_by, acc_by, offered, band_rate)
-
-    def _tie_cut(self, margin: np.ndarray | None, rows: list[int]) -> int:
-        """How many of the round's tokens to emit: all, or those before the first near-tie row."""
-        if margin is None:
-            return len(rows)
-        for i, r in enumerate(rows):
-            if margin[r] < self.tie_margin:
-                self._force_plain = True
-                return i
-        return len(rows)
 
     def _note_fixed(self, fixed: float) -> None:
         """Running estimate of a drafted round's fixed cost D (plain steps have none to speak of)."""
