@@ -62,7 +62,8 @@ def _positive(name: str):
 def build_parser() -> argparse.ArgumentParser:
     p = OneLineParser(prog="adaspark", description="Terminal chat with lossless speculative decoding "
                       "on llama.cpp, scheduled by AdaSpark.")
-    sub = p.add_subparsers(dest="command", metavar="{chat,run,bench,store,drafter}", parser_class=OneLineParser)
+    sub = p.add_subparsers(dest="command", metavar="{chat,run,bench,bench-corpus,store,drafter}",
+                           parser_class=OneLineParser)
     sub.required = True
 
     c = sub.add_parser("chat", help="interactive chat (Textual TUI)")
@@ -88,21 +89,15 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--self-check", action="store_true", help="assert every emitted token is its row's argmax")
     _add_sampling(r)
 
-    for mod_name in ("adaspark_app.store.commands", "adaspark_app.bench.commands",
-                     "adaspark_app.engine.drafter_init"):
-        mod = _optional(mod_name)
-        if mod is not None and hasattr(mod, "add_parser"):
-            mod.add_parser(sub)
+    from .bench import commands as bench_commands
+    from .engine import drafter_init
+    from .store import commands as store_commands
+
+    store_commands.add_parser(sub)
+    bench_commands.add_parser(sub)
+    bench_commands.add_corpus_parser(sub)
+    drafter_init.add_parser(sub)
     return p
-
-
-def _optional(name: str):
-    import importlib
-
-    try:
-        return importlib.import_module(name)
-    except ImportError:
-        return None
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -196,11 +191,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_run(args)
         if args.command == "chat":
             return cmd_chat(args)
-        mod = {"store": "adaspark_app.store.commands", "bench": "adaspark_app.bench.commands",
-               "drafter": "adaspark_app.engine.drafter_init"}.get(args.command)
-        if mod is None:
-            parser.error(f"unknown command {args.command}")
-        return int(_optional(mod).run(args) or 0)
+        if args.command == "store":
+            from .store import commands as store_commands
+
+            return int(store_commands.run(args) or 0)
+        if args.command == "drafter":
+            from .engine import drafter_init
+
+            return int(drafter_init.run(args) or 0)
+        return int(args.func(args) or 0)
     except AdaSparkError as exc:
         sys.stderr.write(f"adaspark: error: {exc}\n")
         return exc.exit_code

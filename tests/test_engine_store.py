@@ -40,8 +40,9 @@ def test_restarted_engine_does_not_remeasure_learned_widths(model_path, public_p
     assert sum(first.values()) > 0, "an empty store must measure widths"
     learned = {w for w, n in first.items() if n >= 3}
     second, progress2 = _serve(model_path, db, copy_heavy)
+    # The second run may still measure new split widths (a split measures a width inside a class
+    # only where it could change the choice), but never a width the first run already learned.
     assert not (set(second) & learned), f"re-measured learned widths: {second} (learned {learned})"
-    assert sum(second.values()) <= sum(first.values()) / 3
     assert progress2[0] >= progress1[0]
 
 

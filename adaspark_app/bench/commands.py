@@ -40,6 +40,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
                    help="keep each arm's learned store as DIR/<arm>.db (default: fresh temporary stores)")
     p.add_argument("--threads", type=int, default=None, help="llama.cpp threads for every arm")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--keep-capped", action="store_true",
+                   help="fixed-length comparison: keep replies that reach --max-tokens instead of "
+                        "leaving them out as loops")
     p.set_defaults(func=run, handler=run)
     return p
 
@@ -88,6 +91,7 @@ def run(args: argparse.Namespace) -> int:
         report_dir=args.report,
         store_dir=args.store_dir,
         n_threads=args.threads,
+        keep_capped=args.keep_capped,
         extra={"command": command_line(args)},
     )
     console = Console(stderr=True)

@@ -127,11 +127,10 @@ def plot_ratios(report: Mapping[str, Any], path: Path) -> None:
     ax.set_yticks(range(len(rows)), [f"{row} (n={c})" for row, c in zip(rows, counts)])
     ax.invert_yaxis()
     ax.set_xlabel(f"decode speed / {summ['base_arm']} (geometric mean, 95% bootstrap interval)")
-    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.07 - 1.2 / fig.get_figheight() / 10),
-              ncol=min(3, n), fontsize="small", frameon=False)
+    ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize="small", frameon=False)
     ax.grid(axis="x", alpha=0.3)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, bbox_inches="tight")  # keeps the outside legend
     plt.close(fig)
 
 
@@ -145,7 +144,7 @@ def plot_width_shares(report: Mapping[str, Any], path: Path) -> None:
     summ = report["summary"]
     arms = report["meta"]["arms"]
     widths = sorted({int(w) for a in arms for w in summ["arms"][a]["width_shares"]})
-    fig, ax = plt.subplots(figsize=(7.5, 0.5 * len(arms) + 1.6))
+    fig, ax = plt.subplots(figsize=(7.5, max(2.4, 0.5 * len(arms) + 1.2)))
     cmap = plt.get_cmap("viridis", max(2, len(widths)))
     left = [0.0] * len(arms)
     for i, w in enumerate(widths):
@@ -156,17 +155,18 @@ def plot_width_shares(report: Mapping[str, Any], path: Path) -> None:
                 ax.text(left[j] + v / 2, j, str(w), ha="center", va="center", fontsize=8,
                         color="white" if i < len(widths) * 0.6 else "black")
         left = [l + v for l, v in zip(left, vals)]
+    for j, a in enumerate(arms):
+        if not summ["arms"][a]["width_shares"]:
+            ax.text(0.02, j, "no rounds reported", va="center", fontsize=8, color="grey")
     ax.set_yticks(range(len(arms)), arms)
     ax.invert_yaxis()
     ax.set_xlim(0, 1)
     ax.set_xlabel("share of rounds at each verified width")
     if widths:
-        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.28), ncol=min(8, len(widths)),
+        ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5), ncol=1 + (len(widths) - 1) // 12,
                   fontsize="small", frameon=False)
-    else:
-        ax.text(0.5, (len(arms) - 1) / 2, "no rounds recorded", ha="center", va="center")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, bbox_inches="tight")  # keeps the outside legend
     plt.close(fig)
 
 

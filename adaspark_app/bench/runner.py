@@ -125,12 +125,20 @@ class BenchConfig:
     store_dir: str | None = None
     n_threads: int | None = None
     n_ctx: int = 4096
+    keep_capped: bool = False  # a fixed-length run: replies reaching the cap are kept, not left out
     extra: dict = field(default_factory=dict)
 
 
-def reply_to_record(result: Any, label: str, category: str | None, repeat: int) -> dict:
-    """An OUT.jsonl-style dict of one ReplyResult, labelled with the bench arm and repeat."""
+def reply_to_record(result: Any, label: str, category: str | None, repeat: int,
+                    keep_capped: bool = False) -> dict:
+    """An OUT.jsonl-style dict of one ReplyResult, labelled with the bench arm and repeat.
+
+    With keep_capped, a reply that reached the cap is marked `capped` instead of `looped`, so
+    fixed-length comparisons (every reply cut at N tokens) keep it."""
     d = result.to_json() if hasattr(result, "to_json") else dict(result)
+    if keep_capped and d.get("looped"):
+        d["looped"] = False
+        d["capped"] = True
     d.pop("tokens", None)  # token ids are large and not needed by the report
     d["engine_arm"] = d.get("arm")
     d["arm"] = label
@@ -296,7 +304,7 @@ def run_bench(
                             engine = _ProgressEngine(engine, lambda: prog.advance(task, 1))
                         results = run_conversation(engine, conv, config.max_tokens)
                         for res in results:
-                            rec = reply_to_record(res, label, conv.category, repeat)
+                            rec = reply_to_record(res, label, conv.category, repeat, config.keep_capped)
                             records.append(rec)
                             fp.write(json.dumps(rec, ensure_ascii=False) + "\n")
                         fp.flush()
