@@ -24,8 +24,10 @@ from __future__ import annotations
 import json
 import math
 import os
+import random
 import sqlite3
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -125,6 +127,10 @@ def _int_keys(widths: dict | None) -> dict | None:
         except (TypeError, ValueError):
             out[k] = v
     return out
+
+
+class _LockedError(Exception):
+    """An open attempt met a lock SQLite's busy handler does not wait on; the caller retries."""
 
 
 def title_from(text: str, limit: int = 60) -> str:
@@ -266,6 +272,21 @@ class Store:
                 p.parent.mkdir(parents=True, exist_ok=True)
             except OSError as exc:
                 raise StoreError(f"cannot create the store's folder {p.parent}: {exc}") from None
+        # Two processes opening a new file at once can meet SQLITE_BUSY where SQLite calls no busy
+        # handler (switching to WAL needs a lock the other holds): back off and open again.
+        deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
+        while True:
+            try:
+                return cls._open_connection(p)
+            except _LockedError:
+                if time.monotonic() > deadline:
+                    raise StoreError(f"cannot open store {p}: the database stayed locked by another "
+                                     f"process for {BUSY_TIMEOUT_MS // 1000} s") from None
+                time.sleep(0.05 + random.random() * 0.1)
+
+    @classmethod
+    def _open_connection(cls, p: Path) -> "Store":
+        """One attempt at connecting, setting WAL and migrating in one immediate transaction."""
         try:
             conn = sqlite3.connect(
                 str(p),
@@ -295,6 +316,8 @@ class Store:
             raise
         except sqlite3.Error as exc:
             conn.close()
+            if "locked" in str(exc) or "busy" in str(exc):
+                raise _LockedError(str(exc)) from None
             raise StoreError(f"cannot open store {p}: {exc}") from None
         return store
 
