@@ -142,24 +142,18 @@ class Decoder:
         self._feed_feats.append(self.drafter.target_features(rows))
         self._feed_pos.extend(positions)
 
-    def _drafter_flush(self) -> None:
-        if self._feed_pos:
-            feats = np.concatenate(self._feed_feats) if len(self._feed_feats) > 1 else self._feed_feats[0]
-            self.drafter.feed_features(feats, self._feed_pos)
-            self._feed_feats, self._feed_pos = [], []
-
     def _drafter_truncate(self, n: int) -> None:
         """Follow the target's seq 0 back to positions < n (pending features included)."""
-        self._drafter_flush_upto(n)
+        self._drafter_flush(n)
         self.drafter.truncate(n)
 
-    def _drafter_flush_upto(self, n: int) -> None:
+    def _drafter_flush(self, n: int | None = None) -> None:
+        """Inject the pending features of positions the drafter lacks (below n, if given)."""
         if not self._feed_pos:
             return
         feats = np.concatenate(self._feed_feats)
-        keep = [i for i, p in enumerate(self._feed_pos) if p < n]
         start = self.drafter.n_positions()
-        keep = [i for i in keep if self._feed_pos[i] >= start]
+        keep = [i for i, p in enumerate(self._feed_pos) if p >= start and (n is None or p < n)]
         if keep:
             self.drafter.feed_features(feats[keep], [self._feed_pos[i] for i in keep])
         self._feed_feats, self._feed_pos = [], []
@@ -183,9 +177,7 @@ class Decoder:
         else:
             cands = self._tree_candidates()
         if len(cands) == 0:
-            if arm == "adaspark":
-                return self._plain(t0, first_round, tell_scheduler=True)
-            return self._plain(t0, first_round, tell_scheduler=False)
+            return self._plain(t0, first_round, tell_scheduler=arm == "adaspark")
         cset = self._candidate_set(cands)
         p_src = self.precision.value
         if arm == "chain":
@@ -211,8 +203,6 @@ class Decoder:
             predicted = plan.predicted_verify_s
             offered = plan.offered
             band_rate = plan.band_rate
-            if not plan.draft and width == 1:
-                pass
         elif arm == "pinned":
             width = self.arm.k
         else:  # chain
@@ -227,7 +217,7 @@ class Decoder:
                 pick = self.acceptance.exploration_pick(cset, placed, self.tree_rounds_with_ngram)
                 if pick is not None and pick not in selected[:-1]:
                     selected[-1] = int(pick)
-        return self._verify_round(t0, first_round, cands, cset, q, Q, order, selected, width, measured,
+        return self._verify_round(t0, first_round, cands, cset, Q, is_ng, selected, width, measured,
                                   predicted, priced_by, offered, band_rate, plan, s_d, s_n, p_src)
 
     # ------------------------------------------------------------------ plain step
@@ -336,7 +326,7 @@ class Decoder:
             contra_kind=np.asarray(c.contra_kind, dtype=np.int64))
 
     # ------------------------------------------------------------------ verify and commit
-    def _verify_round(self, t0, first_round, cands, cset, q, Q, order, selected, width, measured,
+    def _verify_round(self, t0, first_round, cands, cset, Q, is_ng, selected, width, measured,
                       predicted, priced_by, offered, band_rate, plan, s_d, s_n, p_src) -> RoundOutcome:
         b = self.backend
         anchor_pos = len(self.kv_tokens)
@@ -346,7 +336,6 @@ class Decoder:
         for s in lay.leaf_seqs:
             b.seq_cp(0, s, -1, -1)
         out = b.verify(tokens, positions, lay.seq_ids)
-        t_after = time.perf_counter()
         path, bonus, rows = accepted_path(lay, cands, out.argmax)
         k = len(path)
         if lay.leaf_seqs:
@@ -379,13 +368,11 @@ class Decoder:
             in_path = set(path)
             sel = selected
             q_order = Q[np.asarray(sel, dtype=np.int64)] if sel else np.zeros(0)
-            src_order = np.array([1 if (cands.kind[j] == KIND_NGRAM and not cands.agreed[j]) else 0 for j in sel],
-                                 dtype=np.int64)
+            src_order = is_ng[np.asarray(sel, dtype=np.int64)].astype(np.int64) if sel else np.zeros(0, np.int64)
             acc_order = np.array([j in in_path for j in sel], dtype=bool)
             self.scheduler.observe(plan, anchor_pos + 1, verify_s, fixed, k + 1, first_round,
                                    q_order, src_order, acc_order)
         self._note_fixed(fixed)
-        del t_after
         exp_acc = float((s_d + s_n)[width]) if width < len(s_d) else float((s_d + s_n)[-1])
         return RoundOutcome(path_tokens + [bonus], width, measured, verify_s, fixed, predicted, exp_acc, k,
                             priced_by, rows_by, acc_by, offered, band_rate)
