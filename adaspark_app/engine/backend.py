@@ -24,6 +24,19 @@ from ..errors import ContextOverflowError, ModelLoadError
 
 GGUF_MAGIC = b"GGUF"
 N_SEQ_MAX = 64
+# KV cache types and attention kernel. With an F16 (or F32) K and V cache, ggml's CPU flash
+# attention takes a different kernel for a one-row batch at 512+ cached cells (the KV range split
+# across threads, partial softmaxes merged) than for a multi-row batch (whole range per row, or
+# tiles at 32+ rows). The two round differently, so a cell written by a verify differed from the
+# same cell written by plain decode (next-token logits moved by up to 0.7), and greedy replies
+# drifted from `ar` after a near tie. Both kernels are chosen only when K and V are F16/F32 of one
+# type; K in BF16 with V in F16 leaves every batch on the same per-row kernel, bit for bit, at the
+# one-row speed of F16 (V in BF16 or Q8_0 costs ~25% at 1k context here). FA off still differs.
+GGML_TYPE_F16 = 1
+GGML_TYPE_BF16 = 30
+KV_TYPE_K = GGML_TYPE_BF16
+KV_TYPE_V = GGML_TYPE_F16
+FLASH_ATTN_ENABLED = 1
 
 _backend_lock = threading.Lock()
 _backend_ready = False
@@ -121,8 +134,16 @@ class LlamaBackend:
         cparams.n_threads = self.n_threads
         cparams.n_threads_batch = self.n_threads
         cparams.no_perf = True
+        cparams.flash_attn_type = FLASH_ATTN_ENABLED
+        cparams.type_k = KV_TYPE_K
+        cparams.type_v = KV_TYPE_V
+        # Diagnostics only (benchmarks of the kernels above): ADASPARK_FA=0|1, ADASPARK_KVT=K[,V]
         if os.environ.get("ADASPARK_FA") is not None:
             cparams.flash_attn_type = int(os.environ["ADASPARK_FA"])
+        if os.environ.get("ADASPARK_KVT") is not None:
+            kt, _, vt = os.environ["ADASPARK_KVT"].partition(",")
+            cparams.type_k = int(kt)
+            cparams.type_v = int(vt or kt)
         ctx = L.llama_init_from_model(model, cparams)
         if not ctx:
             L.llama_model_free(model)
