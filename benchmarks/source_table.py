@@ -1,5 +1,6 @@
 """Table 7's rows for this engine from a bench run's replies.jsonl: verified draft rows and
-accepted draft tokens by source (drafter / n-gram / agreed) and each source's acceptance rate.
+accepted draft tokens by source (drafter / n-gram / agreed), each source's acceptance rate, and
+the rounds the n-gram widened (verified rounds with n-gram rows).
 
     python benchmarks/source_table.py REPORT_DIR/replies.jsonl > REPORT_DIR/sources.md
 """
@@ -17,27 +18,30 @@ def main(path: str) -> None:
     rows = defaultdict(lambda: defaultdict(int))
     acc = defaultdict(lambda: defaultdict(int))
     rounds = defaultdict(int)
+    widened = defaultdict(int)
     tokens = defaultdict(int)
     for line in open(path):
         r = json.loads(line)
         arm = r["arm"]
         rounds[arm] += r.get("rounds", 0)
+        widened[arm] += r.get("ngram_rounds", 0)
         tokens[arm] += r.get("n_tokens", 0)
         for s in SOURCES:
             rows[arm][s] += r.get("rows_by_source", {}).get(s, 0)
             acc[arm][s] += r.get("accepted_by_source", {}).get(s, 0)
     print(f"# Draft rows and accepted tokens by source (`{path}`)\n")
-    print("| arm | rounds | verified draft rows (drafter / n-gram / agreed) | accepted draft tokens "
-          "(drafter / n-gram / agreed) | acceptance rate n-gram | accepted per round |")
-    print("|---|---|---|---|---|---|")
+    print("| arm | rounds | rounds widened by the n-gram | verified draft rows (drafter / n-gram / agreed) "
+          "| accepted draft tokens (drafter / n-gram / agreed) | acceptance rate drafter / n-gram / agreed "
+          "| accepted per round |")
+    print("|---|---|---|---|---|---|---|")
     for arm in sorted(rows):
         if sum(rows[arm].values()) == 0:
             continue
         rr = " / ".join(str(rows[arm][s]) for s in SOURCES)
         aa = " / ".join(str(acc[arm][s]) for s in SOURCES)
-        rate = acc[arm]["ngram"] / rows[arm]["ngram"] if rows[arm]["ngram"] else float("nan")
+        rates = " / ".join(f"{acc[arm][s] / rows[arm][s]:.1%}" if rows[arm][s] else "-" for s in SOURCES)
         per = sum(acc[arm].values()) / max(1, rounds[arm])
-        print(f"| `{arm}` | {rounds[arm]} | {rr} | {aa} | {rate:.1%} | {per:.3f} |")
+        print(f"| `{arm}` | {rounds[arm]} | {widened[arm]} | {rr} | {aa} | {rates} | {per:.3f} |")
 
 
 if __name__ == "__main__":

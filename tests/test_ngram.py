@@ -174,3 +174,13 @@ def test_chains_are_fast_enough_for_every_round():
         idx.extend(rest[r * 3 : r * 3 + 3])
     per_round = (time.perf_counter() - t0) / rounds
     assert per_round < 0.02, f"{per_round * 1e3:.1f} ms per round"
+
+
+def test_first_step_is_the_chain_head_and_follows_extend():
+    idx = NgramIndex([5, 6, 7, 8, 9, 1, 2, 5, 6, 7, 8])
+    first = idx.first_step()
+    assert first is not None and first.kind == "copy" and first.token == 9 and first.evidence == 4
+    assert idx.predict_next() == 9
+    idx.extend([9, 1])
+    assert idx.first_step().token == 2 and idx.first_step().evidence == 6
+    assert NgramIndex([1, 2, 3]).first_step() is None

@@ -163,7 +163,8 @@ class ChatEngine:
             prefill_s=prefill_s, prompt_tokens=n_prefill, context=dec.context, rounds=stats["rounds"],
             widths=stats["widths"], measure_rounds=stats["measure_rounds"],
             rows_by_source=stats["rows_by_source"], accepted_by_source=stats["accepted_by_source"],
-            looped=stats["looped"], stopped=stats["stopped"], arm=str(self.arm), tokens=reply)
+            looped=stats["looped"], stopped=stats["stopped"], arm=str(self.arm), tokens=reply,
+            ngram_rounds=stats["ngram_rounds"])
         self._save(result)
         return result
 

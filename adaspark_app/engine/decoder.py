@@ -17,7 +17,7 @@ import numpy as np
 
 from ..learn.acceptance import AcceptanceModel, CandidateSet
 from ..learn.constants import NGRAM_MAX_DEPTH, TOP_K
-from ..learn.scheduler import WidthScheduler
+from ..learn.scheduler import PROBE_NONE, WidthScheduler, probe_class
 from .arms import MAX_WIDTH, Arm
 from .backend import LlamaBackend
 from .ngram import NgramIndex, SourcePrecision
@@ -169,9 +169,14 @@ class Decoder:
         if arm == "ar" or self.plain_only:
             return self._plain(t0, first_round, tell_scheduler=False)
         ctx = self.context
-        if arm == "adaspark" and not self.scheduler.wants_draft(ctx):
-            return self._plain(t0, first_round, tell_scheduler=True)
         self._sync_ngram()
+        if arm == "adaspark":
+            step = self.ngram.first_step()
+            probe = probe_class(step.kind, step.evidence) if step is not None else PROBE_NONE
+            if probe == PROBE_NONE and self.drafter is None:
+                return self._plain(t0, first_round, tell_scheduler=True)  # nothing to propose
+            if not self.scheduler.wants_draft(ctx, probe):
+                return self._plain(t0, first_round, tell_scheduler=True)
         if arm == "chain":
             cands = self._chain_candidates(self.arm.k)
         else:
@@ -412,6 +417,7 @@ def run_reply(dec: Decoder, max_tokens: int, is_eog: Callable[[int], bool],
     """
     reply: list[int] = []
     stats = {"rounds": 0, "widths": {}, "measure_rounds": 0, "looped": False, "stopped": False, "eog": False,
+             "ngram_rounds": 0,
              "rows_by_source": {"drafter": 0, "ngram": 0, "agreed": 0},
              "accepted_by_source": {"drafter": 0, "ngram": 0, "agreed": 0}}
     t_first = time.perf_counter()
@@ -433,6 +439,7 @@ def run_reply(dec: Decoder, max_tokens: int, is_eog: Callable[[int], bool],
         stats["rounds"] += 1
         stats["widths"][oc.width] = stats["widths"].get(oc.width, 0) + 1
         stats["measure_rounds"] += int(oc.measured)
+        stats["ngram_rounds"] += int(oc.rows_by_source.get("ngram", 0) > 0)
         for key in stats["rows_by_source"]:
             stats["rows_by_source"][key] += oc.rows_by_source.get(key, 0)
             stats["accepted_by_source"][key] += oc.accepted_by_source.get(key, 0)

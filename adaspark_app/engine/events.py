@@ -65,6 +65,7 @@ class ReplyResult:
     stopped: bool  # cancelled by the user
     arm: str
     tokens: list[int] = field(default_factory=list)
+    ngram_rounds: int = 0  # verified rounds with n-gram rows: rounds the n-gram widened (Table 7)
 
     @property
     def tokens_per_s(self) -> float:

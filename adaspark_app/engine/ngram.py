@@ -63,7 +63,7 @@ class NgramIndex:
     proposal at the anchor, used to measure the source precision p_src of Eq. (6).
     """
 
-    __slots__ = ("_tokens", "_pos", "_follow", "_best")
+    __slots__ = ("_tokens", "_pos", "_follow", "_best", "_first")
 
     def __init__(self, tokens: Sequence[int] = ()) -> None:
         self._tokens: list[int] = []
@@ -72,6 +72,7 @@ class NgramIndex:
         # _follow[3-gram][token] = how often token followed it; _best[3-gram] = (token, count)
         self._follow: dict[tuple[int, ...], dict[int, int]] = {}
         self._best: dict[tuple[int, ...], tuple[int, int]] = {}
+        self._first: tuple[int, NgramStep | None] = (-1, None)  # (length, first step) cache
         self.extend(tokens)
 
     def __len__(self) -> int:
@@ -180,13 +181,22 @@ class NgramIndex:
             ext.append(best[0])
         return out
 
+    def first_step(self) -> NgramStep | None:
+        """The first step of the chain from the end of the committed text (cached per length):
+        the probe the draft gate reads before a round, and the prediction p_src is scored on."""
+        n = len(self._tokens)
+        if self._first[0] != n:
+            steps = self.chain((), 1)
+            self._first = (n, steps[0] if steps else None)
+        return self._first[1]
+
     def predict_next(self) -> int | None:
         """The source's top-1 proposal at the anchor (the end of the committed text), or None.
 
         Used for the precision p_src of Eq. (6): compare it with the token actually committed.
         """
-        steps = self.chain((), 1)
-        return steps[0].token if steps else None
+        step = self.first_step()
+        return step.token if step is not None else None
 
 
 class SourcePrecision:

@@ -539,9 +539,10 @@ class VerifyCostModel:
         width by the switching margin. Split next to the held width when the class's top costs
         more than STEEP_RISE above its bottom, else at its midpoint. Returns the new width.
         """
-        ws = self.widths()
-        if len(ws) >= MAX_WIDTHS or self.pending():
+        if len(self.widths()) >= MAX_WIDTHS or self.split_pending():
             return None
+        # a cold width waiting for a round where it could win is not a neighbour yet
+        ws = [w for w in self.widths() if self.classes[w].priced]
         best: tuple[int, float, int, int] | None = None
         for a, b in zip(ws, ws[1:]):
             if b - a < 2:

@@ -14,6 +14,12 @@ that did; it resets once the sums say drafting pays, e.g. when probes meet a cop
 A skip is also at most 2^GATE_MAX_BACKOFF x (1 - advantage / rho D) rounds: a probe costs rho D
 less its advantage, so where drafting nearly pays, probes are nearly free and come often. Skipped rounds still teach
 width 1's cost and the band rate.
+
+Gates are kept per context band and per *probe*: what the n-gram index proposes at the anchor
+before anything is drafted (nothing, a follower, or a copy by the length of its matched context;
+`probe_class`). The probe costs a few dictionary lookups, and it separates the rounds where
+drafting pays (the reply is copying an earlier passage) from those where it does not: one gate
+for all rounds would learn the average and skip the copies with the rest.
 """
 
 from __future__ import annotations
@@ -33,8 +39,25 @@ STATE_VERSION = 1
 GATE_HALF_LIFE = 16.0  # drafted rounds: memory of the gate's advantage and D sums
 GATE_MIN_ROUNDS = 4  # drafted rounds seen before the gate may skip drafting
 GATE_MAX_BACKOFF = 7  # longest skip: 2^7 = 128 plain rounds between probes
+COLD_ALWAYS_BELOW = 16  # ladder widths below this are measured unconditionally (cold start)
 PENDING_STALL = 64  # rounds a width may wait for a tree wide enough before it stops forcing drafting
 _GATE_DECAY = 0.5 ** (1.0 / GATE_HALF_LIFE)
+# Probe classes: 0 no proposal, 1 a follower, 2.. a copy by matched-context bin (4-7, 8-15, 16-31, 32+).
+PROBE_NONE, PROBE_FOLLOWER = 0, 1
+PROBE_COPY_EDGES = (4, 8, 16, 32)
+
+
+def probe_class(kind: str | None, evidence: int) -> int:
+    """The gate's probe class of the n-gram proposal at the anchor (kind None: no proposal)."""
+    if kind is None:
+        return PROBE_NONE
+    if kind != "copy":
+        return PROBE_FOLLOWER
+    c = 2
+    for edge in PROBE_COPY_EDGES[1:]:
+        if evidence >= edge:
+            c += 1
+    return c
 
 
 @dataclass
@@ -69,6 +92,7 @@ class DraftGate:
         self.rounds += 1
         if self.adv >= self.cost:
             self.backoff = 0
+            self.skip_left = 0  # a skip set before rounds drafted anyway (cold start) is stale
         elif self.rounds >= GATE_MIN_ROUNDS:
             # A probe costs rho D minus its advantage: nearly nothing when drafting almost pays,
             # so the skip is also capped in proportion to how clearly drafting loses.
@@ -108,8 +132,9 @@ class WidthScheduler:
         self.rate = LongRunRate()
         self.max_rows = 0  # widest verify run so far
         self.stall = 0  # rounds a pending width could not be measured
-        self.gates: dict[int, DraftGate] = {}  # context band -> draft gate
+        self.gates: dict[tuple[int, int], DraftGate] = {}  # (context band, probe class) -> draft gate
         self.last_band: int | None = None  # band of the latest round: a new band's gate starts from it
+        self.probe = PROBE_NONE  # probe class of the current round (wants_draft)
         self._last: tuple[WidthPlan, float | None, float | None, int, float] | None = None
 
     # --- helpers -------------------------------------------------------------------------
@@ -124,23 +149,26 @@ class WidthScheduler:
         return rho if rho is not None else self._plain_rate(context)
 
     def _gate(self, context: int) -> DraftGate:
-        """The band's draft gate; a band met for the first time starts from the previous band's."""
+        """The draft gate of the band and the round's probe class; one met for the first time
+        starts from the previous band's gate of the same probe class."""
         band = context_band(context)
-        gate = self.gates.get(band)
+        gate = self.gates.get((band, self.probe))
         if gate is None:
-            prev = self.gates.get(self.last_band) if self.last_band is not None else None
+            prev = self.gates.get((self.last_band, self.probe)) if self.last_band is not None else None
             gate = prev.copy() if prev is not None else DraftGate()
-            self.gates[band] = gate
+            self.gates[(band, self.probe)] = gate
         self.last_band = band
         return gate
 
     # --- the round -----------------------------------------------------------------------
-    def wants_draft(self, context: int) -> bool:
+    def wants_draft(self, context: int, probe: int = PROBE_NONE) -> bool:
         """Called before drafting: False means run this round as a plain step (observe_plain).
 
-        Always True while a ladder or reach width still needs measuring (cold start), unless no
-        tree has been wide enough to measure it for PENDING_STALL rounds.
+        ``probe`` is the round's probe class (module docstring). Always True while a ladder or
+        reach width still needs measuring (cold start), unless no tree has been wide enough to
+        measure it for PENDING_STALL rounds.
         """
+        self.probe = int(probe)
         if self.cost.cold_pending() and self.stall < PENDING_STALL:
             return True
         gate = self._gate(context)
@@ -164,6 +192,9 @@ class WidthScheduler:
         gains = self.gains.at(context)
         rate_mode = rho_band is not None
         scored = self.chooser.score(offered, s_d, s_n, fixed_s, gains, rho_band) if offered else {}
+        if measure is not None and not self._cold_could_win(measure, scored, s_d, s_n, gains, rho_band):
+            measure = next((w for w in self.cost.cold_pending() if measure < w <= available
+                            and self._cold_could_win(w, scored, s_d, s_n, gains, rho_band)), None)
 
         if measure is not None:
             width, measured = measure, True
@@ -176,7 +207,7 @@ class WidthScheduler:
             split_width = self._split_to_measure(width, scored, s_d, s_n, gains, rho_band, available)
             if split_width is not None:
                 width, measured = split_width, True
-            elif scored and self.chooser.held >= HOLD_ROUNDS_BEFORE_SPLIT and not self.cost.pending():
+            elif scored and self.chooser.held >= HOLD_ROUNDS_BEFORE_SPLIT and not self.cost.split_pending():
                 self._maybe_split(context, scored, s_d, s_n, fixed_s, gains, rho_band, available)
 
         adv = None
@@ -206,6 +237,26 @@ class WidthScheduler:
         e = self.chooser.expected_tokens(n, s_d, s_n, gains)
         sec = scored[a].seconds  # D + T(a)
         return Scored(n, e, sec, e - rho * sec if rho is not None else e / max(sec, 1e-12))
+
+    def _cold_could_win(
+        self, w: int, scored: dict[int, Scored], s_d: list[float], s_n: list[float],
+        gains: tuple[float, float, float, float], rho: float | None,
+    ) -> bool:
+        """Whether a cold width is worth measuring in this round (a deviation from §3.2).
+
+        The paper measures every ladder width unconditionally. On a CPU, where every row costs,
+        three verifies each of 16, 32 and 64 rows cost about a hundred plain steps, and most rounds'
+        trees could not use them. So a cold width of COLD_ALWAYS_BELOW rows or more is measured only in
+        a round where it could win: at its priced lower neighbour's price (a lower bound on its
+        own) it must clear the switching margin against the best priced width, the split rule of
+        §3.2 applied to the ladder. A width never measured stays unoffered.
+        """
+        below = [a for a in scored if a < w]
+        if w < COLD_ALWAYS_BELOW or not below:
+            return True
+        best = max(scored.values(), key=lambda x: x.score)
+        alt = self._optimistic(below[-1], w, scored, s_d, s_n, gains, rho)
+        return self.chooser.beats(alt, best, rho is not None) > 0.0
 
     def _split_to_measure(
         self, chosen: int, scored: dict[int, Scored], s_d: list[float], s_n: list[float],
@@ -327,7 +378,7 @@ class WidthScheduler:
             "chooser": self.chooser.state_dict(),
             "gains": self.gains.state_dict(),
             "rate": self.rate.state_dict(),
-            "gates": [[int(b), self.gates[b].state_dict()] for b in sorted(self.gates)],
+            "gates": [[int(b), int(p), self.gates[(b, p)].state_dict()] for b, p in sorted(self.gates)],
             "last_band": self.last_band,
             "max_rows": int(self.max_rows),
             "stall": int(self.stall),
@@ -341,9 +392,10 @@ class WidthScheduler:
         self.gains.load_state(state["gains"])
         self.rate.load_state(state["rate"])
         self.gates = {}
-        for b, gs in state["gates"]:
-            self.gates[int(b)] = DraftGate()
-            self.gates[int(b)].load_state(gs)
+        for entry in state["gates"]:  # [band, probe, state]; [band, state] from before probes
+            b, p, gs = entry if len(entry) == 3 else (entry[0], PROBE_NONE, entry[1])
+            gate = self.gates[(int(b), int(p))] = DraftGate()
+            gate.load_state(gs)
         self.last_band = None if state["last_band"] is None else int(state["last_band"])
         self.max_rows = int(state["max_rows"])
         self.stall = int(state["stall"])
