@@ -24,7 +24,10 @@ def main(path: str) -> None:
         r = json.loads(line)
         arm = r["arm"]
         rounds[arm] += r.get("rounds", 0)
-        widened[arm] += r.get("ngram_rounds", 0)
+        if "ngram_rounds" in r:
+            widened[arm] += r["ngram_rounds"]
+        elif not r.get("rows_by_source", {}).get("drafter"):  # older replies: no drafter, so every
+            widened[arm] += sum(n for w, n in r.get("widths", {}).items() if int(w) > 1)  # wide round
         tokens[arm] += r.get("n_tokens", 0)
         for s in SOURCES:
             rows[arm][s] += r.get("rows_by_source", {}).get(s, 0)

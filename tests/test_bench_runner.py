@@ -37,6 +37,22 @@ def test_arm_labels_validate_and_disambiguate_repeated_arms():
         runner.arm_labels(["ar"])
 
 
+def test_drafter_suffix_marks_the_arms_that_run_with_the_drafter(monkeypatch):
+    assert runner.arm_labels(["ar", "adaspark", "Adaspark+drafter"]) == [
+        ("ar", "ar"), ("adaspark", "adaspark"), ("adaspark+drafter", "adaspark+drafter")]
+    with pytest.raises(ArgumentError):
+        runner.arm_labels(["ar", "adaspark+bogus"])
+    made = []
+    monkeypatch.setattr("adaspark_app.engine.chat_engine.ChatEngine",
+                        lambda **kw: made.append((kw["arm"], kw["drafter_path"])))
+    cfg = runner.BenchConfig(script="s", arms=["ar", "adaspark+drafter"], drafter="d.gguf")
+    runner._default_engine_factory(cfg, "ar", None)
+    runner._default_engine_factory(cfg, "adaspark+drafter", None)
+    cfg_all = runner.BenchConfig(script="s", arms=["ar", "adaspark"], drafter="d.gguf")
+    runner._default_engine_factory(cfg_all, "adaspark", None)
+    assert made == [("ar", None), ("adaspark", "d.gguf"), ("adaspark", "d.gguf")]
+
+
 SPEED = {"ar": 100.0, "chain:4": 150.0}
 
 

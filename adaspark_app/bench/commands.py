@@ -28,7 +28,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     )
     p.add_argument("script", metavar="SCRIPT.jsonl")
     p.add_argument("--arms", required=True,
-                   help="comma-separated arms, the first is the base: adaspark | ar | chain:K | pinned:N")
+                   help="comma-separated arms, the first is the base: adaspark | ar | chain:K | pinned:N; "
+                        "ARM+drafter runs that arm with --drafter (then the others run without it)")
     p.add_argument("--model", default=None, help="target GGUF (default: bundled SmolLM2-135M-Instruct)")
     p.add_argument("--drafter", default=None, help="DSpark drafter GGUF")
     p.add_argument("--max-tokens", type=int, default=DEFAULT_MAX_TOKENS,

@@ -45,16 +45,24 @@ def schedule(n_conversations: int, arms: Sequence[str], repeats: int = 1) -> lis
     return plan
 
 
+DRAFTER_SUFFIX = "+drafter"
+
+
 def arm_labels(arm_specs: Sequence[str]) -> list[tuple[str, str]]:
     """(label, arm string) per requested arm. Arms are validated and normalised; a repeated arm
-    (an A/A run, which shows the machine's noise) gets a `#2`, `#3` ... label."""
+    (an A/A run, which shows the machine's noise) gets a `#2`, `#3` ... label. An arm ending in
+    `+drafter` runs with `--drafter`; when any arm has the suffix, the others run without it
+    (so `--arms ar,adaspark,adaspark+drafter` compares the drafter's worth in one run)."""
     from ..engine.arms import parse_arm
 
     out, seen = [], {}
     for spec in arm_specs:
         if not spec.strip():
             raise ArgumentError("--arms has an empty entry")
-        arm = str(parse_arm(spec))
+        base, plus, extra = spec.strip().partition("+")
+        if plus and extra.strip().lower() != DRAFTER_SUFFIX[1:]:
+            raise ArgumentError(f"arm {spec!r}: the only suffix is {DRAFTER_SUFFIX}")
+        arm = str(parse_arm(base)) + (DRAFTER_SUFFIX if plus else "")
         seen[arm] = seen.get(arm, 0) + 1
         label = arm if seen[arm] == 1 else f"{arm}#{seen[arm]}"
         out.append((label, arm))
@@ -150,8 +158,10 @@ def reply_to_record(result: Any, label: str, category: str | None, repeat: int,
 def _default_engine_factory(config: BenchConfig, arm: str, store: Any) -> Any:
     from ..engine.chat_engine import ChatEngine
 
-    return ChatEngine(model_path=config.model, drafter_path=config.drafter, store=store, arm=arm,
-                      n_threads=config.n_threads, n_ctx=config.n_ctx)
+    base, plus, _ = arm.partition("+")
+    with_drafter = bool(plus) or not any(a.strip().endswith(DRAFTER_SUFFIX) for a in config.arms)
+    return ChatEngine(model_path=config.model, drafter_path=config.drafter if with_drafter else None,
+                      store=store, arm=base, n_threads=config.n_threads, n_ctx=config.n_ctx)
 
 
 def _default_store_factory(path: Path) -> Any:
@@ -221,6 +231,8 @@ def run_bench(
     if config.n_threads is not None and config.n_threads < 1:
         raise ArgumentError("--threads must be at least 1")
     labels = arm_labels(config.arms)
+    if any(arm.endswith(DRAFTER_SUFFIX) for _, arm in labels) and not config.drafter:
+        raise ArgumentError(f"an arm with {DRAFTER_SUFFIX} needs --drafter")
     convs = conversations if conversations is not None else _load_script(config.script)
     if not convs:
         raise ScriptError(f"{config.script}: no conversations")
