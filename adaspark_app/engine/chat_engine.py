@@ -75,10 +75,9 @@ class ChatEngine:
         from .dspark import DSparkDrafter  # imported lazily: binds C++ ext symbols
 
         if drafter_path == "default":
-            from ..errors import DrafterError
+            from .default_drafter import default_drafter_path
 
-            raise DrafterError("no trained default drafter ships with this version; pass a DSpark GGUF "
-                               "(`adaspark drafter init` writes one with random weights)")
+            drafter_path = default_drafter_path()
         self.drafter_path = drafter_path
         b = self.backend
         return DSparkDrafter(b.model, b.ctx, drafter_path, b.n_threads)

@@ -69,6 +69,7 @@ class Decoder:
         self.round_index = 0
         self.request_round = 0
         self.tree_rounds_with_ngram = 0
+        self.cut_rounds = 0  # rounds whose accepted path was cut to keep KV cells in position order
         self.plain_only = backend.recurrent
         self.checked_rows = 0
         # Target features of committed rows not yet injected into the drafter: kept as copies so a
@@ -341,7 +342,21 @@ class Decoder:
         for s in lay.leaf_seqs:
             b.seq_cp(0, s, -1, -1)
         out = b.verify(tokens, positions, lay.seq_ids)
-        path, bonus, rows = accepted_path(lay, cands, out.argmax)
+        full_path, bonus, rows = accepted_path(lay, cands, out.argmax)
+        path = full_path
+        # Commit only the part of the path whose rows are the batch's first rows. llama.cpp's
+        # attention walks KV cells in slot order; a path through a later branch leaves its cells
+        # after rejected siblings' slots, which later tokens then fill, so the cells would no
+        # longer sit in position order and the softmax would sum in another order than plain
+        # decode's: replies would drift from `ar`. Cutting there stays lossless (the next token
+        # is the target's argmax at the last kept row) and costs the rest of that path.
+        c = 0
+        while c + 1 < len(rows) and rows[c + 1] == c + 1:
+            c += 1
+        if c < len(path):
+            bonus = cands.token[path[c]]
+            path, rows = path[:c], rows[:c + 1]
+            self.cut_rounds += 1
         k = len(path)
         if lay.leaf_seqs:
             keep_seq = lay.seq_ids[rows[-1]][0]
@@ -365,12 +380,12 @@ class Decoder:
         for j in path:
             acc_by[cands.source(j)] += 1
         if self.arm.kind != "chain":
-            labels = child_labels(cands, lay, out.argmax, path)
+            labels = child_labels(cands, lay, out.argmax, full_path)
             self.acceptance.learn(cset, anchor_pos + 1, p_src, labels)
         verify_s = out.seconds
         fixed = (time.perf_counter() - t0) - verify_s
         if plan is not None:
-            in_path = set(path)
+            in_path = set(full_path)
             sel = selected
             q_order = Q[np.asarray(sel, dtype=np.int64)] if sel else np.zeros(0)
             src_order = is_ng[np.asarray(sel, dtype=np.int64)].astype(np.int64) if sel else np.zeros(0, np.int64)

@@ -74,6 +74,9 @@ def write_random_drafter(
     confidence_head: bool = True,
     vocab_size: int | None = None,
     mask_token_id: int | None = None,
+    ffn_length: int | None = None,
+    weights: dict[str, np.ndarray] | None = None,
+    description: str | None = None,
 ) -> None:
     """Write a DSpark drafter (arch `dflash`) with random weights for the target GGUF `target`.
 
@@ -81,8 +84,10 @@ def write_random_drafter(
     and, sampling from the anchor, yields B drafted positions. layers: backbone layers.
     target_layers: ids of the target layers whose inputs feed the drafter (default: evenly
     spaced, see `default_target_layers`). vocab_size: keep only the first N tokens of the
-    target's tokenizer -- for tests, a drafter built for another vocabulary. The file is written
-    to a temporary name and renamed, so a failure never leaves a partial `out`.
+    target's tokenizer -- for tests, a drafter built for another vocabulary. ffn_length: the
+    backbone's feed-forward width (default: the target's). weights: trained tensors by GGUF name
+    that replace the random ones (same shapes; `tools/train_drafter` writes its result this way).
+    The file is written to a temporary name and renamed, so a failure never leaves a partial `out`.
     """
     import gguf  # the writer; only this command and tests need it
 
@@ -109,7 +114,7 @@ def write_random_drafter(
     except TypeError as exc:
         raise ModelLoadError(f"{target}: missing {arch}.embedding_length/block_count/head_count") from exc
     n_head_kv = int(get(f"{arch}.attention.head_count_kv", n_head))
-    n_ff = int(get(f"{arch}.feed_forward_length", 4 * n_embd))
+    n_ff = int(ffn_length or get(f"{arch}.feed_forward_length", 4 * n_embd))
     head_dim = int(get(f"{arch}.attention.key_length", n_embd // n_head))
     n_ctx_train = int(get(f"{arch}.context_length", 4096))
     rope_base = float(get(f"{arch}.rope.freq_base", 10000.0))
@@ -172,6 +177,13 @@ def write_random_drafter(
             ("conf_proj.bias", normal((1,), 0.5)),
         ]
 
+    if weights is not None:
+        known = dict(tensors)
+        for name, array in weights.items():
+            if name not in known or tuple(array.shape) != known[name].shape:
+                raise ArgumentError(f"trained tensor {name} {tuple(array.shape)} does not fit this drafter")
+        tensors = [(name, np.ascontiguousarray(weights.get(name, array), dtype=np.float32)) for name, array in tensors]
+
     out_path = Path(out)
     out_path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=out_path.name + ".", suffix=".tmp", dir=out_path.parent)
@@ -180,7 +192,7 @@ def write_random_drafter(
         writer = gguf.GGUFWriter(tmp, "dflash")
         target_name = get("general.name") or Path(target).stem
         writer.add_name(f"DSpark random drafter for {target_name}")
-        writer.add_description(
+        writer.add_description(description or
             f"adaspark drafter init: random weights, seed {seed}, {layers} layer(s), block {block_size}"
         )
         writer.add_file_type(gguf.LlamaFileType.ALL_F32)

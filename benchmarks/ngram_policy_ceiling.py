@@ -1,0 +1,136 @@
+"""How far a width policy that sees only the n-gram proposal at the anchor can go on this CPU.
+
+From the `ar` replies of a script (greedy, so they are what every lossless arm emits), replay
+decoding with the engine's n-gram index and price each round by verify-cost ratios over a one-row
+step (measured in-process by `ngram_oracle.py`; passed in below) plus a drafted round's host
+overhead D. Policies compared:
+
+- oracle: knows how far each copy runs and verifies exactly that (the headroom);
+- static: a fixed width whenever the anchor's proposal is a copy with matched context >= m;
+- per-bucket: the best fixed width for each (kind, evidence bin) of the anchor's proposal, chosen
+  by coordinate search on the same replies (in-sample).
+
+    python benchmarks/ngram_policy_ceiling.py SCRIPT.jsonl [--max-tokens 128] [--overhead 0.12]
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from collections import defaultdict
+
+import numpy as np
+
+from adaspark_app.engine.chat_engine import ChatEngine
+from adaspark_app.engine.ngram import NgramIndex
+from adaspark_app.runner import load_script
+
+# Verify time over one-row time on this machine (benchmarks/results/ngram_oracle_longpaste.md).
+WIDTHS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32)
+RATIOS = (1.0, 1.81, 2.39, 2.89, 4.11, 4.86, 6.98, 9.0, 13.17, 17.4)
+
+
+def cost(w: int) -> float:
+    return float(np.interp(w, WIDTHS, RATIOS))
+
+
+def ebin(e: int) -> int:
+    return min(int(math.log2(max(e, 1))), 5)
+
+
+def ar_replies(script: str, max_tokens: int) -> list[tuple[list[int], list[int]]]:
+    eng = ChatEngine(None, arm="ar", n_ctx=4096, n_threads=2)
+    out = []
+    for c in load_script(script):
+        msgs = []
+        for turn, u in enumerate(c.turns):
+            msgs.append({"role": "user", "content": u})
+            prompt = eng.prompt_tokens(msgs)
+            r = eng.generate(c.id, msgs, max_tokens=max_tokens, turn=turn)
+            out.append((prompt, list(r.tokens)))
+            msgs.append({"role": "assistant", "content": r.text})
+        eng.reset_conversation()
+    eng.close()
+    return out
+
+
+def positions(data):
+    """Per reply, per position: (kind, evidence) of the anchor's proposal and the true copy run."""
+    seqs = []
+    for prompt, reply in data:
+        idx = NgramIndex(prompt)
+        seq = []
+        for pos in range(len(reply)):
+            chain = idx.chain([], 32)
+            run = 0
+            for st in chain:
+                if pos + run < len(reply) and st.token == reply[pos + run]:
+                    run += 1
+                else:
+                    break
+            first = chain[0] if chain else None
+            seq.append((first.kind if first else None, first.evidence if first else 0, len(chain), run))
+            idx.extend([reply[pos]])
+        seqs.append(seq)
+    return [s for s in seqs if len(s) > 4]
+
+
+def speed(seq, choose, d: float) -> float:
+    pos, t = 0, 0.0
+    while pos < len(seq):
+        kind, ev, length, run = seq[pos]
+        w = max(1, min(choose(kind, ev, run), length + 1))
+        t += 1.0 if w == 1 else cost(w) + d
+        pos += 1 if w == 1 else min(run, w - 1) + 1
+    return len(seq) / t
+
+
+def geo(seqs, choose, d: float) -> float:
+    return math.exp(float(np.mean([math.log(speed(s, choose, d)) for s in seqs])))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("script")
+    ap.add_argument("--max-tokens", type=int, default=128)
+    ap.add_argument("--overhead", type=float, default=0.12, help="a drafted round's host time D over a one-row step")
+    a = ap.parse_args()
+    seqs = positions(ar_replies(a.script, a.max_tokens))
+    d = a.overhead
+
+    def oracle(kind, ev, run):
+        return max(WIDTHS, key=lambda w: (min(run, w - 1) + 1) / (cost(w) + (d if w > 1 else 0.0)))
+
+    acc = defaultdict(lambda: [0, 0])
+    for s in seqs:
+        for kind, ev, _, run in s:
+            if kind is not None:
+                acc[(kind, ebin(ev))][0] += run > 0
+                acc[(kind, ebin(ev))][1] += 1
+    print(f"# N-gram width policies on `{a.script}` ({len(seqs)} replies, {a.max_tokens} tokens, D = {d})\n")
+    print("Speed over plain decode, geometric mean over replies, from `ar` replies and verify-cost ratios.\n")
+    print("| policy | speed |\n|---|---|")
+    print(f"| oracle (knows each copy's run) | {geo(seqs, oracle, d):.3f} |")
+    for m in (8, 16):
+        for w in (4, 8, 12):
+            print(f"| static: width {w} when the anchor's copy matched >= {m} tokens | "
+                  f"{geo(seqs, lambda k, e, r, m=m, w=w: w if k == 'copy' and e >= m else 1, d):.3f} |")
+    pol = {b: 1 for b in acc}
+
+    def by_bucket(kind, ev, run):
+        return 1 if kind is None else pol.get((kind, ebin(ev)), 1)
+
+    for _ in range(3):
+        for b in sorted(acc, key=str):
+            pol[b] = max(WIDTHS, key=lambda w: (pol.__setitem__(b, w), geo(seqs, by_bucket, d))[1])
+    print(f"| per-bucket width, coordinate search on these replies (in-sample) | {geo(seqs, by_bucket, d):.3f} |\n")
+    print("| anchor proposal (kind, evidence bin) | proposals | first token accepted | per-bucket width |")
+    print("|---|---|---|---|")
+    for b in sorted(acc, key=str):
+        n_ok, n = acc[b]
+        lo = 2 ** b[1]
+        print(f"| {b[0]}, {lo}{'+' if b[1] == 5 else '-' + str(2 * lo - 1)} | {n} | {n_ok / n:.0%} | {pol[b]} |")
+
+
+if __name__ == "__main__":
+    main()
