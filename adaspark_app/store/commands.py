@@ -46,6 +46,7 @@ def add_parser(subparsers: Any) -> None:
         description="Inspect, export, import or reset the learned store.",
     )
     _add_store_option(p, top=True)
+    p.set_defaults(func=run)
     acts = p.add_subparsers(dest="store_action", metavar="{" + ",".join(ACTIONS) + "}")
     acts.required = True
 
