@@ -47,19 +47,24 @@ def verify_costs(engine: ChatEngine, context_tokens: list[int], reps: int = 3) -
     return costs
 
 
+def copy_run(chain: list, reply: list[int], pos: int) -> int:
+    """How many leading steps of an n-gram chain proposed at reply[pos] are the reply's tokens."""
+    run = 0
+    for st in chain:
+        if pos + run < len(reply) and st.token == reply[pos + run]:
+            run += 1
+        else:
+            break
+    return run
+
+
 def oracle_speedup(prompt: list[int], reply: list[int], costs: dict[int, float]) -> float:
     """Oracle decode speed over plain decode for one reply."""
     idx = NgramIndex(prompt)
     pos = 0
     t = 0.0
     while pos < len(reply):
-        chain = idx.chain([], max(WIDTHS) - 1)
-        run = 0
-        for st in chain:
-            if pos + run < len(reply) and st.token == reply[pos + run]:
-                run += 1
-            else:
-                break
+        run = copy_run(idx.chain([], max(WIDTHS) - 1), reply, pos)
         best = max(WIDTHS, key=lambda w: (min(run, w - 1) + 1) / costs[w])
         step = min(run, best - 1) + 1
         step = min(step, len(reply) - pos)

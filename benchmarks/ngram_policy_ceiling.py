@@ -21,6 +21,8 @@ from collections import defaultdict
 
 import numpy as np
 
+from ngram_oracle import copy_run  # benchmarks/ is the script's own directory
+
 from adaspark_app.engine.chat_engine import ChatEngine
 from adaspark_app.engine.ngram import NgramIndex
 from adaspark_app.runner import load_script
@@ -62,12 +64,7 @@ def positions(data):
         seq = []
         for pos in range(len(reply)):
             chain = idx.chain([], 32)
-            run = 0
-            for st in chain:
-                if pos + run < len(reply) and st.token == reply[pos + run]:
-                    run += 1
-                else:
-                    break
+            run = copy_run(chain, reply, pos)
             first = chain[0] if chain else None
             seq.append((first.kind if first else None, first.evidence if first else 0, len(chain), run))
             idx.extend([reply[pos]])
