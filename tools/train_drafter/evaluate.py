@@ -15,11 +15,10 @@ import sys
 from pathlib import Path
 
 import numpy as np
-import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from model import Drafter, read_drafter, target_embeddings  # noqa: E402
-from train import ANCHORS_PER_STEP, load, step_loss  # noqa: E402
+from train import heldout, load  # noqa: E402
 
 from adaspark_app.engine.drafter_init import bundled_target_path  # noqa: E402
 
@@ -38,25 +37,12 @@ def main() -> None:
     held = seqs[: a.holdout]
     kv, w = read_drafter(a.drafter)
     model = Drafter(kv, w, target_embeddings(bundled_target_path()))
-    acc4, acc7, p_all, y_all, row_ok = [], [], [], [], []
-    with torch.no_grad():
-        for seq in held:
-            tokens, _, start, _ = seq
-            for k in range(start, len(tokens) - 1, ANCHORS_PER_STEP):
-                anchors = np.arange(k, min(k + ANCHORS_PER_STEP, len(tokens) - 1))
-                _, _, accepted, valid, z = step_loss(model, seq, anchors)
-                full = valid.all(dim=1)
-                acc = accepted[full].to(torch.int64)
-                acc4 += acc[:, :4].sum(dim=1).tolist()
-                acc7 += acc[:, :7].sum(dim=1).tolist()
-                row_ok.append(acc.float().mean(dim=0).numpy())
-                p_all += torch.sigmoid(z[valid]).tolist()
-                y_all += accepted[valid].float().tolist()
-    p, y = np.array(p_all), np.array(y_all)
+    acc, p, y = heldout(model, held)
+    acc4, acc7 = acc[:, :4].sum(axis=1), acc[:, :7].sum(axis=1)
     print(f"# Drafter `{a.drafter}` on {len(held)} held-out conversations ({len(acc4)} blocks)\n")
     print(f"- mean accepted picks per block: chain:4 {np.mean(acc4):.3f}, chain:7 {np.mean(acc7):.3f}")
-    print(f"- share of blocks whose row i is still accepted: "
-          + ", ".join(f"{i}: {v:.2f}" for i, v in enumerate(np.mean(row_ok, axis=0))))
+    print("- share of blocks whose row i is still accepted: "
+          + ", ".join(f"{i}: {v:.2f}" for i, v in enumerate(acc.mean(axis=0))))
     print(f"- confidence head: mean {p.mean():.3f} vs accepted rate {y.mean():.3f}, Brier {np.mean((p - y) ** 2):.4f}\n")
     print("| confidence bin | rows | mean confidence | accepted rate |\n|---|---|---|---|")
     for lo, hi in zip(BINS, BINS[1:]):
