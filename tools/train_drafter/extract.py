@@ -7,7 +7,7 @@ prefill chunks and, after each chunk, the target's layer inputs at the drafter's
 are read exactly as the engine reads them (`DSparkDrafter.target_features`, the rows of that
 llama_decode). Written per shard: tokens, features (float16), where the reply starts, and the
 ShareGPT id. Conversations used by the committed benchmark corpora (and MT-Bench, not ShareGPT)
-are never taken; the ids used are written to `--out/ids.txt`.
+are never taken; the ids of the conversations written go to `--out/ids.txt` with each shard.
 
     python tools/train_drafter/extract.py --out DATA_DIR [--conversations 400] [--reply-tokens 96]
 """
@@ -74,7 +74,7 @@ def main() -> None:
     eng = ChatEngine(None, drafter_path=str(init), arm="chain:4", n_ctx=2048, n_threads=2)
     b, d = eng.backend, eng.drafter
     todo = prompts(a.conversations)
-    (out / "ids.txt").write_text("".join(f"{cid}\n" for cid, _ in todo))
+    (out / "ids.txt").write_text("")  # ids of the conversations written, shard by shard
     shard: dict[str, list] = {"tokens": [], "feats": [], "start": [], "ids": []}
     t0 = time.time()
     n_shard = 0
@@ -86,6 +86,8 @@ def main() -> None:
         np.savez(out / f"shard-{n_shard:03d}.npz", tokens=np.array(shard["tokens"], dtype=object),
                  feats=np.array(shard["feats"], dtype=object), start=np.array(shard["start"]),
                  ids=np.array(shard["ids"]), allow_pickle=True)
+        with open(out / "ids.txt", "a") as f:
+            f.write("".join(f"{cid}\n" for cid in shard["ids"]))
         n_shard += 1
         for v in shard.values():
             v.clear()
