@@ -42,6 +42,15 @@ def torch_model():
     return Drafter(kv, w, target_embeddings(bundled_target_path()))
 
 
+def _full_vocab(model, logits: np.ndarray) -> np.ndarray:
+    """Torch logits over the draft vocabulary scattered to the target's (-inf elsewhere), as llama.cpp does."""
+    if model.d2t is None:
+        return logits
+    full = np.full(logits.shape[:-1] + (model.E.shape[0],), -np.inf, dtype=np.float32)
+    full[..., model.d2t.numpy()] = logits
+    return full
+
+
 def _prefill(eng, text: str):
     b, d = eng.backend, eng.drafter
     b.clear_kv()
@@ -66,16 +75,20 @@ def test_shipped_drafter_is_small_and_names_its_training_set():
     assert kv["general.architecture"] == "dflash" and kv["dflash.block_size"] >= 4
 
 
-@pytest.mark.parametrize("text", ["Write a short poem about the sea.", "What are three uses of Python?"])
-def test_torch_forward_matches_llama_cpp_block(engine, torch_model, text):
+@pytest.mark.parametrize("text,rows", [("Write a short poem about the sea.", None),
+                                       ("What are three uses of Python?", None),
+                                       ("What are three uses of Python?", 4)])
+def test_torch_forward_matches_llama_cpp_block(engine, torch_model, text, rows):
+    """The whole trained block, and a shorter runtime block (what the engine's trees ask for)."""
     toks, anchor, feats = _prefill(engine, text)
     n = len(toks)
-    block = engine.drafter.draft(anchor, n, K)
+    block = engine.drafter.draft(anchor, n, K, rows=rows)
+    assert block.tokens.shape[0] == (rows or torch_model.block)
     prev = torch.tensor([[anchor] + [int(t) for t in block.picks[:-1]]])
     seq = torch.tensor(toks + [anchor])
     with torch.no_grad():
-        logits, z = torch_model(torch.tensor(feats), seq, torch.tensor([n]), prev)
-    logits, conf = logits[0].numpy(), torch.sigmoid(z[0]).numpy()
+        logits, z = torch_model(torch.tensor(feats), seq, torch.tensor([n]), prev, rows=rows)
+    logits, conf = _full_vocab(torch_model, logits[0].numpy()), torch.sigmoid(z[0]).numpy()
     B = block.tokens.shape[0]
     for i in range(B):
         np.testing.assert_allclose(block.logits[i], logits[i, block.tokens[i]], atol=LOGIT_ATOL, rtol=0)
@@ -86,11 +99,13 @@ def test_torch_forward_matches_llama_cpp_block(engine, torch_model, text):
     # and the comparison can fail: the Markov head following other tokens, or features shifted
     # by one position, give other logits
     with torch.no_grad():
-        other_prev, _ = torch_model(torch.tensor(feats), seq, torch.tensor([n]), torch.roll(prev, 1, dims=1) + 1)
-        shifted, _ = torch_model(torch.tensor(np.roll(feats, 1, axis=0)), seq, torch.tensor([n]), prev)
+        other_prev, _ = torch_model(torch.tensor(feats), seq, torch.tensor([n]), torch.roll(prev, 1, dims=1) + 1,
+                                    rows=rows)
+        shifted, _ = torch_model(torch.tensor(np.roll(feats, 1, axis=0)), seq, torch.tensor([n]), prev, rows=rows)
     rows = np.arange(B)
     for wrong in (other_prev, shifted):
-        assert np.abs(wrong[0].numpy()[rows, block.tokens[:, 0]] - block.logits[:, 0]).max() > 2 * LOGIT_ATOL
+        wrong = _full_vocab(torch_model, wrong[0].numpy())
+        assert np.abs(wrong[rows, block.tokens[:, 0]] - block.logits[:, 0]).max() > 2 * LOGIT_ATOL
 
 
 def test_drafter_trees_stay_identical_to_plain_decode(model_path, public_prompts):

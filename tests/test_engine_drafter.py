@@ -41,3 +41,31 @@ def test_drafter_rows_verified_and_lossless(arm, drafter_file, model_path, publi
     finally:
         eng.close()
         base.close()
+
+
+def test_reduced_draft_vocabulary_drafts_only_its_tokens(tmp_path, model_path):
+    """A drafter with a `d2t` table (F16 weights) loads in llama.cpp and drafts only its tokens,
+    a shorter runtime block has that many rows (its logits against the torch reference: see
+    test_drafter_trained); a bad table is refused before writing."""
+    import numpy as np
+
+    from adaspark_app.errors import ArgumentError
+
+    vocab = np.arange(3, 49152, 11)  # every 11th token: no accident can make picks land inside
+    out = tmp_path / "d2t.gguf"
+    write_random_drafter(model_path, str(out), block_size=6, seed=2, draft_vocab=vocab, half=True)
+    eng = ChatEngine(model_path, drafter_path=str(out), arm="chain:4", n_ctx=1024, n_threads=2)
+    try:
+        d = eng.drafter
+        assert d.d2t is not None and list(d.d2t) == list(vocab)
+        toks = eng.prompt_tokens([{"role": "user", "content": "Name three rivers."}])
+        anchor = eng.backend.prefill(toks, 0, on_chunk=d.feed)
+        full = d.draft(anchor, len(toks), 8)
+        short = d.draft(anchor, len(toks), 8, rows=3)
+        assert full.tokens.shape == (6, 8) and short.tokens.shape == (3, 8)
+        assert np.isin(full.tokens, vocab).all() and np.isin(short.tokens, vocab).all()
+    finally:
+        eng.close()
+    with pytest.raises(ArgumentError):
+        write_random_drafter(model_path, str(tmp_path / "bad.gguf"), draft_vocab=[5, 5, 7])
+    assert not (tmp_path / "bad.gguf").exists()

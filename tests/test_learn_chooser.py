@@ -281,3 +281,56 @@ def test_gates_are_kept_per_probe_class():
     assert gates[PROBE_FOLLOWER].adv < gates[PROBE_FOLLOWER].cost, "and not on follower rounds"
     assert drafted[copy_class] > 0.9 * seen[copy_class], (drafted, seen)
     assert drafted[PROBE_FOLLOWER] < 0.2 * seen[PROBE_FOLLOWER], (drafted, seen)
+
+
+def _drafter_share(means: list[tuple[float, float]], rounds_each: int, seed: int = 3) -> list[float]:
+    """Run a DrafterGate through phases of (mean value with the drafter, mean without), each for
+    `rounds_each` rounds with unit-variance noise; per phase, the share of its last half that
+    ran the drafter."""
+    from adaspark_app.learn.scheduler import DrafterGate
+
+    rng = np.random.default_rng(seed)
+    gate = DrafterGate()
+    shares = []
+    for with_mean, without_mean in means:
+        used = []
+        for _ in range(rounds_each):
+            d = gate.wants()
+            gate.observe(d, (with_mean if d else without_mean) + rng.normal(0.0, 1.0))
+            used.append(d)
+        shares.append(float(np.mean(used[rounds_each // 2:])))
+    return shares
+
+
+def test_drafter_gate_leaves_a_losing_drafter_out_and_keeps_a_winning_one():
+    """Known answers: the drafter's rounds are worth 0.6 tokens less (a costly drafter whose picks
+    rarely land) -> it runs in under 10% of rounds, still probed; worth 0.6 more -> over 85%
+    (every 16th round is a check without it); worth the same -> mostly out (it must clear a
+    standard error)."""
+    losing, = _drafter_share([(-0.6, 0.0)], 2000)
+    winning, = _drafter_share([(0.6, 0.0)], 2000)
+    tied, = _drafter_share([(0.0, 0.0)], 2000)
+    assert 0.0 < losing < 0.10, losing
+    assert winning > 0.85, winning
+    assert tied < 0.25, f"a drafter that does not clearly pay should mostly stay out: {tied}"
+
+
+def test_drafter_gate_returns_when_the_drafter_starts_to_pay():
+    """A drafter that loses on one kind of text and then wins (a passage it knows): probes with
+    backoff find the change, and the gate takes the drafter back within the phase."""
+    lose, win = _drafter_share([(-0.6, 0.0), (0.8, 0.0)], 1500, seed=11)
+    assert lose < 0.10 and win > 0.8, (lose, win)
+
+
+def test_drafter_gates_persist_in_the_scheduler_state():
+    from adaspark_app.learn.scheduler import WidthScheduler
+
+    sch = WidthScheduler()
+    gate = sch._drafter_gate(700, 1)
+    for k in range(12):
+        gate.observe(k % 2 == 0, 0.3 if k % 2 == 0 else -0.2)
+    state = json.loads(json.dumps(sch.state_dict()))
+    other = WidthScheduler()
+    other.load_state(state)
+    assert other.state_dict() == sch.state_dict()
+    assert other._drafter_gate(700, 1).mean(True) == pytest.approx(gate.mean(True))

@@ -163,7 +163,7 @@ class ChatEngine:
             widths=stats["widths"], measure_rounds=stats["measure_rounds"],
             rows_by_source=stats["rows_by_source"], accepted_by_source=stats["accepted_by_source"],
             looped=stats["looped"], stopped=stats["stopped"], arm=str(self.arm), tokens=reply,
-            ngram_rounds=stats["ngram_rounds"])
+            ngram_rounds=stats["ngram_rounds"], drafter_rounds=stats["drafter_rounds"])
         self._save(result)
         return result
 

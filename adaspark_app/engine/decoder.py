@@ -31,6 +31,12 @@ class SelfCheckError(AssertionError):
     """The debug self-check found an emitted token that is not the target's argmax for its prefix."""
 
 
+#: Drafted positions a tree round asks the drafter for. Each row of the block costs about 1 ms on this
+#: CPU (an eighth of a target step: the Markov head and the head's rows), and the shipped drafter's
+#: rows past the fourth are accepted in under 0.5% of blocks (tools/train_drafter, held out).
+TREE_DRAFT_ROWS = 4
+
+
 @dataclass
 class RoundOutcome:
     """What one round committed and what it measured."""
@@ -65,7 +71,8 @@ class Decoder:
         self.anchor: int | None = None
         self.ngram: NgramIndex | None = None
         self._ng_synced = 0
-        self._fixed_ema: float | None = None
+        self._fixed_ema: dict[bool, float] = {}  # D by whether the drafter ran
+        self.drafter_rounds = 0  # rounds that ran the drafter's forward
         self.round_index = 0
         self.request_round = 0
         self.tree_rounds_with_ngram = 0
@@ -171,6 +178,7 @@ class Decoder:
             return self._plain(t0, first_round, tell_scheduler=False)
         ctx = self.context
         self._sync_ngram()
+        use_drafter = self.drafter is not None
         if arm == "adaspark":
             step = self.ngram.first_step()
             probe = probe_class(step.kind, step.evidence) if step is not None else PROBE_NONE
@@ -178,10 +186,25 @@ class Decoder:
                 return self._plain(t0, first_round, tell_scheduler=True)  # nothing to propose
             if not self.scheduler.wants_draft(ctx, probe):
                 return self._plain(t0, first_round, tell_scheduler=True)
+            if self.drafter is not None:
+                use_drafter = self.scheduler.wants_drafter(ctx, probe)
+                if not use_drafter and probe == PROBE_NONE:
+                    out = self._plain(t0, first_round, tell_scheduler=True)
+                    self.scheduler.observe_drafter(ctx, probe, False, 1, time.perf_counter() - t0)
+                    return out
+                outcome = self._drafting_round(t0, first_round, arm, use_drafter)
+                self.scheduler.observe_drafter(ctx, probe, use_drafter, len(outcome.new_tokens),
+                                               time.perf_counter() - t0)
+                return outcome
+        return self._drafting_round(t0, first_round, arm, use_drafter)
+
+    def _drafting_round(self, t0: float, first_round: bool, arm: str, use_drafter: bool) -> RoundOutcome:
+        """A round that builds candidates (with the drafter's block if `use_drafter`) and verifies."""
+        ctx = self.context
         if arm == "chain":
             cands = self._chain_candidates(self.arm.k)
         else:
-            cands = self._tree_candidates()
+            cands = self._tree_candidates(use_drafter)
         if len(cands) == 0:
             return self._plain(t0, first_round, tell_scheduler=arm == "adaspark")
         cset = self._candidate_set(cands)
@@ -203,7 +226,8 @@ class Decoder:
         plan = None
         if arm == "adaspark":
             fixed_now = time.perf_counter() - t0
-            plan = self.scheduler.plan(ctx, s_d, s_n, self._fixed_ema if self._fixed_ema is not None else fixed_now)
+            fixed_ema = self._fixed_ema.get(use_drafter)
+            plan = self.scheduler.plan(ctx, s_d, s_n, fixed_ema if fixed_ema is not None else fixed_now)
             width = plan.width
             measured = plan.measured
             predicted = plan.predicted_verify_s
@@ -224,7 +248,7 @@ class Decoder:
                 if pick is not None and pick not in selected[:-1]:
                     selected[-1] = int(pick)
         return self._verify_round(t0, first_round, cands, cset, Q, is_ng, selected, width, measured,
-                                  predicted, priced_by, offered, band_rate, plan, s_d, s_n, p_src)
+                                  predicted, priced_by, offered, band_rate, plan, s_d, s_n, p_src, use_drafter)
 
     # ------------------------------------------------------------------ plain step
     def _plain(self, t0: float, first_round: bool, tell_scheduler: bool) -> RoundOutcome:
@@ -259,7 +283,8 @@ class Decoder:
         par = -1
         if self.drafter is not None:
             self._drafter_flush()
-            block = self.drafter.draft(self.anchor, len(self.kv_tokens), 1)
+            block = self.drafter.draft(self.anchor, len(self.kv_tokens), 1, rows=self.drafter.rows_for(k))
+            self.drafter_rounds += 1
             for i in range(min(k, block.tokens.shape[0])):
                 par = cands.add(par, int(block.tokens[i, 0]), KIND_PICK, sigma=float(block.share[i, 0]))
             return cands
@@ -267,13 +292,15 @@ class Decoder:
             par = cands.add(par, st.token, KIND_NGRAM, ng_kind=NG_KIND.get(st.kind, 1), ng_evidence=st.evidence)
         return cands
 
-    def _tree_candidates(self) -> Candidates:
+    def _tree_candidates(self, use_drafter: bool = True) -> Candidates:
         """Drafter block (picks spine, siblings as leaves) and n-gram chains from the anchor and each pick."""
         cands = Candidates()
         picks: list[int] = []
-        if self.drafter is not None:
+        if self.drafter is not None and use_drafter:
             self._drafter_flush()
-            block = self.drafter.draft(self.anchor, len(self.kv_tokens), TOP_K)
+            block = self.drafter.draft(self.anchor, len(self.kv_tokens), TOP_K,
+                                       rows=self.drafter.rows_for(TREE_DRAFT_ROWS))
+            self.drafter_rounds += 1
             par = -1
             conf = block.conf
             for i in range(block.tokens.shape[0]):
@@ -333,7 +360,8 @@ class Decoder:
 
     # ------------------------------------------------------------------ verify and commit
     def _verify_round(self, t0, first_round, cands, cset, Q, is_ng, selected, width, measured,
-                      predicted, priced_by, offered, band_rate, plan, s_d, s_n, p_src) -> RoundOutcome:
+                      predicted, priced_by, offered, band_rate, plan, s_d, s_n, p_src,
+                      use_drafter: bool = True) -> RoundOutcome:
         b = self.backend
         anchor_pos = len(self.kv_tokens)
         lay = layout(selected, cands)
@@ -392,14 +420,16 @@ class Decoder:
             acc_order = np.array([j in in_path for j in sel], dtype=bool)
             self.scheduler.observe(plan, anchor_pos + 1, verify_s, fixed, k + 1, first_round,
                                    q_order, src_order, acc_order)
-        self._note_fixed(fixed)
+        self._note_fixed(fixed, use_drafter)
         exp_acc = float((s_d + s_n)[width]) if width < len(s_d) else float((s_d + s_n)[-1])
         return RoundOutcome(path_tokens + [bonus], width, measured, verify_s, fixed, predicted, exp_acc, k,
                             priced_by, rows_by, acc_by, offered, band_rate)
 
-    def _note_fixed(self, fixed: float) -> None:
-        """Running estimate of a drafted round's fixed cost D (plain steps have none to speak of)."""
-        self._fixed_ema = fixed if self._fixed_ema is None else 0.8 * self._fixed_ema + 0.2 * fixed
+    def _note_fixed(self, fixed: float, use_drafter: bool) -> None:
+        """Running estimate of a drafted round's fixed cost D, with and without the drafter's
+        forward (plain steps have none to speak of)."""
+        old = self._fixed_ema.get(use_drafter)
+        self._fixed_ema[use_drafter] = fixed if old is None else 0.8 * old + 0.2 * fixed
 
     def _check_rows(self, lay, cands, argmax, rows, path_tokens, bonus, anchor_pos) -> None:
         """Debug self-check: each emitted token is the argmax of the row whose prefix is exactly the
@@ -432,7 +462,7 @@ def run_reply(dec: Decoder, max_tokens: int, is_eog: Callable[[int], bool],
     """
     reply: list[int] = []
     stats = {"rounds": 0, "widths": {}, "measure_rounds": 0, "looped": False, "stopped": False, "eog": False,
-             "ngram_rounds": 0,
+             "ngram_rounds": 0, "drafter_rounds": 0,
              "rows_by_source": {"drafter": 0, "ngram": 0, "agreed": 0},
              "accepted_by_source": {"drafter": 0, "ngram": 0, "agreed": 0}}
     t_first = time.perf_counter()
@@ -444,6 +474,7 @@ def run_reply(dec: Decoder, max_tokens: int, is_eog: Callable[[int], bool],
             stats["eog"] = True
     t_last = t_first
     base = dec.context - len(reply)
+    drafted0 = dec.drafter_rounds
     while not stats["eog"] and len(reply) < max_tokens:
         if cancel is not None and cancel.is_set():
             stats["stopped"] = True
@@ -475,4 +506,5 @@ def run_reply(dec: Decoder, max_tokens: int, is_eog: Callable[[int], bool],
     # Trim state to what was emitted: the committed context is the prompt plus the reply.
     dec.end_reply(base + len(reply))
     stats["decode_s"] = t_last - t_first
+    stats["drafter_rounds"] = dec.drafter_rounds - drafted0
     return reply, stats

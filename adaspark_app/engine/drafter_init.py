@@ -7,8 +7,10 @@ target's token embeddings and output head through `ctx_other` (so neither is wri
 
 Shapes below are numpy (row-major) shapes; GGUF stores the reverse, which is the `{ne0, ne1}`
 the loader asks for, e.g. `fc` is `{n_target_layers * n_embd, n_embd}` in dflash.cpp and
-`(n_embd, n_target_layers * n_embd)` here. All tensors are F32: a drafter of 1-2 layers is small,
-and F32 keeps the reference forward in the tests exact to float rounding.
+`(n_embd, n_target_layers * n_embd)` here. Tensors are F32 by default: a drafter of 1-2 layers is
+small, and F32 keeps the reference forward in the tests exact to float rounding. A trained drafter
+may store its weight matrices as F16 (`half`) and score a reduced draft vocabulary (`draft_vocab`:
+llama.cpp's `d2t` table and the drafter's own head rows), which is what `tools/train_drafter` ships.
 
 Random weights are scaled so every part matters to the output: the hidden state is RMS-normed
 before the target's head, the Markov bias has a standard deviation of about 1.4 logits and the
@@ -77,6 +79,8 @@ def write_random_drafter(
     ffn_length: int | None = None,
     weights: dict[str, np.ndarray] | None = None,
     description: str | None = None,
+    draft_vocab: Sequence[int] | None = None,
+    half: bool = False,
 ) -> None:
     """Write a DSpark drafter (arch `dflash`) with random weights for the target GGUF `target`.
 
@@ -87,6 +91,10 @@ def write_random_drafter(
     target's tokenizer -- for tests, a drafter built for another vocabulary. ffn_length: the
     backbone's feed-forward width (default: the target's). weights: trained tensors by GGUF name
     that replace the random ones (same shapes; `tools/train_drafter` writes its result this way).
+    draft_vocab: target token ids the drafter scores (llama.cpp's reduced draft vocabulary): the
+    file then carries `d2t` (I64, draft row -> target id) and its own head `output.weight` over
+    those rows, and `markov_w2` has one row per draft token; the drafter's logits are -inf on
+    every other token. half: store the weight matrices as F16 (norms, biases stay F32).
     The file is written to a temporary name and renamed, so a failure never leaves a partial `out`.
     """
     import gguf  # the writer; only this command and tests need it
@@ -167,9 +175,18 @@ def write_random_drafter(
             (f"{blk}.ffn_up.weight", normal((n_ff, n_embd), 1.0 / np.sqrt(n_embd))),
             (f"{blk}.ffn_down.weight", normal((n_embd, n_ff), 1.0 / np.sqrt(n_ff))),
         ]
+    n_draft = n_vocab
+    d2t = None
+    if draft_vocab is not None:
+        d2t = np.asarray(list(draft_vocab), dtype=np.int64)
+        if d2t.ndim != 1 or not len(d2t) or len(np.unique(d2t)) != len(d2t) \
+                or d2t.min() < 0 or d2t.max() >= n_vocab:
+            raise ArgumentError(f"draft_vocab must be distinct token ids in 0..{n_vocab - 1}")
+        n_draft = len(d2t)
+        tensors += [("output.weight", normal((n_draft, n_embd), 1.0 / np.sqrt(n_embd)))]
     tensors += [
         ("markov_w1.weight", normal((n_vocab, markov_rank), 1.0)),
-        ("markov_w2.weight", normal((n_vocab, markov_rank), 0.25)),
+        ("markov_w2.weight", normal((n_draft, markov_rank), 0.25)),
     ]
     if confidence_head:
         tensors += [
@@ -183,6 +200,10 @@ def write_random_drafter(
             if name not in known or tuple(array.shape) != known[name].shape:
                 raise ArgumentError(f"trained tensor {name} {tuple(array.shape)} does not fit this drafter")
         tensors = [(name, np.ascontiguousarray(weights.get(name, array), dtype=np.float32)) for name, array in tensors]
+    if half:
+        tensors = [(name, a.astype(np.float16) if a.ndim == 2 and a.shape[0] > 1 else a) for name, a in tensors]
+    if d2t is not None:
+        tensors.append(("d2t", d2t))
 
     out_path = Path(out)
     out_path.parent.mkdir(parents=True, exist_ok=True)
@@ -195,7 +216,7 @@ def write_random_drafter(
         writer.add_description(description or
             f"adaspark drafter init: random weights, seed {seed}, {layers} layer(s), block {block_size}"
         )
-        writer.add_file_type(gguf.LlamaFileType.ALL_F32)
+        writer.add_file_type(gguf.LlamaFileType.MOSTLY_F16 if half else gguf.LlamaFileType.ALL_F32)
         writer.add_context_length(n_ctx_train)
         writer.add_embedding_length(n_embd)
         writer.add_block_count(layers)

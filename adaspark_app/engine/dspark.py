@@ -349,6 +349,7 @@ class DSparkDrafter:
         if header.kv.get("dflash.hyper_connection.count") or "output_hc_fn.weight" in header.tensors:
             # its KV is a sliding-window ring, which cannot follow the target back reliably
             raise DrafterError(f"{self.path} is a DeepSeek-V4 DSpark drafter; not supported here")
+        self.d2t = self._read_d2t(header)
         self.has_markov = "markov_w1.weight" in header.tensors
         self.has_confidence = self.has_markov and "conf_proj.weight" in header.tensors
         self.sample_from_anchor = bool(header.kv.get("dflash.sample_from_anchor", True))
@@ -384,6 +385,18 @@ class DSparkDrafter:
             raise
 
     # -- load-time checks ------------------------------------------------------------
+
+    def _read_d2t(self, header: GGUFHeader) -> np.ndarray | None:
+        """A reduced draft vocabulary's target ids (`d2t`, I64), or None for a full-vocabulary drafter.
+
+        Its logits are -inf on every other token, so only these columns are read back."""
+        info = header.tensors.get("d2t")
+        if info is None:
+            return None
+        if info.ggml_type != 27 or len(info.shape) != 1:  # GGML_TYPE_I64
+            raise DrafterError(f"{self.path}: d2t must be a 1-d I64 tensor")
+        return np.array(np.memmap(self.path, dtype=np.int64, mode="r",
+                                  offset=header.data_offset + info.offset, shape=(info.shape[0],)))
 
     def _check_vocab(self, header: GGUFHeader) -> None:
         target_texts = _vocab_texts(self._low, self._target_model)
@@ -578,8 +591,16 @@ class DSparkDrafter:
 
     # -- drafting --------------------------------------------------------------------
 
-    def draft(self, anchor_token: int, anchor_pos: int, k: int = TOP_K) -> DraftBlock:
+    def rows_for(self, n_draft: int) -> int:
+        """Block rows that draft `n_draft` positions (one more for a bonus-anchor export)."""
+        return min(self.block_size, int(n_draft) + self._first_slot)
+
+    def draft(self, anchor_token: int, anchor_pos: int, k: int = TOP_K, rows: int | None = None) -> DraftBlock:
         """Decode one block [anchor, mask x (B-1)] at anchor_pos..anchor_pos+B-1.
+
+        rows: a shorter runtime block of that many rows (llama.cpp bounds it by the trained
+        block size); each row costs about as much as the next, so callers that use only the
+        first few drafted positions ask for only those.
 
         The drafter's KV must hold positions 0..anchor_pos-1 (it is cut back if it holds more).
         Returns the top-k candidates per drafted position with their shares among the top k and
@@ -597,11 +618,13 @@ class DSparkDrafter:
         if anchor_pos + self.block_size > self.n_ctx:
             raise ContextOverflowError(
                 f"a drafter block at position {anchor_pos} does not fit the context of {self.n_ctx}")
-        k = max(1, min(int(k), self.n_vocab))
+        cols = self.d2t
+        k = max(1, min(int(k), self.n_vocab if cols is None else len(cols)))
+        n_rows = self.block_size if rows is None else max(self._first_slot + 1, min(int(rows), self.block_size))
 
         ext.llama_batch_ext_clear(self._batch)
         pos1 = ext_bindings.LlamaPos4()
-        for i in range(self.block_size):
+        for i in range(n_rows):
             token = int(anchor_token) if i == 0 else self.mask_token_id
             idx = ext.llama_batch_ext_add_token(self._batch, 0, token)
             if idx < 0:
@@ -613,23 +636,28 @@ class DSparkDrafter:
             rc = ext.llama_process(self._ctx, ext_bindings.LLAMA_PROCESS_TYPE_DECODE, self._batch)
             if rc != 0:
                 raise DrafterError(f"the drafter's block decode failed (llama_process returned {rc})")
-            slots = range(self._first_slot, self.block_size)
-            logits = np.empty((len(slots), self.n_vocab), dtype=np.float32)
+            slots = range(self._first_slot, n_rows)
+            logits = np.empty((len(slots), self.n_vocab if cols is None else len(cols)), dtype=np.float32)
             conf = np.empty(len(slots), dtype=np.float64) if self.has_confidence else None
             for j, slot in enumerate(slots):
                 ptr = low.llama_get_logits_ith(self._ctx, slot)
-                logits[j] = np.ctypeslib.as_array(ptr, shape=(self.n_vocab,))
+                row = np.ctypeslib.as_array(ptr, shape=(self.n_vocab,))
+                logits[j] = row if cols is None else row[cols]
                 if conf is not None:
                     # the confidence is broadcast over an n_embd-wide nextn row; read element 0
                     conf[j] = ext.llama_get_embeddings_nextn_ith(self._ctx, slot)[0]
         finally:
             self.truncate(anchor_pos)
-        return self._top_k(logits, conf, k, anchor_pos)
+        return self._top_k(logits, conf, k, anchor_pos, cols)
 
     @staticmethod
-    def _top_k(logits: np.ndarray, conf: np.ndarray | None, k: int, anchor_pos: int) -> DraftBlock:
+    def _top_k(logits: np.ndarray, conf: np.ndarray | None, k: int, anchor_pos: int,
+               cols: np.ndarray | None = None) -> DraftBlock:
+        """Top k per row; `cols` maps logit columns to token ids (a reduced draft vocabulary)."""
         part = np.argpartition(-logits, k - 1, axis=1)[:, :k]
         vals = np.take_along_axis(logits, part, axis=1)
+        if cols is not None:
+            part = cols[part]
         # best first; equal logits by lower token id, as argmax (the in-graph pick) breaks ties
         order = np.lexsort((part, -vals), axis=1)
         tokens = np.take_along_axis(part, order, axis=1).astype(np.int32)

@@ -66,6 +66,7 @@ class ReplyResult:
     arm: str
     tokens: list[int] = field(default_factory=list)
     ngram_rounds: int = 0  # verified rounds with n-gram rows: rounds the n-gram widened (Table 7)
+    drafter_rounds: int = 0  # rounds that ran the DSpark drafter's forward
 
     @property
     def tokens_per_s(self) -> float:

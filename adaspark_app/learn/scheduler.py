@@ -15,6 +15,18 @@ A skip is also at most 2^GATE_MAX_BACKOFF x (1 - advantage / rho D) rounds: a pr
 less its advantage, so where drafting nearly pays, probes are nearly free and come often. Skipped rounds still teach
 width 1's cost and the band rate.
 
+Drafter gate. With a DSpark drafter, a round that drafts may still leave the drafter out and
+verify the n-gram chains alone (or, with no n-gram proposal, run a plain step): the drafter's
+forward costs about as much as target steps on a CPU, and whether its candidates pay for it is a
+fact of the drafter, the text and the machine. Per context band and probe class the
+`DrafterGate` keeps decayed means of the realized round value, tokens - rho x seconds, of rounds
+with and without the drafter; unless the drafter's mean clears the other by a standard error
+(it costs time in every round, so it must show it pays beyond noise) it is left out for 2^j rounds
+and then tried once (j grows by one with each losing probe and halves with each probe that beat
+the rounds without it), and while it wins every DRAFTER_RECHECK-th
+round runs without it so both means stay current. Realized values, not the acceptance model's
+prices, decide, so a miscalibrated drafter cannot talk its way into rounds.
+
 Gates are kept per context band and per *probe*: what the n-gram index proposes at the anchor
 before anything is drafted (nothing, a follower, or a copy by the length of its matched context;
 `probe_class`). The probe costs a few dictionary lookups, and it separates the rounds where
@@ -42,6 +54,12 @@ GATE_MAX_BACKOFF = 7  # longest skip: 2^7 = 128 plain rounds between probes
 COLD_ALWAYS_BELOW = 16  # ladder widths below this are measured unconditionally (cold start)
 PENDING_STALL = 64  # rounds a width may wait for a tree wide enough before it stops forcing drafting
 _GATE_DECAY = 0.5 ** (1.0 / GATE_HALF_LIFE)
+DRAFTER_MIN_ROUNDS = 4  # rounds of each kind (with / without the drafter) before the gate compares them
+DRAFTER_HALF_LIFE = 32.0  # rounds of each kind: memory of the drafter gate's means
+DRAFTER_RECHECK = 16  # while the drafter wins, every 16th round runs without it
+DRAFTER_MAX_BACKOFF = 8  # longest stretch without the drafter between its probes: 2^8 rounds
+DRAFTER_SE_MARGIN = 1.0  # standard errors the drafter's mean must clear (DrafterGate.drafter_wins)
+_DRAFTER_DECAY = 0.5 ** (1.0 / DRAFTER_HALF_LIFE)
 # Probe classes: 0 no proposal, 1 a follower, 2.. a copy by matched-context bin (4-7, 8-15, 16-31, 32+).
 PROBE_NONE, PROBE_FOLLOWER = 0, 1
 PROBE_COPY_EDGES = (4, 8, 16, 32)
@@ -122,6 +140,90 @@ class DraftGate:
         self.rounds, self.skip_left, self.backoff = int(state[2]), int(state[3]), int(state[4])
 
 
+class DrafterGate:
+    """Whether drafting rounds of one (band, probe) run the drafter (module docstring)."""
+
+    __slots__ = ("sums", "squares", "weights", "counts", "skip_left", "probe_due", "backoff", "since_check")
+
+    def __init__(self) -> None:
+        self.sums = [0.0, 0.0]  # decayed sums of round values: [without, with] the drafter
+        self.squares = [0.0, 0.0]  # decayed sums of squared round values
+        self.weights = [0.0, 0.0]
+        self.counts = [0, 0]
+        self.skip_left = 0
+        self.probe_due = False
+        self.backoff = 0
+        self.since_check = 0
+
+    def mean(self, with_drafter: bool) -> float | None:
+        w = self.weights[int(with_drafter)]
+        return self.sums[int(with_drafter)] / w if w > 0.0 else None
+
+    def drafter_wins(self) -> bool:
+        """The drafter's mean, less DRAFTER_SE_MARGIN standard errors, is at least the mean without
+        it: the drafter costs time in every round, so it has to show it pays beyond noise."""
+        m1, m0 = self.mean(True), self.mean(False)
+        if m1 is None or m0 is None:
+            return False
+        w = self.weights[1]
+        var = max(self.squares[1] / w - m1 * m1, 0.0)
+        return m1 - DRAFTER_SE_MARGIN * math.sqrt(var / w) >= m0
+
+    def wants(self) -> bool:
+        if self.skip_left > 0:
+            self.skip_left -= 1
+            self.probe_due = self.skip_left == 0
+            return False
+        if self.probe_due:
+            self.probe_due = False
+            return True
+        if self.counts[1] < DRAFTER_MIN_ROUNDS:
+            return True
+        if self.counts[0] < DRAFTER_MIN_ROUNDS:
+            return False
+        if self.drafter_wins():
+            self.since_check += 1
+            if self.since_check >= DRAFTER_RECHECK:
+                self.since_check = 0
+                return False
+            return True
+        self.skip_left = 2**self.backoff - 1
+        self.probe_due = self.skip_left == 0
+        self.backoff = min(self.backoff + 1, DRAFTER_MAX_BACKOFF)
+        return False
+
+    def observe(self, with_drafter: bool, value: float) -> None:
+        """One round's realized value, tokens - rho x seconds."""
+        i = int(with_drafter)
+        self.sums[i] = self.sums[i] * _DRAFTER_DECAY + float(value)
+        self.squares[i] = self.squares[i] * _DRAFTER_DECAY + float(value) ** 2
+        self.weights[i] = self.weights[i] * _DRAFTER_DECAY + 1.0
+        self.counts[i] += 1
+        if with_drafter and self.counts[0] >= DRAFTER_MIN_ROUNDS:
+            if self.drafter_wins():
+                self.backoff = 0
+                self.skip_left = 0
+            elif value > self.mean(False):  # a probe that beat the rounds without it: probe sooner
+                self.backoff //= 2
+
+    def copy(self) -> "DrafterGate":
+        g = DrafterGate()
+        g.load_state(self.state_dict())
+        return g
+
+    def state_dict(self) -> list:
+        return [list(map(float, self.sums)), list(map(float, self.weights)), list(map(int, self.counts)),
+                int(self.skip_left), bool(self.probe_due), int(self.backoff), int(self.since_check),
+                list(map(float, self.squares))]
+
+    def load_state(self, state: list) -> None:
+        self.sums, self.weights = [float(x) for x in state[0]], [float(x) for x in state[1]]
+        self.counts = [int(x) for x in state[2]]
+        self.skip_left, self.probe_due = int(state[3]), bool(state[4])
+        self.backoff, self.since_check = int(state[5]), int(state[6])
+        self.squares = [float(x) for x in state[7]]
+
+
 class WidthScheduler:
     """Chooses each round's verify width and learns from its outcome. Pure: no I/O, no timing."""
 
@@ -133,6 +235,7 @@ class WidthScheduler:
         self.max_rows = 0  # widest verify run so far
         self.stall = 0  # rounds a pending width could not be measured
         self.gates: dict[tuple[int, int], DraftGate] = {}  # (context band, probe class) -> draft gate
+        self.drafter_gates: dict[tuple[int, int], DrafterGate] = {}  # same keys -> drafter gate
         self.last_band: int | None = None  # band of the latest round: a new band's gate starts from it
         self.probe = PROBE_NONE  # probe class of the current round (wants_draft)
         self._last: tuple[WidthPlan, float | None, float | None, int, float] | None = None
@@ -159,6 +262,37 @@ class WidthScheduler:
             self.gates[(band, self.probe)] = gate
         self.last_band = band
         return gate
+
+    def _drafter_gate(self, context: int, probe: int) -> DrafterGate:
+        band = context_band(context)
+        gate = self.drafter_gates.get((band, probe))
+        if gate is None:
+            # A new key starts from what is known of the drafter: the nearest band with this probe,
+            # else this band's nearest probe class, else the nearest key at all. The drafter is
+            # one model: where it lost on one kind of round it starts there as losing, and
+            # probes (with backoff) find where it pays, rather than exploring every key afresh.
+            prev = None
+            if self.drafter_gates:
+                prev = self.drafter_gates[min(self.drafter_gates, key=lambda k: (
+                    k[1] != probe, k[0] != band, abs(k[0] - band), abs(k[1] - probe)))]
+            gate = prev.copy() if prev is not None else DrafterGate()
+            self.drafter_gates[(band, probe)] = gate
+        return gate
+
+    def wants_drafter(self, context: int, probe: int = PROBE_NONE) -> bool:
+        """Called in a round that drafts: False means leave the drafter out (n-gram chains only,
+        or a plain step when the n-gram proposes nothing); report the round to observe_drafter.
+        The cold start gets no exception: its widths are measured on whatever trees the gate
+        lets the round build, as without a drafter."""
+        return self._drafter_gate(context, probe).wants()
+
+    def observe_drafter(self, context: int, probe: int, with_drafter: bool, committed: int,
+                        seconds: float) -> None:
+        """A drafting round's outcome for the drafter gate: committed tokens in `seconds` (D + T)."""
+        rho = self._rho(context)
+        if rho is None:
+            return
+        self._drafter_gate(context, probe).observe(with_drafter, committed - rho * seconds)
 
     # --- the round -----------------------------------------------------------------------
     def wants_draft(self, context: int, probe: int = PROBE_NONE) -> bool:
@@ -379,6 +513,8 @@ class WidthScheduler:
             "gains": self.gains.state_dict(),
             "rate": self.rate.state_dict(),
             "gates": [[int(b), int(p), self.gates[(b, p)].state_dict()] for b, p in sorted(self.gates)],
+            "drafter_gates": [[int(b), int(p), self.drafter_gates[(b, p)].state_dict()]
+                              for b, p in sorted(self.drafter_gates)],
             "last_band": self.last_band,
             "max_rows": int(self.max_rows),
             "stall": int(self.stall),
@@ -395,6 +531,10 @@ class WidthScheduler:
         for entry in state["gates"]:  # [band, probe, state]; [band, state] from before probes
             b, p, gs = entry if len(entry) == 3 else (entry[0], PROBE_NONE, entry[1])
             gate = self.gates[(int(b), int(p))] = DraftGate()
+            gate.load_state(gs)
+        self.drafter_gates = {}
+        for b, p, gs in state.get("drafter_gates", []):
+            gate = self.drafter_gates[(int(b), int(p))] = DrafterGate()
             gate.load_state(gs)
         self.last_band = None if state["last_band"] is None else int(state["last_band"])
         self.max_rows = int(state["max_rows"])

@@ -15,6 +15,7 @@ Peers (names for --peers):
   server-plain         llama.cpp's llama-server (--server-bin), OpenAI streaming endpoint
   server-ngram-mod     llama-server --spec-type ngram-mod (its defaults)
   server-ngram-simple  llama-server --spec-type ngram-simple (its defaults)
+  server-dspark        llama-server --spec-type draft-dspark -md DRAFTER (--drafter; default: ours)
   adaspark             AdaSpark's ChatEngine, arm adaspark, fresh empty store
   adaspark:ARM         AdaSpark's ChatEngine with another arm (e.g. adaspark:ar, its plain decode)
 
@@ -47,7 +48,8 @@ from adaspark_app.runner import Conversation, load_script  # noqa: E402
 
 DEFAULT_PEERS = "lcpp-plain,lcpp-pld,adaspark"
 SERVER_SPEC = {"server-plain": [], "server-ngram-mod": ["--spec-type", "ngram-mod"],
-               "server-ngram-simple": ["--spec-type", "ngram-simple"]}
+               "server-ngram-simple": ["--spec-type", "ngram-simple"],
+               "server-dspark": ["--spec-type", "draft-dspark"]}  # + -md DRAFTER (--drafter, default: ours)
 
 
 class Timer:
@@ -134,12 +136,14 @@ class ServerPeer:
     """llama.cpp's llama-server on 127.0.0.1, streamed through its OpenAI chat endpoint."""
 
     def __init__(self, name: str, server_bin: str, model: str, threads: int, n_ctx: int,
-                 log_dir: Path) -> None:
+                 log_dir: Path, drafter: str | None = None) -> None:
         self.name = name
         self.port = _free_port()
         self.cmd = [server_bin, "-m", model, "--host", "127.0.0.1", "--port", str(self.port),
                     "-t", str(threads), "-tb", str(threads), "-c", str(n_ctx), "-np", "1",
                     "--jinja", *SERVER_SPEC[name]]
+        if name == "server-dspark":
+            self.cmd += ["-md", str(drafter), "-td", str(threads), "-tbd", str(threads)]
         self.log = open(log_dir / f"{name}.log", "w")
         self.proc = subprocess.Popen(self.cmd, stdout=self.log, stderr=subprocess.STDOUT)
         deadline = time.time() + 120
@@ -259,7 +263,11 @@ def make_peer(name: str, args: argparse.Namespace, tmp: Path) -> Any:
     if name in SERVER_SPEC:
         if not args.server_bin or not Path(args.server_bin).exists():
             raise SystemExit(f"{name} needs --server-bin (a llama-server binary; see README.md)")
-        return ServerPeer(name, args.server_bin, args.model, args.threads, args.n_ctx, tmp)
+        drafter = None
+        if name == "server-dspark":
+            from adaspark_app.engine.default_drafter import default_drafter_path
+            drafter = default_drafter_path() if args.drafter in (None, "default") else args.drafter
+        return ServerPeer(name, args.server_bin, args.model, args.threads, args.n_ctx, tmp, drafter)
     if name == "adaspark" or name.startswith("adaspark:"):
         arm = name.split(":", 1)[1] if ":" in name else "adaspark"
         return AdaSparkPeer(name, arm, args.model, args.drafter, args.threads, args.n_ctx, tmp)

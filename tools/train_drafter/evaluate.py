@@ -10,7 +10,6 @@ The held-out conversations are the ones `train.py` held out (same shuffle and se
 from __future__ import annotations
 
 import argparse
-import random
 import sys
 from pathlib import Path
 
@@ -18,7 +17,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from model import Drafter, read_drafter, target_embeddings  # noqa: E402
-from train import heldout, load  # noqa: E402
+from train import heldout, load, split  # noqa: E402
 
 from adaspark_app.engine.drafter_init import bundled_target_path  # noqa: E402
 
@@ -32,15 +31,14 @@ def main() -> None:
     ap.add_argument("--holdout", type=int, default=20)
     ap.add_argument("--seed", type=int, default=0)
     a = ap.parse_args()
-    seqs = load(a.data)
-    random.Random(a.seed).shuffle(seqs)
-    held = seqs[: a.holdout]
+    held, _ = split(load(a.data), a.holdout, a.seed)
     kv, w = read_drafter(a.drafter)
     model = Drafter(kv, w, target_embeddings(bundled_target_path()))
     acc, p, y = heldout(model, held)
     acc4, acc7 = acc[:, :4].sum(axis=1), acc[:, :7].sum(axis=1)
     print(f"# Drafter `{a.drafter}` on {len(held)} held-out conversations ({len(acc4)} blocks)\n")
-    print(f"- mean accepted picks per block: chain:4 {np.mean(acc4):.3f}, chain:7 {np.mean(acc7):.3f}")
+    print(f"- mean accepted picks per block: chain:4 {np.mean(acc4):.3f}"
+          + (f", chain:7 {np.mean(acc7):.3f}" if acc.shape[1] >= 7 else f" (block {acc.shape[1]})"))
     print("- share of blocks whose row i is still accepted: "
           + ", ".join(f"{i}: {v:.2f}" for i, v in enumerate(acc.mean(axis=0))))
     print(f"- confidence head: mean {p.mean():.3f} vs accepted rate {y.mean():.3f}, Brier {np.mean((p - y) ** 2):.4f}\n")

@@ -23,7 +23,8 @@ from torch import nn
 
 from adaspark_app.engine.dspark import read_gguf_header
 
-GGML_TYPE_F32, GGML_TYPE_Q8_0 = 0, 8
+GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_Q8_0, GGML_TYPE_I64 = 0, 1, 8, 27
+_NP = {GGML_TYPE_F32: np.float32, GGML_TYPE_F16: np.float16, GGML_TYPE_I64: np.int64}
 
 
 def target_embeddings(target_path: str) -> np.ndarray:
@@ -41,15 +42,16 @@ def target_embeddings(target_path: str) -> np.ndarray:
 
 
 def read_drafter(path: str) -> tuple[dict, dict[str, np.ndarray]]:
-    """(metadata, F32 tensors by name) of a drafter GGUF."""
+    """(metadata, tensors by name) of a drafter GGUF: weights as float32 (F32 or F16 in the
+    file), `d2t` (a reduced draft vocabulary's target ids) as int64."""
     h = read_gguf_header(path)
     w = {}
     for name, info in h.tensors.items():
-        if info.ggml_type != GGML_TYPE_F32:
-            raise ValueError(f"{name}: expected F32")
+        if info.ggml_type not in _NP:
+            raise ValueError(f"{name}: expected F32, F16 or I64")
         shape = tuple(reversed(info.shape))
-        w[name] = np.array(np.memmap(path, dtype=np.float32, mode="r", offset=h.data_offset + info.offset,
-                                     shape=shape))
+        a = np.memmap(path, dtype=_NP[info.ggml_type], mode="r", offset=h.data_offset + info.offset, shape=shape)
+        w[name] = np.array(a, dtype=np.int64 if info.ggml_type == GGML_TYPE_I64 else np.float32)
     return h.kv, w
 
 
@@ -79,22 +81,35 @@ class Drafter(nn.Module):
         self.base = float(kv["dflash.rope.freq_base"])
         self.mask = int(kv["tokenizer.ggml.mask_token_id"])
         self.block = int(kv["dflash.block_size"])
+        w = dict(w)
+        d2t = w.pop("d2t", None)
+        head = w.pop("output.weight", None)
+        self.d2t = None if d2t is None else torch.tensor(d2t)
+        if self.d2t is not None:  # target id -> draft row, -100 (no label) off the draft vocabulary
+            self.t2d = torch.full((embed.shape[0],), -100, dtype=torch.long)
+            self.t2d[self.d2t] = torch.arange(len(self.d2t))
         self.p = nn.ParameterDict({k.replace(".", "__"): nn.Parameter(torch.tensor(v)) for k, v in w.items()})
         self.register_buffer("E", torch.tensor(embed), persistent=False)
+        # the output head: the target's tied embeddings, or a reduced vocabulary's own rows (frozen)
+        self.register_buffer("H", torch.tensor(embed) if head is None else torch.tensor(head), persistent=False)
 
     def w(self, name: str) -> torch.Tensor:
         return self.p[name.replace(".", "__")]
 
     def weights(self) -> dict[str, np.ndarray]:
-        return {k.replace("__", "."): v.detach().numpy().astype(np.float32) for k, v in self.p.items()}
+        out = {k.replace("__", "."): v.detach().numpy().astype(np.float32) for k, v in self.p.items()}
+        if self.d2t is not None:
+            out["output.weight"] = self.H.numpy().astype(np.float32)
+        return out
 
     def forward(self, feats: torch.Tensor, tokens: torch.Tensor, anchors: torch.Tensor,
-                prev: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Logits [m, B, V] and confidence logits [m, B] for blocks at ``anchors`` (positions).
+                prev: torch.Tensor, rows: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Logits [m, B, V] (V: the draft vocabulary, rows of `d2t` if any) and confidence logits [m, B] for blocks at ``anchors`` (positions).
 
         feats: [n, n_feat] target features of positions 0..n-1; tokens: the sequence; prev[m, B]:
-        the token before each block row (the anchor, then the followed picks)."""
-        B, H, Hk, hd, eps = self.block, self.n_head, self.n_kv, self.hd, self.eps
+        the token before each block row (the anchor, then the followed picks). rows: a shorter
+        runtime block (llama.cpp's block of fewer rows than trained)."""
+        B, H, Hk, hd, eps = rows or self.block, self.n_head, self.n_kv, self.hd, self.eps
         n = feats.shape[0]
         m = anchors.shape[0]
         g = rms(feats @ self.w("fc.weight").T, self.w("enc.output_norm.weight"), eps)
@@ -129,7 +144,7 @@ class Drafter(nn.Module):
             x = (torch.nn.functional.silu(gate) * up) @ self.w(p + "ffn_down.weight").T + ffn_inp
         hn = rms(x, self.w("output_norm.weight"), eps)
         code = self.w("markov_w1.weight")[prev]  # [m, B, r]
-        logits = hn @ self.E.T + code @ self.w("markov_w2.weight").T
+        logits = hn @ self.H.T + code @ self.w("markov_w2.weight").T
         if "conf_proj__weight" in self.p:
             z = torch.cat([hn, code], dim=-1) @ self.w("conf_proj.weight")[0] + self.w("conf_proj.bias")[0]
         else:
