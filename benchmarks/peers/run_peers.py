@@ -228,8 +228,10 @@ class AdaSparkPeer:
             self.store.close()
 
 
-def run_one(peer: Any, conv: Conversation, max_tokens: int, tok: Tokenizer) -> list[dict]:
-    """Every turn of `conv` on `peer`, its own replies carried as history."""
+def run_one(peer: Any, conv: Conversation, max_tokens: int, tok: Tokenizer,
+            keep_capped: bool = False) -> list[dict]:
+    """Every turn of `conv` on `peer`, its own replies carried as history. keep_capped: a reply
+    that reached max_tokens is kept (marked `capped`) instead of left out as a loop."""
     messages = messages_for(conv)
     out = []
     for turn, user in enumerate(conv.turns):
@@ -249,7 +251,8 @@ def run_one(peer: Any, conv: Conversation, max_tokens: int, tok: Tokenizer) -> l
         # n tokens over the span first..last piece: the first piece arrives with prefill, so a
         # reply of one piece has no decode interval and is left out by the statistics.
         out.append({"arm": peer.name, "conversation": conv.id, "turn": turn, "category": conv.category,
-                    "n_tokens": n, "decode_s": t.seconds, "looped": bool(looped), "text": text,
+                    "n_tokens": n, "decode_s": t.seconds, "looped": bool(looped) and not keep_capped,
+                    "capped": bool(looped) and keep_capped, "text": text,
                     "rounds": extra.pop("rounds", 0), "widths": extra.pop("widths", {}),
                     "measure_rounds": extra.pop("measure_rounds", 0), **extra})
     return out
@@ -287,6 +290,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--n-ctx", type=int, default=4096)
     ap.add_argument("--limit", type=int, default=None, help="first N conversations only")
+    ap.add_argument("--keep-capped", action="store_true",
+                    help="keep replies that reach --max-tokens (a fixed-length comparison)")
     ap.add_argument("--out", default=str(Path(__file__).resolve().parent / "results"))
     args = ap.parse_args(argv)
     args.model = args.model or default_model_path()
@@ -312,7 +317,7 @@ def main(argv: list[str] | None = None) -> int:
             with open(out / "replies.jsonl", "w", encoding="utf-8") as fp:
                 for i, conv in enumerate(convs):
                     for n in arm_order(names, i):
-                        for rec in run_one(peers[n], conv, args.max_tokens, tok):
+                        for rec in run_one(peers[n], conv, args.max_tokens, tok, args.keep_capped):
                             records.append(rec)
                             fp.write(json.dumps(rec, ensure_ascii=False) + "\n")
                         fp.flush()
