@@ -151,6 +151,21 @@ def read_gguf_header(path: str, full: bool = False) -> GGUFHeader:
         raise ModelLoadError(f"{path}: not a readable GGUF file ({exc})") from exc
 
 
+#: ggml tensor types `read_gguf_tensor` reads, and their numpy dtypes.
+GGML_NUMPY_TYPES = {0: np.float32, 1: np.float16, 27: np.int64}  # F32, F16, I64
+
+
+def read_gguf_tensor(path: str, header: GGUFHeader, name: str) -> np.ndarray:
+    """Tensor `name` of a GGUF file, as stored (F32, F16 or I64), in numpy's row-major shape
+    (the reverse of ggml's ne). ValueError for another type."""
+    info = header.tensors[name]
+    dtype = GGML_NUMPY_TYPES.get(info.ggml_type)
+    if dtype is None:
+        raise ValueError(f"{path}: tensor {name} has ggml type {info.ggml_type}, not F32, F16 or I64")
+    return np.array(np.memmap(path, dtype=dtype, mode="r", offset=header.data_offset + info.offset,
+                              shape=tuple(reversed(info.shape))))
+
+
 def _parse_gguf_header(buf: Any, full: bool) -> GGUFHeader:
     if len(buf) < 24 or buf[:4] != b"GGUF":
         raise ValueError("bad magic")
@@ -393,10 +408,9 @@ class DSparkDrafter:
         info = header.tensors.get("d2t")
         if info is None:
             return None
-        if info.ggml_type != 27 or len(info.shape) != 1:  # GGML_TYPE_I64
+        if GGML_NUMPY_TYPES.get(info.ggml_type) is not np.int64 or len(info.shape) != 1:
             raise DrafterError(f"{self.path}: d2t must be a 1-d I64 tensor")
-        return np.array(np.memmap(self.path, dtype=np.int64, mode="r",
-                                  offset=header.data_offset + info.offset, shape=(info.shape[0],)))
+        return read_gguf_tensor(self.path, header, "d2t")
 
     def _check_vocab(self, header: GGUFHeader) -> None:
         target_texts = _vocab_texts(self._low, self._target_model)

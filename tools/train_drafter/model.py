@@ -21,10 +21,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from adaspark_app.engine.dspark import read_gguf_header
+from adaspark_app.engine.dspark import read_gguf_header, read_gguf_tensor
 
-GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_Q8_0, GGML_TYPE_I64 = 0, 1, 8, 27
-_NP = {GGML_TYPE_F32: np.float32, GGML_TYPE_F16: np.float16, GGML_TYPE_I64: np.int64}
+GGML_TYPE_Q8_0 = 8
 
 
 def target_embeddings(target_path: str) -> np.ndarray:
@@ -46,12 +45,9 @@ def read_drafter(path: str) -> tuple[dict, dict[str, np.ndarray]]:
     file), `d2t` (a reduced draft vocabulary's target ids) as int64."""
     h = read_gguf_header(path)
     w = {}
-    for name, info in h.tensors.items():
-        if info.ggml_type not in _NP:
-            raise ValueError(f"{name}: expected F32, F16 or I64")
-        shape = tuple(reversed(info.shape))
-        a = np.memmap(path, dtype=_NP[info.ggml_type], mode="r", offset=h.data_offset + info.offset, shape=shape)
-        w[name] = np.array(a, dtype=np.int64 if info.ggml_type == GGML_TYPE_I64 else np.float32)
+    for name in h.tensors:
+        a = read_gguf_tensor(path, h, name)
+        w[name] = a if a.dtype == np.int64 else a.astype(np.float32)
     return h.kv, w
 
 

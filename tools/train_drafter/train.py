@@ -67,9 +67,9 @@ def load(data: str) -> list[Seq]:
     return seqs
 
 
-def draft_vocab(seqs: list[Seq], size: int) -> np.ndarray:
+def draft_vocab(seqs: list[Seq], size: int, n_vocab: int) -> np.ndarray:
     """The `size` tokens the target picks most often in the replies (ties by id), sorted by id."""
-    counts = np.zeros(49152, dtype=np.int64)
+    counts = np.zeros(n_vocab, dtype=np.int64)
     for q in seqs:
         am = q.argmax[q.start - 1:]
         np.add.at(counts, am[am >= 0], 1)
@@ -182,16 +182,15 @@ def main() -> None:
     seqs = load(a.data)
     rng = random.Random(a.seed)
     held, train = split(seqs, a.holdout, a.seed)
-    d2t = draft_vocab(train, a.draft_vocab)
+    embed = target_embeddings(target)
+    d2t = draft_vocab(train, a.draft_vocab, len(embed))
     n_lab = sum(len(q.anchors()) for q in train)
     print(f"{len(train)} training conversations ({sum(q.greedy for q in train)} greedy), {n_lab} anchors; "
           f"{len(held)} greedy held out; draft vocabulary {len(d2t)}", flush=True)
-    embed = target_embeddings(target)
     with tempfile.TemporaryDirectory() as tmp:
         init = os.path.join(tmp, "init.gguf")
         write_random_drafter(target, init, block_size=BLOCK, layers=1, seed=a.seed,
-                             target_layers=list(TARGET_LAYERS), ffn_length=FFN, draft_vocab=d2t,
-                             weights=None)
+                             target_layers=list(TARGET_LAYERS), ffn_length=FFN, draft_vocab=d2t)
         kv, w = read_drafter(init)
     w["markov_w2.weight"][:] = 0.0  # the Markov bias starts neutral; training grows it
     w["output.weight"] = embed[d2t]  # the target's own head rows for the draft vocabulary (frozen)
