@@ -170,6 +170,9 @@ def test_cli_parser_accepts_the_contract_options():
     assert (args.script, args.arms, args.max_tokens, args.repeats, args.report, args.store_dir) == \
         ("s.jsonl", "ar,adaspark", 16, 2, "out", "st")
     assert "--max-tokens 16" in commands.command_line(args)
+    assert "--keep-capped" not in commands.command_line(args)
+    capped = p.parse_args(["bench", "s.jsonl", "--arms", "ar,adaspark", "--keep-capped"])
+    assert "--keep-capped" in commands.command_line(capped)  # the report records a fixed-length run
     assert args.func is commands.run
 
 

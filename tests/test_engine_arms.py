@@ -55,3 +55,29 @@ def test_speculative_arms_verify_wider_rows(replies):
             for w, n in r.widths.items():
                 widths[w] = widths.get(w, 0) + n
         assert any(w > 1 for w in widths), (arm, widths)
+
+
+@pytest.mark.parametrize("arm", ["pinned:8", "adaspark"])
+def test_no_round_verifies_rows_past_the_token_cap(model_path, arm):
+    """A round commits at most as many tokens as it verifies rows, so near the cap the rows are
+    capped by what the reply may still emit. The reply copies a pasted passage, so wide rounds
+    run right up to each cap tried."""
+    passage = ("The committee met on Tuesday to review the budget, the hiring plan and the new "
+               "office lease, and it agreed to publish the minutes by the end of the month.")
+    msgs = [{"role": "user", "content": f"Repeat this text word for word: {passage}"}]
+    eng = ChatEngine(model_path, arm=arm, n_ctx=2048, n_threads=2)
+    widest = 0
+    try:
+        for cap in range(12, 30, 3):
+            events = []
+            r = eng.generate(f"cap{cap}", msgs, max_tokens=cap, on_round=events.append)
+            assert r.n_tokens <= cap
+            for e in events:
+                if e.round_index:  # a verify round: reply_tokens counts what it emitted
+                    before = e.reply_tokens - e.committed
+                    assert e.width <= cap - before, (cap, before, e.width)
+                    widest = max(widest, e.width)
+            eng.reset_conversation()
+    finally:
+        eng.close()
+    assert widest > 3  # the rounds were wide: the cap, not the tree, bounded the last ones

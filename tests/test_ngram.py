@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 import time
 
+import numpy as np
 import pytest
 
 from adaspark_app.engine.ngram import NgramIndex, NgramStep, SourcePrecision
@@ -184,3 +185,70 @@ def test_first_step_is_the_chain_head_and_follows_extend():
     idx.extend([9, 1])
     assert idx.first_step().token == 2 and idx.first_step().evidence == 6
     assert NgramIndex([1, 2, 3]).first_step() is None
+
+
+def test_source_precision_per_class_recovers_known_rates():
+    """Guards the class precisions that price chain nodes: from a seeded stream of first steps
+    whose hit rates are known per (kind, evidence), for_class recovers each rate; a class never
+    seen reads its evidence bin's value, a kind with no proposal the overall value."""
+    rng = np.random.default_rng(3)
+    rates = {("copy", 4): 0.55, ("copy", 9): 0.85, ("copy", 32): 0.99, ("follower", 1): 0.35}
+    p = SourcePrecision()
+    for _ in range(4000):
+        kind, ev = list(rates)[rng.integers(len(rates))]
+        hit = rng.random() < rates[(kind, ev)]
+        p.observe(NgramStep(7, kind, ev), 7 if hit else 8)
+    got = p.for_class(np.array([1, 1, 1, 2]), np.array([4, 9, 32, 1]))
+    np.testing.assert_allclose(got, list(rates.values()), atol=0.04)
+    # evidence 10 was never seen: it reads its bin (8-15), where only evidence 9 was seen
+    assert p.for_class(np.array([1]), np.array([10]))[0] == pytest.approx(got[1], abs=0.03)
+    # evidence past the cap shares the capped class
+    assert p.for_class(np.array([1]), np.array([500]))[0] == pytest.approx(got[2], abs=1e-12)
+    assert p.for_class(np.array([0]), np.array([9]))[0] == pytest.approx(p.value)
+    overall = sum(rates.values()) / len(rates)
+    assert p.value == pytest.approx(overall, abs=0.03)
+
+
+def test_source_precision_class_shrinks_a_sparse_class_toward_its_bin():
+    """Two hits must not read as certainty: a class seen twice sits between its bin and 1."""
+    p = SourcePrecision()
+    for i in range(200):  # evidence 5: half right
+        p.observe(NgramStep(1, "copy", 5), 1 if i % 2 else 2)
+    for _ in range(2):
+        p.observe(NgramStep(1, "copy", 6), 1)
+    bin_value = p.for_class(np.array([1]), np.array([7]))[0]  # unseen, same bin (4-7)
+    sparse = p.for_class(np.array([1]), np.array([6]))[0]
+    assert 0.45 < bin_value < 0.56
+    assert bin_value < sparse < 0.8
+
+
+def test_source_precision_state_round_trips_and_rejects_bad_counts():
+    p = SourcePrecision()
+    idx = NgramIndex(list(range(100, 160)))
+    idx.extend(list(range(100, 140)), p)
+    q = SourcePrecision()
+    q.load_state(p.state_dict())
+    ks, es = np.array([1, 1, 2, 0]), np.array([4, 32, 1, 3])
+    np.testing.assert_array_equal(q.for_class(ks, es), p.for_class(ks, es))
+    assert (q.hits, q.trials) == (p.hits, p.trials)
+    bad = p.state_dict()
+    bad["class_hits"][1][32] = bad["class_trials"][1][32] + 1
+    with pytest.raises(ValueError):
+        SourcePrecision().load_state(bad)
+    with pytest.raises(ValueError):
+        SourcePrecision().load_state({"hits": 1})
+
+
+def test_extend_feeds_the_class_of_each_first_step():
+    """On a pasted passage being copied, the long-match copy class is right every time while a
+    short match is not: the classes separate what one p_src averages."""
+    rng = random.Random(11)
+    passage = _tokens(rng, 120)
+    prompt = passage + _tokens(rng, 30) + passage[:6] + _tokens(rng, 10)
+    p = SourcePrecision()
+    idx = NgramIndex(prompt)
+    idx.extend(passage[:100], p)
+    long_copy = p.for_class(np.array([1]), np.array([32]))[0]
+    assert p.class_trials[1, 32] > 50
+    assert long_copy > 0.95
+    assert long_copy > p.value

@@ -73,6 +73,8 @@ def command_line(args: argparse.Namespace) -> str:
                      ("--store-dir", args.store_dir), ("--threads", args.threads)):
         if val is not None:
             parts += [opt, str(val)]
+    if getattr(args, "keep_capped", False):
+        parts.append("--keep-capped")
     return " ".join(shlex.quote(p) for p in parts)
 
 

@@ -20,12 +20,9 @@ from ..learn.constants import NGRAM_MAX_DEPTH, TOP_K
 from ..learn.scheduler import PROBE_NONE, WidthScheduler, probe_class
 from .arms import MAX_WIDTH, Arm
 from .backend import LlamaBackend
-from .ngram import NgramIndex, SourcePrecision
+from .ngram import KIND_CODES, NgramIndex, SourcePrecision
 from .tree import (KIND_NGRAM, KIND_PICK, KIND_SIBLING, Candidates, accepted_path, best_first_order,
                    child_labels, expected_accepted, layout, path_products)
-
-NG_KIND = {"copy": 1, "follower": 2}
-
 
 class SelfCheckError(AssertionError):
     """The debug self-check found an emitted token that is not the target's argmax for its prefix."""
@@ -86,13 +83,16 @@ class Decoder:
 
     # ------------------------------------------------------------------ state
     def state_dict(self) -> dict:
-        return {"scheduler": self.scheduler.state_dict(), "acceptance": self.acceptance.state_dict()}
+        return {"scheduler": self.scheduler.state_dict(), "acceptance": self.acceptance.state_dict(),
+                "precision": self.precision.state_dict()}
 
     def load_state(self, state: dict) -> None:
         if state.get("scheduler"):
             self.scheduler.load_state(state["scheduler"])
         if state.get("acceptance"):
             self.acceptance.load_state(state["acceptance"])
+        if state.get("precision"):
+            self.precision.load_state(state["precision"])
 
     @property
     def context(self) -> int:
@@ -167,8 +167,13 @@ class Decoder:
         self._feed_feats, self._feed_pos = [], []
 
     # ------------------------------------------------------------------ one round
-    def round(self) -> RoundOutcome:
-        """Run one round for the arm; returns the committed tokens (accepted path + bonus)."""
+    def round(self, budget: int | None = None) -> RoundOutcome:
+        """Run one round for the arm; returns the committed tokens (accepted path + bonus).
+
+        ``budget``: tokens the reply may still emit (its cap less what it has). A round commits at
+        most as many tokens as it verifies rows, so no round verifies more rows than that: rows
+        past the cap would be paid for and thrown away.
+        """
         t0 = time.perf_counter()
         first_round = self.request_round == 0
         self.request_round += 1
@@ -192,13 +197,14 @@ class Decoder:
                     out = self._plain(t0, first_round, tell_scheduler=True)
                     self.scheduler.observe_drafter(ctx, probe, False, 1, time.perf_counter() - t0)
                     return out
-                outcome = self._drafting_round(t0, first_round, arm, use_drafter)
+                outcome = self._drafting_round(t0, first_round, arm, use_drafter, budget)
                 self.scheduler.observe_drafter(ctx, probe, use_drafter, len(outcome.new_tokens),
                                                time.perf_counter() - t0)
                 return outcome
-        return self._drafting_round(t0, first_round, arm, use_drafter)
+        return self._drafting_round(t0, first_round, arm, use_drafter, budget)
 
-    def _drafting_round(self, t0: float, first_round: bool, arm: str, use_drafter: bool) -> RoundOutcome:
+    def _drafting_round(self, t0: float, first_round: bool, arm: str, use_drafter: bool,
+                        budget: int | None = None) -> RoundOutcome:
         """A round that builds candidates (with the drafter's block if `use_drafter`) and verifies."""
         ctx = self.context
         if arm == "chain":
@@ -208,6 +214,7 @@ class Decoder:
         if len(cands) == 0:
             return self._plain(t0, first_round, tell_scheduler=arm == "adaspark")
         cset = self._candidate_set(cands)
+        cset.ng_prec = self._node_precision(cset)
         p_src = self.precision.value
         if arm == "chain":
             q = np.ones(len(cands))
@@ -219,6 +226,8 @@ class Decoder:
         order = best_first_order(Q)
         is_ng = np.array([k == KIND_NGRAM and not a for k, a in zip(cands.kind, cands.agreed)], dtype=bool)
         s_d, s_n = expected_accepted(Q, order, is_ng)
+        if budget is not None and budget >= 1:
+            s_d, s_n = s_d[:budget + 1], s_n[:budget + 1]  # widths up to the budget are offered
         measured = False
         predicted = None
         offered: dict[int, float] = {}
@@ -237,7 +246,8 @@ class Decoder:
             width = self.arm.k
         else:  # chain
             width = len(cands) + 1
-        width = max(1, min(width, len(cands) + 1, MAX_WIDTH, self.backend.n_ctx - ctx))
+        width = max(1, min(width, len(cands) + 1, MAX_WIDTH, self.backend.n_ctx - ctx,
+                           budget if budget is not None else MAX_WIDTH))
         selected = [int(j) for j in order[:width - 1]]
         if arm != "chain" and width > 1 and (is_ng.any()):
             self.tree_rounds_with_ngram += 1
@@ -289,7 +299,7 @@ class Decoder:
                 par = cands.add(par, int(block.tokens[i, 0]), KIND_PICK, sigma=float(block.share[i, 0]))
             return cands
         for st in self.ngram.chain([], k):
-            par = cands.add(par, st.token, KIND_NGRAM, ng_kind=NG_KIND.get(st.kind, 1), ng_evidence=st.evidence)
+            par = cands.add(par, st.token, KIND_NGRAM, ng_kind=KIND_CODES.get(st.kind, 1), ng_evidence=st.evidence)
         return cands
 
     def _tree_candidates(self, use_drafter: bool = True) -> Candidates:
@@ -325,7 +335,7 @@ class Decoder:
             steps = self.ngram.chain(suffix, NGRAM_MAX_DEPTH - depth0)
             par = head
             for st in steps:
-                kind = NG_KIND.get(st.kind, 1)
+                kind = KIND_CODES.get(st.kind, 1)
                 existing = cands.child(par, st.token)
                 if existing is not None:
                     if cands.kind[existing] != KIND_NGRAM and not cands.agreed[existing]:
@@ -345,6 +355,15 @@ class Decoder:
                         cands.contra_kind[c] = kind
                 par = cands.add(par, st.token, KIND_NGRAM, ng_kind=kind, ng_evidence=st.evidence)
         return cands
+
+    def _node_precision(self, c: CandidateSet) -> np.ndarray:
+        """Per candidate, the committed text's precision for the class of its n-gram proposal
+        (its own, the one it agrees with, or the one contradicting it): CandidateSet.ng_prec;
+        the overall value for drafter candidates with none."""
+        contra = (c.contra_evidence >= 0) & ~c.agreed & (c.kind != KIND_NGRAM)
+        kind = np.where(contra, c.contra_kind, c.ng_kind)
+        evidence = np.where(contra, c.contra_evidence, c.ng_evidence)
+        return self.precision.for_class(kind, evidence)
 
     @staticmethod
     def _candidate_set(c: Candidates) -> CandidateSet:
@@ -481,7 +500,7 @@ def run_reply(dec: Decoder, max_tokens: int, is_eog: Callable[[int], bool],
             break
         if dec.context >= dec.backend.n_ctx - 1:
             break
-        oc = dec.round()
+        oc = dec.round(budget=max_tokens - len(reply))
         stats["rounds"] += 1
         stats["widths"][oc.width] = stats["widths"].get(oc.width, 0) + 1
         stats["measure_rounds"] += int(oc.measured)

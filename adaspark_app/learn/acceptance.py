@@ -42,6 +42,18 @@ round, both are scored on its labels by the binary log loss of every labelled no
 and of nodes decay by half every GUARD_HALF_LIFE labelled parents, and the fitted model prices
 the tree only while its decayed loss per node is strictly the lower.
 
+Class precision. Eq. (6) scores an n-gram node from logit p_src, the source's top-1 precision
+on the committed text. A candidate may also carry ``ng_prec``: the precision the index's first
+step has had on this text for the class of its n-gram proposal, (kind, evidence)
+(``engine.ngram.SourcePrecision.for_class``). A chain node k steps below the anchor carries the
+evidence it would have at the anchor once its k parents are committed, so its class precision is
+the measured chance it is right given its parent was: a long copy's deep nodes price near 1
+from the text itself, where one p_src for every node prices a 30-node copy like its first guess.
+Where given, ``ng_prec`` takes p_src's place in the fitted model's fixed terms (the n-gram score,
+and the agreed and contradicted terms, which then use the precision of the proposal that agrees
+or contradicts), and the bucket weights learn deviations from it. The head-based estimate keeps
+the paper's single p_src, so the guard still compares the fitted model with that baseline.
+
 Missing confidence head. When the drafter has no confidence head (``h`` is nan) the fitted model
 uses the neutral value h = 0.5 (logit h = 0), so a1 and a5 learn nothing from such candidates and
 keep their meaning for a drafter that has a head; the head-based estimate then prices a pick by
@@ -136,6 +148,8 @@ class CandidateSet:
     - ``ng_kind``/``ng_evidence``: for n-gram nodes and agreed drafter nodes, the n-gram
       proposal's kind (NG_COPY | NG_FOLLOWER) and evidence (copy length or follower count).
     - ``ng_above``: number of n-gram nodes above on the path.
+    - ``ng_prec``: the committed text's precision for the class of the candidate's n-gram
+      proposal (its own, or the one agreeing with or contradicting it); nan: use p_src.
     - ``agreed``: a drafter candidate the n-gram also proposed.
     - ``contra_evidence``/``contra_kind``: for a drafter candidate whose parent has a different
       n-gram proposal, that proposal's evidence (>= 0 marks a contradiction; -1 if none) and kind.
@@ -151,6 +165,7 @@ class CandidateSet:
     ng_kind: np.ndarray | None = None
     ng_evidence: np.ndarray | None = None
     ng_above: np.ndarray | None = None
+    ng_prec: np.ndarray | None = None
     agreed: np.ndarray | None = None
     contra_evidence: np.ndarray | None = None
     contra_kind: np.ndarray | None = None
@@ -168,6 +183,7 @@ class CandidateSet:
             "ng_kind": (np.int64, 0),
             "ng_evidence": (np.int64, 0),
             "ng_above": (np.int64, 0),
+            "ng_prec": (np.float64, np.nan),
             "agreed": (np.bool_, False),
             "contra_evidence": (np.int64, -1),
             "contra_kind": (np.int64, 0),
@@ -267,8 +283,9 @@ def _design(c: CandidateSet, context: int, p_src: float) -> _Design:
     r = _fill(c.r, 1.0)
     lr = np.log(np.minimum(np.maximum(r, 1e-6), 1.0))
     x_ctx = math.log2(1.0 + max(int(context), 0) / ACC_CONTEXT_UNIT) - 1.0
-    lp = float(_logit(np.array(float(p_src)))) if p_src == p_src else 0.0
-    lp_pos = max(0.0, lp)
+    p_one = float(p_src) if p_src == p_src else 0.5
+    lp = _logit(np.where(np.isnan(c.ng_prec), p_one, c.ng_prec))  # per candidate (Class precision)
+    lp_pos = np.maximum(lp, 0.0)
 
     idx = np.zeros((n, 7), dtype=np.int64)
     val = np.zeros((n, 7))
@@ -308,7 +325,7 @@ def _design(c: CandidateSet, context: int, p_src: float) -> _Design:
     # n-gram -> p_src
     h_pick = np.where(h_nan, sigma, c.h)
     sib_share = r * (1.0 - sigma)
-    head_base = np.where(pick, h_pick, np.where(sib, sib_share, float(p_src) if p_src == p_src else 0.5))
+    head_base = np.where(pick, h_pick, np.where(sib, sib_share, p_one))
     return _Design(idx=idx, val=val, fixed=fixed, group=c.parent + 1, head_base=head_base)
 
 
