@@ -24,6 +24,7 @@ from .ngram import KIND_CODES, NgramIndex, SourcePrecision
 from .tree import (KIND_NGRAM, KIND_PICK, KIND_SIBLING, Candidates, accepted_path, best_first_order,
                    child_labels, expected_accepted, layout, path_products)
 
+
 class SelfCheckError(AssertionError):
     """The debug self-check found an emitted token that is not the target's argmax for its prefix."""
 
