@@ -24,6 +24,7 @@ import math
 
 import numpy as np
 
+from adaspark_app.bench.stats import bootstrap_interval, geometric_mean
 from adaspark_app.engine.chat_engine import ChatEngine
 from adaspark_app.runner import load_script
 
@@ -33,16 +34,6 @@ def _engine(arm: str, pricing: str = "class") -> ChatEngine:
     if pricing == "one":
         eng.decoder._node_precision = lambda c: np.full(len(c), np.nan)
     return eng
-
-
-def _interval(by_conv: dict[str, list[float]], rng: np.random.Generator) -> tuple[float, float, float]:
-    keys = list(by_conv)
-    mean = math.exp(np.mean([x for k in keys for x in by_conv[k]]))
-    boots = []
-    for _ in range(2000):
-        pick = rng.choice(len(keys), len(keys))
-        boots.append(math.exp(np.mean([x for j in pick for x in by_conv[keys[j]]])))
-    return mean, float(np.percentile(boots, 2.5)), float(np.percentile(boots, 97.5))
 
 
 def speed(script: str, passes: int, max_tokens: int) -> None:
@@ -64,14 +55,14 @@ def speed(script: str, passes: int, max_tokens: int) -> None:
                     tokens[a][(c.id, t)] = r.tokens
                 eng.reset_conversation()
         print(f"pass {p + 1}/{passes} done", flush=True)
-    rng = np.random.default_rng(0)
     print(f"\n`{script}`, {passes} pass{'es' if passes != 1 else ''}, {max_tokens} tokens\n")
     print("| arm | against `ar` [95% interval] | identical to `ar` |\n|---|---|---|")
     for a in ("before", "now"):
         by_conv: dict[str, list[float]] = {}
         for key in speeds["ar"]:
             by_conv.setdefault(key[0], []).append(math.log(np.mean(speeds[a][key]) / np.mean(speeds["ar"][key])))
-        g, lo, hi = _interval(by_conv, rng)
+        g = geometric_mean(math.exp(x) for v in by_conv.values() for x in v)
+        lo, hi = bootstrap_interval(by_conv)
         same = sum(tokens[a][k] == tokens["ar"][k] for k in tokens["ar"])
         print(f"| {a} | {g:.3f}x [{lo:.3f}, {hi:.3f}] | {same}/{len(tokens['ar'])} |")
     lr = [math.log(np.mean(speeds["now"][k]) / np.mean(speeds["before"][k])) for k in speeds["ar"]]

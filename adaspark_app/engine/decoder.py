@@ -215,12 +215,12 @@ class Decoder:
         if len(cands) == 0:
             return self._plain(t0, first_round, tell_scheduler=arm == "adaspark")
         cset = self._candidate_set(cands)
-        cset.ng_prec = self._node_precision(cset)
         p_src = self.precision.value
         if arm == "chain":
             q = np.ones(len(cands))
             priced_by = "none"
         else:
+            cset.ng_prec = self._node_precision(cset)  # only the acceptance model reads it
             q, priced_by = self.acceptance.q(cset, ctx, p_src)
         parent = np.asarray(cands.parent)
         Q = path_products(q, parent)
