@@ -134,9 +134,10 @@ def test_source_precision_tracks_top1_hits_with_a_beta_prior():
     p.observe(None, 5)
     assert p.trials == 0 and p.value == 0.5
     for predicted, actual in ((1, 1), (2, 2), (3, 4)):
-        p.observe(predicted, actual)
+        p.observe(NgramStep(predicted, "copy", 5), actual)
     assert (p.hits, p.trials) == (2, 3)
     assert p.value == pytest.approx(3 / 5)
+    assert (p.class_hits[1, 5], p.class_trials[1, 5]) == (2, 3)
 
 
 def test_extend_with_precision_scores_each_token_before_indexing_it():
@@ -148,12 +149,13 @@ def test_extend_with_precision_scores_each_token_before_indexing_it():
     reply = passage[:60]
     idx_a, p_a = NgramIndex(prompt), SourcePrecision()
     for t in reply:
-        p_a.observe(idx_a.predict_next(), t)
+        p_a.observe(idx_a.first_step(), t)
         idx_a.extend([t])
     idx_b, p_b = NgramIndex(prompt), SourcePrecision()
     idx_b.extend(reply[:25], p_b)
     idx_b.extend(reply[25:], p_b)
     assert (p_a.hits, p_a.trials) == (p_b.hits, p_b.trials)
+    assert (p_a.class_hits == p_b.class_hits).all() and (p_a.class_trials == p_b.class_trials).all()
     assert p_b.value > 0.85  # once 4 tokens match, the copy is right every time
 
 

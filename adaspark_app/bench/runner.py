@@ -137,6 +137,12 @@ class BenchConfig:
     extra: dict = field(default_factory=dict)
 
 
+def cap_marks(reached_cap: bool, keep_capped: bool) -> dict[str, bool]:
+    """A record's `looped`/`capped` marks: a reply that reached the token cap is left out as a loop,
+    or, in a fixed-length comparison (keep_capped), kept and marked `capped`."""
+    return {"looped": bool(reached_cap) and not keep_capped, "capped": bool(reached_cap) and keep_capped}
+
+
 def reply_to_record(result: Any, label: str, category: str | None, repeat: int,
                     keep_capped: bool = False) -> dict:
     """An OUT.jsonl-style dict of one ReplyResult, labelled with the bench arm and repeat.
@@ -145,8 +151,7 @@ def reply_to_record(result: Any, label: str, category: str | None, repeat: int,
     fixed-length comparisons (every reply cut at N tokens) keep it."""
     d = result.to_json() if hasattr(result, "to_json") else dict(result)
     if keep_capped and d.get("looped"):
-        d["looped"] = False
-        d["capped"] = True
+        d.update(cap_marks(True, keep_capped))
     d.pop("tokens", None)  # token ids are large and not needed by the report
     d["engine_arm"] = d.get("arm")
     d["arm"] = label

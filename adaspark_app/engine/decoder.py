@@ -15,7 +15,7 @@ from typing import Callable
 
 import numpy as np
 
-from ..learn.acceptance import AcceptanceModel, CandidateSet
+from ..learn.acceptance import AcceptanceModel, CandidateSet, contradicted
 from ..learn.constants import NGRAM_MAX_DEPTH, TOP_K
 from ..learn.scheduler import PROBE_NONE, WidthScheduler, probe_class
 from .arms import MAX_WIDTH, Arm
@@ -361,7 +361,7 @@ class Decoder:
         """Per candidate, the committed text's precision for the class of its n-gram proposal
         (its own, the one it agrees with, or the one contradicting it): CandidateSet.ng_prec;
         the overall value for drafter candidates with none."""
-        contra = (c.contra_evidence >= 0) & ~c.agreed & (c.kind != KIND_NGRAM)
+        contra = contradicted(c)
         kind = np.where(contra, c.contra_kind, c.ng_kind)
         evidence = np.where(contra, c.contra_evidence, c.ng_evidence)
         return self.precision.for_class(kind, evidence)

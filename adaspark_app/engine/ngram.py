@@ -239,20 +239,18 @@ class SourcePrecision:
         self.class_hits = np.zeros((3, COPY_EVIDENCE_CAP + 1), dtype=np.int64)
         self.class_trials = np.zeros((3, COPY_EVIDENCE_CAP + 1), dtype=np.int64)
 
-    def observe(self, predicted: int | NgramStep | None, actual: int) -> None:
-        """Fold one committed token: ``predicted`` is ``first_step()`` (or its token, which counts
-        only toward the overall value) taken before it."""
+    def observe(self, predicted: NgramStep | None, actual: int) -> None:
+        """Fold one committed token: ``predicted`` is ``first_step()`` taken before it (None: the
+        index proposed nothing there, which is not counted)."""
         if predicted is None:
             return
-        tok = predicted.token if isinstance(predicted, NgramStep) else int(predicted)
-        hit = int(tok == int(actual))
+        hit = int(predicted.token == int(actual))
         self.trials += 1
         self.hits += hit
-        if isinstance(predicted, NgramStep):
-            k = KIND_CODES[predicted.kind]
-            e = min(max(int(predicted.evidence), 0), COPY_EVIDENCE_CAP)
-            self.class_trials[k, e] += 1
-            self.class_hits[k, e] += hit
+        k = KIND_CODES[predicted.kind]
+        e = min(max(int(predicted.evidence), 0), COPY_EVIDENCE_CAP)
+        self.class_trials[k, e] += 1
+        self.class_hits[k, e] += hit
 
     @property
     def value(self) -> float:

@@ -267,6 +267,13 @@ class _Design:
     head_base: np.ndarray  # (N,) the head-based estimate before the per-request offset
 
 
+def contradicted(c: CandidateSet) -> np.ndarray:
+    """Drafter candidates whose parent's n-gram proposal is a different token: the candidates
+    the contradicted terms of Eq. (6) price, by the contradicting proposal's class."""
+    drafter = (c.kind == KIND_PICK) | (c.kind == KIND_SIBLING)
+    return drafter & ~c.agreed & (c.contra_evidence >= 0)
+
+
 def _design(c: CandidateSet, context: int, p_src: float) -> _Design:
     L = _LAYOUT
     n = len(c)
@@ -311,7 +318,7 @@ def _design(c: CandidateSet, context: int, p_src: float) -> _Design:
     val[:, 5] = np.where(drafter & (d >= 2), 1.0, 0.0)
     # slot 6: agreed / contradicted bucket weights
     agreed = drafter & c.agreed
-    contra = drafter & ~c.agreed & (c.contra_evidence >= 0)
+    contra = contradicted(c)
     ps = sib.astype(np.int64)
     ag_idx = L.AG0 + bucket * 2 + ps
     ck = np.minimum(np.maximum(c.contra_kind - 1, 0), 1)

@@ -43,7 +43,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from adaspark_app.bench.report import write_report  # noqa: E402
-from adaspark_app.bench.runner import arm_order, machine_info, warm_page_cache  # noqa: E402
+from adaspark_app.bench.runner import arm_order, cap_marks, machine_info, warm_page_cache  # noqa: E402
 from adaspark_app.runner import Conversation, load_script  # noqa: E402
 
 DEFAULT_PEERS = "lcpp-plain,lcpp-pld,adaspark"
@@ -251,8 +251,7 @@ def run_one(peer: Any, conv: Conversation, max_tokens: int, tok: Tokenizer,
         # n tokens over the span first..last piece: the first piece arrives with prefill, so a
         # reply of one piece has no decode interval and is left out by the statistics.
         out.append({"arm": peer.name, "conversation": conv.id, "turn": turn, "category": conv.category,
-                    "n_tokens": n, "decode_s": t.seconds, "looped": bool(looped) and not keep_capped,
-                    "capped": bool(looped) and keep_capped, "text": text,
+                    "n_tokens": n, "decode_s": t.seconds, **cap_marks(looped, keep_capped), "text": text,
                     "rounds": extra.pop("rounds", 0), "widths": extra.pop("widths", {}),
                     "measure_rounds": extra.pop("measure_rounds", 0), **extra})
     return out
