@@ -8,9 +8,11 @@ overhead D. Policies compared:
 - oracle: knows how far each copy runs and verifies exactly that (the headroom);
 - static: a fixed width whenever the anchor's proposal is a copy with matched context >= m;
 - per-bucket: the best fixed width for each (kind, evidence bin) of the anchor's proposal, chosen
-  by coordinate search on the same replies (in-sample).
+  by coordinate search on the same replies (in-sample);
+- per-bucket, split: the same with each bucket split by one more feature of the anchor, to see
+  whether it singles out rounds worth drafting that the bucket alone does not (``SPLITS``).
 
-    python benchmarks/ngram_policy_ceiling.py SCRIPT.jsonl [--max-tokens 128] [--overhead 0.12]
+    python benchmarks/ngram_policy_ceiling.py SCRIPT.jsonl [--max-tokens 128] [--overhead 0.12] [--splits]
 """
 
 from __future__ import annotations
@@ -56,18 +58,39 @@ def ar_replies(script: str, max_tokens: int) -> list[tuple[list[int], list[int]]
     return out
 
 
-def positions(data):
-    """Per reply, per position: (kind, evidence) of the anchor's proposal and the true copy run."""
+# Features a bucket may be split by (--splits), each 0/1 or a small count, computed at the anchor:
+# - agree: a copy's next token is also the most frequent follower of the last 3 tokens;
+# - ambiguous: the last 4 tokens occurred before with 2+ different next tokens;
+# - streak: the index's proposal for the token just committed was right.
+SPLITS = ("agree", "ambiguous", "streak")
+
+
+def _features(text: list[int], idx: NgramIndex, first, last_hit: bool) -> dict[str, int]:
+    best = idx._best.get(tuple(text[-3:])) if len(text) >= 3 else None  # the follower table's top
+    tail = text[-4:]
+    nexts = {text[k + 4] for k in range(len(text) - 4) if text[k:k + 4] == tail}
+    return {"agree": int(first is not None and best is not None and best[0] == first.token),
+            "ambiguous": int(len(nexts) >= 2), "streak": int(last_hit)}
+
+
+def positions(data, splits: bool = False):
+    """Per reply, per position: (kind, evidence) of the anchor's proposal, the chain's length, the
+    true copy run, and (with ``splits``) the SPLITS features."""
     seqs = []
     for prompt, reply in data:
         idx = NgramIndex(prompt)
+        text = list(prompt)
         seq = []
+        last_hit = False
         for pos in range(len(reply)):
             chain = idx.chain([], 32)
             run = copy_run(chain, reply, pos)
             first = chain[0] if chain else None
-            seq.append((first.kind if first else None, first.evidence if first else 0, len(chain), run))
+            feats = _features(text, idx, first, last_hit) if splits else {}
+            seq.append((first.kind if first else None, first.evidence if first else 0, len(chain), run, feats))
+            last_hit = run > 0
             idx.extend([reply[pos]])
+            text.append(reply[pos])
         seqs.append(seq)
     return [s for s in seqs if len(s) > 4]
 
@@ -75,8 +98,8 @@ def positions(data):
 def speed(seq, choose, d: float) -> float:
     pos, t = 0, 0.0
     while pos < len(seq):
-        kind, ev, length, run = seq[pos]
-        w = max(1, min(choose(kind, ev, run), length + 1))
+        kind, ev, length, run, feats = seq[pos]
+        w = max(1, min(choose(kind, ev, run, feats), length + 1))
         t += 1.0 if w == 1 else cost(w) + d
         pos += 1 if w == 1 else min(run, w - 1) + 1
     return len(seq) / t
@@ -86,21 +109,35 @@ def geo(seqs, choose, d: float) -> float:
     return math.exp(float(np.mean([math.log(speed(s, choose, d)) for s in seqs])))
 
 
+def search(seqs, keys, key, d: float) -> dict:
+    """Coordinate search (3 sweeps) for the best fixed width per key(kind, evidence, features)."""
+    pol = {k: 1 for k in keys}
+
+    def choose(kind, ev, run, feats):
+        return 1 if kind is None else pol.get(key(kind, ev, feats), 1)
+
+    for _ in range(3):
+        for k in keys:
+            pol[k] = max(WIDTHS, key=lambda w: (pol.__setitem__(k, w), geo(seqs, choose, d))[1])
+    return pol
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("script")
     ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--overhead", type=float, default=0.12, help="a drafted round's host time D over a one-row step")
+    ap.add_argument("--splits", action="store_true", help="also search each bucket split by each of SPLITS")
     a = ap.parse_args()
-    seqs = positions(ar_replies(a.script, a.max_tokens))
+    seqs = positions(ar_replies(a.script, a.max_tokens), a.splits)
     d = a.overhead
 
-    def oracle(kind, ev, run):
+    def oracle(kind, ev, run, feats):
         return max(WIDTHS, key=lambda w: (min(run, w - 1) + 1) / (cost(w) + (d if w > 1 else 0.0)))
 
     acc = defaultdict(lambda: [0, 0])
     for s in seqs:
-        for kind, ev, _, run in s:
+        for kind, ev, _, run, _ in s:
             if kind is not None:
                 acc[(kind, ebin(ev))][0] += run > 0
                 acc[(kind, ebin(ev))][1] += 1
@@ -111,16 +148,25 @@ def main() -> None:
     for m in (8, 16):
         for w in (4, 8, 12):
             print(f"| static: width {w} when the anchor's copy matched >= {m} tokens | "
-                  f"{geo(seqs, lambda k, e, r, m=m, w=w: w if k == 'copy' and e >= m else 1, d):.3f} |")
-    pol = {b: 1 for b in acc}
+                  f"{geo(seqs, lambda k, e, r, f, m=m, w=w: w if k == 'copy' and e >= m else 1, d):.3f} |")
+    pol = search(seqs, [(k, e) for k, e in acc], lambda kind, ev, feats: (kind, ebin(ev)), d)
 
-    def by_bucket(kind, ev, run):
+    def by_bucket(kind, ev, run, feats):
         return 1 if kind is None else pol.get((kind, ebin(ev)), 1)
 
-    for _ in range(3):
-        for b in sorted(acc, key=str):
-            pol[b] = max(WIDTHS, key=lambda w: (pol.__setitem__(b, w), geo(seqs, by_bucket, d))[1])
-    print(f"| per-bucket width, coordinate search on these replies (in-sample) | {geo(seqs, by_bucket, d):.3f} |\n")
+    print(f"| per-bucket width, coordinate search on these replies (in-sample) | {geo(seqs, by_bucket, d):.3f} |")
+    for name in SPLITS if a.splits else ():
+        def key(kind, ev, feats, name=name):
+            return (kind, ebin(ev), feats[name])
+
+        keys = sorted({key(k, e, f) for s in seqs for k, e, _, _, f in s if k is not None}, key=str)
+        split_pol = search(seqs, keys, key, d)
+
+        def by_split(kind, ev, run, feats, split_pol=split_pol, key=key):
+            return 1 if kind is None else split_pol.get(key(kind, ev, feats), 1)
+
+        print(f"| per-bucket width, each bucket split by `{name}` (in-sample) | {geo(seqs, by_split, d):.3f} |")
+    print()
     print("| anchor proposal (kind, evidence bin) | proposals | first token accepted | per-bucket width |")
     print("|---|---|---|---|")
     for b in sorted(acc, key=str):
