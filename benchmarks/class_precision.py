@@ -3,9 +3,8 @@
 Two measurements, both on a bench script (JSONL of conversations):
 
 - ``speed``: three engines in one process, `ar`, adaspark pricing n-gram nodes by one p_src
-  (before), adaspark pricing them by their proposal class's precision (now); conversations run in
-  rotating arm order, each pass over the script in turn; per-reply decode-speed ratios against
-  `ar`, geometric means with a 95% bootstrap interval over conversations, and now / before.
+  (before), adaspark pricing them by their proposal class's precision (now), compared by
+  ``interleaved.compare``.
 - ``logloss``: one adaspark engine per pricing over the first turns; the acceptance model's
   fitted and head-based log loss on requests after the first (each round scored before either
   learns from it), and the share of rounds the guard let the fitted model price.
@@ -20,11 +19,10 @@ n-gram node at p_src exactly as the model did before class precision.
 from __future__ import annotations
 
 import argparse
-import math
 
 import numpy as np
+from interleaved import compare  # benchmarks/ is the script's own directory
 
-from adaspark_app.bench.stats import bootstrap_interval, geometric_mean
 from adaspark_app.engine.chat_engine import ChatEngine
 from adaspark_app.runner import load_script
 
@@ -38,37 +36,7 @@ def _engine(arm: str, pricing: str = "class") -> ChatEngine:
 
 def speed(script: str, passes: int, max_tokens: int) -> None:
     arms = {"ar": _engine("ar"), "before": _engine("adaspark", "one"), "now": _engine("adaspark")}
-    names = list(arms)
-    convs = list(load_script(script))
-    speeds: dict[str, dict] = {a: {} for a in names}
-    tokens: dict[str, dict] = {a: {} for a in names}
-    for p in range(passes):
-        for i, c in enumerate(convs):
-            k = (i + p) % len(names)
-            for a in names[k:] + names[:k]:
-                eng, msgs = arms[a], []
-                for t, u in enumerate(c.turns):
-                    msgs.append({"role": "user", "content": u})
-                    r = eng.generate(c.id, msgs, max_tokens=max_tokens, turn=t)
-                    msgs.append({"role": "assistant", "content": r.text})
-                    speeds[a].setdefault((c.id, t), []).append(r.n_tokens / max(r.decode_s, 1e-9))
-                    tokens[a][(c.id, t)] = r.tokens
-                eng.reset_conversation()
-        print(f"pass {p + 1}/{passes} done", flush=True)
-    print(f"\n`{script}`, {passes} pass{'es' if passes != 1 else ''}, {max_tokens} tokens\n")
-    print("| arm | against `ar` [95% interval] | identical to `ar` |\n|---|---|---|")
-    for a in ("before", "now"):
-        by_conv: dict[str, list[float]] = {}
-        for key in speeds["ar"]:
-            by_conv.setdefault(key[0], []).append(math.log(np.mean(speeds[a][key]) / np.mean(speeds["ar"][key])))
-        g = geometric_mean(math.exp(x) for v in by_conv.values() for x in v)
-        lo, hi = bootstrap_interval(by_conv)
-        same = sum(tokens[a][k] == tokens["ar"][k] for k in tokens["ar"])
-        print(f"| {a} | {g:.3f}x [{lo:.3f}, {hi:.3f}] | {same}/{len(tokens['ar'])} |")
-    lr = [math.log(np.mean(speeds["now"][k]) / np.mean(speeds["before"][k])) for k in speeds["ar"]]
-    print(f"\nnow / before: {math.exp(np.mean(lr)):.3f}")
-    for eng in arms.values():
-        eng.close()
+    print("\n" + compare(arms, script, passes, max_tokens))
 
 
 def logloss(script: str, requests: int, max_tokens: int) -> None:

@@ -252,6 +252,9 @@ def test_gates_are_kept_per_probe_class():
     sch = WidthScheduler()
     copy_class = probe_class("copy", 40)
     assert copy_class > PROBE_FOLLOWER and probe_class("copy", 5) < copy_class
+    # a copy whose context earlier passages continued differently counts with the shortest copies
+    assert probe_class("copy", 12, ambiguous=True) == probe_class("copy", 5) < probe_class("copy", 12)
+    assert probe_class("copy", 40, ambiguous=True) == copy_class
     drafted = {PROBE_FOLLOWER: 0, copy_class: 0}
     seen = {PROBE_FOLLOWER: 0, copy_class: 0}
     for k in range(1200):

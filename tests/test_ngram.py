@@ -115,6 +115,7 @@ def test_incremental_extend_equals_building_from_scratch():
         pos += step
     assert len(inc) == len(whole) == len(text)
     assert inc._pos == whole._pos and inc._follow == whole._follow and inc._best == whole._best
+    assert inc._ambiguous == whole._ambiguous and len(whole._ambiguous) > 0
     proposed = 0
     for k in range(60):
         start = rng.randrange(len(text) - 8)
@@ -124,6 +125,29 @@ def test_incremental_extend_equals_building_from_scratch():
         proposed += bool(a)
     assert proposed > 30  # the comparison is not between empty chains
     assert inc.predict_next() == whole.predict_next()
+
+
+def test_anchor_is_ambiguous_where_earlier_passages_part_ways():
+    """A context of 4 tokens continued once by x and later by y is ambiguous at the anchor; a
+    context that was always continued the same way, or never seen, is not. Checked against a
+    direct scan of the text at every position of a repetitive random text."""
+    a, b, c, d, x, y = 1, 2, 3, 4, 5, 6
+    idx = NgramIndex([a, b, c, d, x, 9, 9, a, b, c, d, x, 8])
+    idx.extend([a, b, c, d])
+    assert not idx.anchor_ambiguous(), "continued by x both times"
+    idx.extend([y, 7, a, b, c, d])
+    assert idx.anchor_ambiguous(), "continued by x, then by y"
+    idx.extend([7, 7, 7])
+    assert not idx.anchor_ambiguous()
+
+    rng = random.Random(9)
+    text = _tokens(rng, 400, 1, 12)
+    scan = NgramIndex(text[:4])
+    for i in range(4, len(text)):
+        tail = text[i - 4 : i]
+        nexts = {text[k + 4] for k in range(i - 4) if text[k : k + 4] == tail}
+        assert scan.anchor_ambiguous() == (len(nexts) >= 2), i
+        scan.extend([text[i]])
 
 
 def test_source_precision_tracks_top1_hits_with_a_beta_prior():

@@ -20,7 +20,7 @@ from ..learn.constants import NGRAM_MAX_DEPTH, TOP_K
 from ..learn.scheduler import PROBE_NONE, WidthScheduler, probe_class
 from .arms import MAX_WIDTH, Arm
 from .backend import LlamaBackend
-from .ngram import KIND_CODES, NgramIndex, SourcePrecision
+from .ngram import KIND_CODES, KIND_COPY, NgramIndex, NgramStep, SourcePrecision
 from .tree import (KIND_NGRAM, KIND_PICK, KIND_SIBLING, Candidates, accepted_path, best_first_order,
                    child_labels, expected_accepted, layout, path_products)
 
@@ -187,7 +187,7 @@ class Decoder:
         use_drafter = self.drafter is not None
         if arm == "adaspark":
             step = self.ngram.first_step()
-            probe = probe_class(step.kind, step.evidence) if step is not None else PROBE_NONE
+            probe = self._probe(step)
             if probe == PROBE_NONE and self.drafter is None:
                 return self._plain(t0, first_round, tell_scheduler=True)  # nothing to propose
             if not self.scheduler.wants_draft(ctx, probe):
@@ -203,6 +203,13 @@ class Decoder:
                                                time.perf_counter() - t0)
                 return outcome
         return self._drafting_round(t0, first_round, arm, use_drafter, budget)
+
+    def _probe(self, step: NgramStep | None) -> int:
+        """The draft gate's probe class of the n-gram proposal at the anchor (probe_class): a copy
+        whose context earlier passages continued differently counts with the shortest copies."""
+        if step is None:
+            return PROBE_NONE
+        return probe_class(step.kind, step.evidence, step.kind == KIND_COPY and self.ngram.anchor_ambiguous())
 
     def _drafting_round(self, t0: float, first_round: bool, arm: str, use_drafter: bool,
                         budget: int | None = None) -> RoundOutcome:

@@ -72,7 +72,7 @@ class NgramIndex:
     proposal at the anchor, used to measure the source precision p_src of Eq. (6).
     """
 
-    __slots__ = ("_tokens", "_pos", "_follow", "_best", "_first")
+    __slots__ = ("_tokens", "_pos", "_follow", "_best", "_first", "_ambiguous")
 
     def __init__(self, tokens: Sequence[int] = ()) -> None:
         self._tokens: list[int] = []
@@ -82,6 +82,8 @@ class NgramIndex:
         self._follow: dict[tuple[int, ...], dict[int, int]] = {}
         self._best: dict[tuple[int, ...], tuple[int, int]] = {}
         self._first: tuple[int, NgramStep | None] = (-1, None)  # (length, first step) cache
+        # contexts of NGRAM_MIN_COPY tokens that earlier passages continued with 2+ different tokens
+        self._ambiguous: set[tuple[int, ...]] = set()
         self.extend(tokens)
 
     def __len__(self) -> int:
@@ -109,7 +111,12 @@ class NgramIndex:
             i = len(toks)
             for L, table in pos.items():
                 if i >= L:
-                    table[tuple(toks[i - L : i])] = i
+                    key = tuple(toks[i - L : i])
+                    if L == NGRAM_MIN_COPY:
+                        q = table.get(key)
+                        if q is not None and toks[q] != t:
+                            self._ambiguous.add(key)
+                    table[key] = i
             if i >= f:
                 key = tuple(toks[i - f : i])
                 counts = self._follow.get(key)
@@ -198,6 +205,15 @@ class NgramIndex:
             steps = self.chain((), 1)
             self._first = (n, steps[0] if steps else None)
         return self._first[1]
+
+    def anchor_ambiguous(self) -> bool:
+        """Whether the last NGRAM_MIN_COPY committed tokens occurred before followed by two or more
+        different tokens. A copy proposed there was picked among passages that part ways at this
+        very point, so it is much less likely right than its matched length says: on the long
+        pastes, copies matched on 8-15 tokens were right first 54% of the time here, against 96%
+        elsewhere (benchmarks/results/ngram_policy_ceiling_longpaste.md)."""
+        toks = self._tokens
+        return len(toks) >= NGRAM_MIN_COPY and tuple(toks[-NGRAM_MIN_COPY:]) in self._ambiguous
 
     def predict_next(self) -> int | None:
         """The source's top-1 proposal at the anchor (the end of the committed text), or None.

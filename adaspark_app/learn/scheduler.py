@@ -29,7 +29,8 @@ prices, decide, so a miscalibrated drafter cannot talk its way into rounds.
 
 Gates are kept per context band and per *probe*: what the n-gram index proposes at the anchor
 before anything is drafted (nothing, a follower, or a copy by the length of its matched context;
-`probe_class`). The probe costs a few dictionary lookups, and it separates the rounds where
+`probe_class`; a copy whose last tokens earlier passages continued differently counts as a
+short one). The probe costs a few dictionary lookups, and it separates the rounds where
 drafting pays (the reply is copying an earlier passage) from those where it does not: one gate
 for all rounds would learn the average and skip the copies with the rest.
 """
@@ -65,12 +66,18 @@ PROBE_NONE, PROBE_FOLLOWER = 0, 1
 PROBE_COPY_EDGES = (4, 8, 16, 32)
 
 
-def probe_class(kind: str | None, evidence: int) -> int:
-    """The gate's probe class of the n-gram proposal at the anchor (kind None: no proposal)."""
+def probe_class(kind: str | None, evidence: int, ambiguous: bool = False) -> int:
+    """The gate's probe class of the n-gram proposal at the anchor (kind None: no proposal).
+
+    ``ambiguous``: the anchor's last tokens were continued differently by earlier passages
+    (``NgramIndex.anchor_ambiguous``); such a copy counts with the shortest copies unless it
+    matched PROBE_COPY_EDGES[-1] tokens or more."""
     if kind is None:
         return PROBE_NONE
     if kind != "copy":
         return PROBE_FOLLOWER
+    if ambiguous and evidence < PROBE_COPY_EDGES[-1]:
+        return 2  # the class of the copies matched on 4-7 tokens
     c = 2
     for edge in PROBE_COPY_EDGES[1:]:
         if evidence >= edge:
