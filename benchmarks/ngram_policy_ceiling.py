@@ -65,12 +65,11 @@ def ar_replies(script: str, max_tokens: int) -> list[tuple[list[int], list[int]]
 SPLITS = ("agree", "ambiguous", "streak")
 
 
-def _features(text: list[int], idx: NgramIndex, first, last_hit: bool) -> dict[str, int]:
+def _features(idx: NgramIndex, first, last_hit: bool) -> dict[str, int]:
+    text = idx._tokens  # read only
     best = idx._best.get(tuple(text[-3:])) if len(text) >= 3 else None  # the follower table's top
-    tail = text[-4:]
-    nexts = {text[k + 4] for k in range(len(text) - 4) if text[k:k + 4] == tail}
     return {"agree": int(first is not None and best is not None and best[0] == first.token),
-            "ambiguous": int(len(nexts) >= 2), "streak": int(last_hit)}
+            "ambiguous": int(idx.anchor_ambiguous()), "streak": int(last_hit)}
 
 
 def positions(data, splits: bool = False):
@@ -79,18 +78,16 @@ def positions(data, splits: bool = False):
     seqs = []
     for prompt, reply in data:
         idx = NgramIndex(prompt)
-        text = list(prompt)
         seq = []
         last_hit = False
         for pos in range(len(reply)):
             chain = idx.chain([], 32)
             run = copy_run(chain, reply, pos)
             first = chain[0] if chain else None
-            feats = _features(text, idx, first, last_hit) if splits else {}
+            feats = _features(idx, first, last_hit) if splits else {}
             seq.append((first.kind if first else None, first.evidence if first else 0, len(chain), run, feats))
             last_hit = run > 0
             idx.extend([reply[pos]])
-            text.append(reply[pos])
         seqs.append(seq)
     return [s for s in seqs if len(s) > 4]
 
