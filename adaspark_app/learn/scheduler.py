@@ -62,7 +62,7 @@ DRAFTER_MAX_BACKOFF = 8  # longest stretch without the drafter between its probe
 DRAFTER_SE_MARGIN = 1.0  # standard errors the drafter's mean must clear (DrafterGate.drafter_wins)
 _DRAFTER_DECAY = 0.5 ** (1.0 / DRAFTER_HALF_LIFE)
 # Probe classes: 0 no proposal, 1 a follower, 2.. a copy by matched-context bin (4-7, 8-15, 16-31, 32+).
-PROBE_NONE, PROBE_FOLLOWER = 0, 1
+PROBE_NONE, PROBE_FOLLOWER, PROBE_SHORT_COPY = 0, 1, 2  # PROBE_SHORT_COPY: a copy matched on 4-7
 PROBE_COPY_EDGES = (4, 8, 16, 32)
 
 
@@ -77,8 +77,8 @@ def probe_class(kind: str | None, evidence: int, ambiguous: bool = False) -> int
     if kind != "copy":
         return PROBE_FOLLOWER
     if ambiguous and evidence < PROBE_COPY_EDGES[-1]:
-        return 2  # the class of the copies matched on 4-7 tokens
-    c = 2
+        return PROBE_SHORT_COPY
+    c = PROBE_SHORT_COPY
     for edge in PROBE_COPY_EDGES[1:]:
         if evidence >= edge:
             c += 1
