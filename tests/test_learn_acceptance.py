@@ -612,3 +612,33 @@ def test_load_state_rejects_a_foreign_layout():
         AcceptanceModel().load_state(state)
     with pytest.raises(ValueError):
         AcceptanceModel().load_state({"version": 99})
+
+
+def test_learning_after_pricing_equals_learning_alone(pool):
+    """learn reuses the design and estimates q_both computed for the same round; the result must
+    be exactly what learning from scratch gives, also when the pricing no longer applies: another
+    context or p_src, another candidate set, or a request restarted (b_req back to 0) between."""
+    rng = np.random.default_rng(29)
+    priced, plain = AcceptanceModel(), AcceptanceModel()
+    for i, c in enumerate(pool[:60]):
+        if i % 20 == 0:
+            priced.begin_request()
+            plain.begin_request()
+        ctx, p = 700 + 9 * i, 0.4 + 0.005 * i
+        labels = sample_labels(rng, c, TrueModel().q(c, ctx, p))
+        mode = i % 5
+        if mode == 0:
+            priced.q(c, ctx, p)  # the round's usual order: price, then learn
+        elif mode == 1:
+            priced.q(c, ctx + 1, p)  # priced at another context
+        elif mode == 2:
+            priced.q(c, ctx, p + 0.1)  # priced with another p_src
+        elif mode == 3:
+            priced.q(pool[60 + i], ctx, p)  # priced another candidate set
+        else:
+            priced.q(c, ctx, p)
+            priced.begin_request()  # b_req restarted after pricing
+            plain.begin_request()
+        priced.learn(c, ctx, p, labels)
+        plain.learn(c, ctx, p, labels)
+        assert json.dumps(priced.state_dict()) == json.dumps(plain.state_dict()), (i, mode)

@@ -376,6 +376,7 @@ class AcceptanceModel:
     # ----- per request ---------------------------------------------------------------------
     def begin_request(self) -> None:
         """Restart the per-request intercept b_req and the head estimate's offset (§3.3)."""
+        self._priced: tuple | None = None  # q_both's last pricing, reused by learn (_as_priced)
         self._b_req = 0.0
         self._b_req_g2 = 0.0
         self._offset = 0.0
@@ -425,7 +426,21 @@ class AcceptanceModel:
         if n == 0:
             return np.zeros(0), np.zeros(0)
         d = _design(cands, context, p_src)
-        return self._fitted(d, n), self._head(d)
+        fitted, head = self._fitted(d, n), self._head(d)
+        self._priced = (cands, int(context), float(p_src), d, fitted, head)
+        return fitted, head
+
+    def _as_priced(self, cands: CandidateSet, context: int, p_src: float) -> tuple[_Design, np.ndarray, np.ndarray]:
+        """The design and both estimates of ``cands`` as ``q_both`` last priced them, if it priced
+        this very candidate set at this context and p_src and nothing has learned since (the
+        round's usual order: price, verify, learn); else computed afresh."""
+        pr = self._priced
+        self._priced = None
+        if pr is not None and pr[0] is cands and pr[1] == int(context) and (
+                pr[2] == float(p_src) or (pr[2] != pr[2] and p_src != p_src)):
+            return pr[3], pr[4], pr[5]
+        d = _design(cands, context, p_src)
+        return d, self._fitted(d, len(cands)), self._head(d)
 
     def q(self, cands: CandidateSet, context: int, p_src: float) -> tuple[np.ndarray, str]:
         """q per candidate (Algorithm 1 line 5) from whichever estimate the guard prefers.
@@ -484,9 +499,7 @@ class AcceptanceModel:
         lab = labels >= 0
         if not lab.any():
             return
-        d = _design(cands, context, p_src)
-        q_fit = self._fitted(d, n)
-        q_head = self._head(d)
+        d, q_fit, q_head = self._as_priced(cands, context, p_src)
 
         sel = np.flatnonzero(lab)
         y = (labels[sel] == 1).astype(np.float64)
