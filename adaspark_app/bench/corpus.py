@@ -23,6 +23,12 @@ on it. The rules (constants below) are the whole selection:
   4,000 characters long, with the same ASCII rule; that first human turn alone. Category
   ``sharegpt-long``. (MT-Bench's ``extraction`` and ``coding`` categories are the other
   repetitive-input set, reported per category from ``mtbench.jsonl``.)
+- ``longcode.jsonl``: pasted code, where a reply tends to re-emit parts of it: in ShareGPT file
+  order, the first 20 first human turns of 1,500 to 4,000 characters, with the same ASCII rule,
+  that have at least 10 code-looking lines (``CODE_LINE``: a line opening with a definition,
+  import or declaration keyword or an HTML tag, or ending in ``;``, ``{`` or ``}``), one per
+  ShareGPT conversation (ids ``<conversation>_<part>`` of one conversation count once); that
+  turn alone. Category ``sharegpt-code``.
 - ``mix.jsonl``: a small mixed set by the paper's subset rule (first conversation of every
   category of a multi-category source, the first few of a single-category one): the first
   MT-Bench question of each of its 8 categories, then the first 4 conversations of
@@ -39,6 +45,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
+import re
 from dataclasses import dataclass, field
 from importlib import metadata, resources
 from pathlib import Path
@@ -60,6 +67,10 @@ CONVERSATION_MAX_CHARS = 6000  # four turns plus four replies must fit a 4,096-t
 ASCII_MIN_SHARE = 0.95
 LONGPASTE_LIMIT = 20
 LONGPASTE_MIN_CHARS = 1500
+LONGCODE_LIMIT = 20
+LONGCODE_MIN_LINES = 10
+CODE_LINE = re.compile(r"^\s*(def |class |import |from \S+ import|public |private |function |const |let |"
+                       r"var |#include|SELECT |<\w+)|[;{}]\s*$", re.M)
 MIX_PER_SINGLE_SOURCE = 4
 
 
@@ -256,22 +267,47 @@ def sharegpt_conversations(items: Iterable[dict], limit: int = SHAREGPT_LIMIT) -
     return out
 
 
+def _long_first_turn(item: dict) -> str | None:
+    """The item's first human turn if it is a long paste (length and ASCII rules), else None."""
+    humans = _human_turns(item)
+    if not humans:
+        return None
+    first = humans[0]
+    if not (LONGPASTE_MIN_CHARS <= len(first) <= TURN_MAX_CHARS) or _ascii_share([first]) < ASCII_MIN_SHARE:
+        return None
+    return first
+
+
 def longpaste_conversations(items: Iterable[dict], limit: int = LONGPASTE_LIMIT) -> list[ScriptLine]:
     """ShareGPT conversations whose first human turn is a long paste; that turn alone."""
     out = []
     for item in items:
         if len(out) >= limit:
             break
-        humans = _human_turns(item)
-        if not humans:
+        first = _long_first_turn(item)
+        if first is not None:
+            out.append(ScriptLine(id=f"longpaste-{item['id']}", turns=[first],
+                                  category="sharegpt-long", source_row=f"id={item['id']}"))
+    return out
+
+
+def longcode_conversations(items: Iterable[dict], limit: int = LONGCODE_LIMIT) -> list[ScriptLine]:
+    """ShareGPT first human turns that paste code (``CODE_LINE``), one per conversation; that
+    turn alone."""
+    out: list[ScriptLine] = []
+    seen: set[str] = set()
+    for item in items:
+        if len(out) >= limit:
+            break
+        first = _long_first_turn(item)
+        if first is None:
             continue
-        first = humans[0]
-        if not (LONGPASTE_MIN_CHARS <= len(first) <= TURN_MAX_CHARS):
+        conversation = str(item["id"]).rsplit("_", 1)[0]
+        if conversation in seen or len(CODE_LINE.findall(first)) < LONGCODE_MIN_LINES:
             continue
-        if _ascii_share([first]) < ASCII_MIN_SHARE:
-            continue
-        out.append(ScriptLine(id=f"longpaste-{item['id']}", turns=[first],
-                              category="sharegpt-long", source_row=f"id={item['id']}"))
+        seen.add(conversation)
+        out.append(ScriptLine(id=f"longcode-{item['id']}", turns=[first],
+                              category="sharegpt-code", source_row=f"id={item['id']}"))
     return out
 
 
@@ -315,6 +351,7 @@ def build_all(out_dir: Path) -> dict:
     he = humaneval_conversations(read_humaneval(he_path))
     sg = sharegpt_conversations(iter_sharegpt(sg_path))
     lp = longpaste_conversations(iter_sharegpt(sg_path))
+    lc = longcode_conversations(iter_sharegpt(sg_path))
     mix = mix_conversations(mt, [he, sg, lp])
     sources = {
         "mt-bench": {"package": MTBENCH_PACKAGE, "version": package_version(MTBENCH_PACKAGE),
@@ -336,6 +373,11 @@ def build_all(out_dir: Path) -> dict:
                             f"first {LONGPASTE_LIMIT} ShareGPT conversations whose first human "
                             f"turn is {LONGPASTE_MIN_CHARS}-{TURN_MAX_CHARS} chars and "
                             f">= {ASCII_MIN_SHARE:.0%} ASCII; that turn alone"),
+        "longcode.jsonl": (lc, ["sharegpt"],
+                           f"first {LONGCODE_LIMIT} ShareGPT first human turns of "
+                           f"{LONGPASTE_MIN_CHARS}-{TURN_MAX_CHARS} chars, >= {ASCII_MIN_SHARE:.0%} "
+                           f"ASCII, with >= {LONGCODE_MIN_LINES} code-looking lines, one per "
+                           "conversation; that turn alone"),
         "mix.jsonl": (mix, ["mt-bench", "humaneval", "sharegpt"],
                       "first MT-Bench question of each category, then the first "
                       f"{MIX_PER_SINGLE_SOURCE} of humaneval, sharegpt and longpaste"),
