@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+import adaspark_app  # noqa: F401 - first, so the Q4_1 kernels are in use before any test imports llama_cpp
+
 DATA = Path(__file__).parent / "data"
 
 

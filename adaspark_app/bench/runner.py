@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from .. import native
 from ..errors import ArgumentError, ScriptError
 from . import stats
 
@@ -103,6 +104,7 @@ def machine_info(n_threads: int | None = None) -> dict[str, Any]:
         "cpu_count": os.cpu_count(),
         "python": sys.version.split()[0],
         "llama_cpp_python": llama_version,
+        "kernels": native.status(),
         "n_threads": n_threads,
     }
 

@@ -1,0 +1,37 @@
+"""Install hook: build the Q4_1 multi-row kernels for llama.cpp (adaspark_app/native/build.py).
+
+Everything else is in pyproject.toml. A failed kernel build does not fail the install: AdaSpark
+then runs on llama-cpp-python's stock libraries (and says so in `adaspark bench` reports).
+"""
+
+import importlib.util
+import sys
+from pathlib import Path
+
+from setuptools import setup
+from setuptools.command.build_py import build_py
+
+ROOT = Path(__file__).resolve().parent
+
+
+class BuildWithKernels(build_py):
+    def run(self):
+        super().run()
+        spec = importlib.util.spec_from_file_location("_adaspark_native_build", ROOT / "adaspark_app" / "native" / "build.py")
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        try:
+            path = mod.build(say=lambda m: print(m, file=sys.stderr, flush=True))
+            print(f"adaspark: Q4_1 kernels in {path}", file=sys.stderr)
+            if not getattr(self, "editable_mode", False):  # a wheel: ship the library in it
+                dest = Path(self.build_lib) / "adaspark_app" / "native" / "lib"
+                dest.mkdir(parents=True, exist_ok=True)
+                for f in path.parent.iterdir():
+                    if f.name != "build.log":
+                        (dest / f.name).write_bytes(f.read_bytes())
+        except Exception as e:  # noqa: BLE001 - any failure leaves the stock kernels
+            print(f"adaspark: WARNING: Q4_1 kernels not built ({e}); the stock llama.cpp kernels will be used",
+                  file=sys.stderr)
+
+
+setup(cmdclass={"build_py": BuildWithKernels})
