@@ -49,6 +49,12 @@ def test_runtime_dir_copies_stock_libraries_with_ours_under_every_ggml_cpu_name(
     ours.write_bytes(b"patched again")  # a rebuilt library gets a new directory
     d2 = native.runtime_dir(stock, ours, cache)
     assert d2 != d and (d2 / "libggml-cpu.so").read_bytes() == b"patched again"
+    assert d.exists(), "a directory used within STALE_DAYS stays (another install may be about to load it)"
+    old = os.stat(d / ".complete").st_mtime - (native.STALE_DAYS + 1) * 86400
+    os.utime(d / ".complete", (old, old))
+    ours.write_bytes(b"patched a third time")
+    d3 = native.runtime_dir(stock, ours, cache)
+    assert not d.exists() and d2.exists() and d3.exists(), "only the directory unused for STALE_DAYS goes"
     assert not [p for p in cache.iterdir() if p.name.startswith(".lib-")], "no half-made directory left"
 
 

@@ -17,12 +17,14 @@ import os
 import shutil
 import sys
 import tempfile
+import time
 from importlib import metadata
 from pathlib import Path
 
 from .build import LIB_DIR, LIB_NAME, STAMP
 
 _status = "stock"
+STALE_DAYS = 7
 _MARK = "ADASPARK_KERNELS_DIR"  # the directory activate chose, inherited by child processes
 
 
@@ -41,13 +43,15 @@ def _stock_lib_dir() -> Path | None:
 
 def runtime_dir(stock: Path, ours: Path, cache_root: Path) -> Path:
     """A directory holding copies of ``stock``'s libraries with ``ours`` under every
-    ``libggml-cpu.so*`` name; made once per (stock directory, our library), atomically."""
+    ``libggml-cpu.so*`` name; made once per (stock directory, our library), atomically. When
+    one is made, those of other builds unused for STALE_DAYS are removed."""
     h = hashlib.sha256(str(stock.resolve()).encode())
     for f in sorted(stock.iterdir()) + [ours]:
         st = f.stat()
         h.update(f"{f.name}:{st.st_size}:{st.st_mtime_ns}".encode())
     target = cache_root / f"lib-{h.hexdigest()[:16]}"
     if (target / ".complete").exists():
+        os.utime(target / ".complete")  # in use: not stale
         return target
     cache_root.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".lib-", dir=cache_root))
@@ -64,6 +68,13 @@ def runtime_dir(stock: Path, ours: Path, cache_root: Path) -> Path:
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
+    # Directories of other builds (24 MB each) unused for STALE_DAYS go. Another install's may be
+    # in use right now (between its activate and its import of llama_cpp), hence the delay.
+    cutoff = time.time() - STALE_DAYS * 86400
+    for other in cache_root.glob("lib-*"):
+        stamp = other / ".complete"
+        if other != target and (stamp.stat().st_mtime if stamp.exists() else 0.0) < cutoff:
+            shutil.rmtree(other, ignore_errors=True)
     return target
 
 
