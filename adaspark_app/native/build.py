@@ -23,17 +23,15 @@ with the stock kernels.
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import os
-import shutil
-import subprocess
 import sys
-import tarfile
-import tempfile
-import urllib.request
 from pathlib import Path
+
+# argparse, shutil, subprocess, tarfile, tempfile and urllib are imported where a build needs
+# them: every `import adaspark_app` reads this module's paths (native.activate), and those
+# imports would cost every start-up ~20 ms for nothing.
 
 LLAMA_CPP_PYTHON = "0.3.36"
 SDIST_SHA256 = "832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e"  # PyPI's
@@ -100,6 +98,8 @@ def patch_sgemm(text: str) -> str:
 def _sdist(dest: Path) -> Path:
     """llama-cpp-python's sdist: ``ADASPARK_LLAMA_SDIST`` if set, else downloaded from PyPI's
     simple index; its SHA-256 must be SDIST_SHA256 either way."""
+    import urllib.request
+
     local = os.environ.get("ADASPARK_LLAMA_SDIST")
     if local:
         path = Path(local)
@@ -129,6 +129,8 @@ def _sdist(dest: Path) -> Path:
 
 
 def _run(cmd: list[str], log: Path) -> None:
+    import subprocess
+
     with open(log, "ab") as fp:
         rc = subprocess.run(cmd, stdout=fp, stderr=subprocess.STDOUT).returncode
     if rc != 0:
@@ -137,6 +139,10 @@ def _run(cmd: list[str], log: Path) -> None:
 
 def build(force: bool = False, jobs: int | None = None, say=print) -> Path:
     """Build (or find already built) the patched libggml-cpu; returns its path."""
+    import shutil
+    import tarfile
+    import tempfile
+
     if not force and is_built():
         return LIB_DIR / LIB_NAME
     if sys.platform != "linux":
@@ -175,6 +181,8 @@ def build(force: bool = False, jobs: int | None = None, say=print) -> Path:
 
 
 def main() -> int:
+    import argparse
+
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--force", action="store_true", help="rebuild even if built")
     ap.add_argument("--jobs", type=int, default=None)
