@@ -1,5 +1,6 @@
-"""AdaSpark: terminal chat with lossless speculative decoding on llama.cpp."""
+"""AdaSpark: terminal chat with lossless speculative decoding on llama.cpp.
 
-from .native import activate as _activate_kernels
-
-_activate_kernels()  # before anything imports llama_cpp: the Q4_1 multi-row kernels, if built
+Importing the package has no side effects. A program that loads the model calls
+``adaspark_app.native.activate()`` first, before anything imports ``llama_cpp``, to run on the
+Q4_1 multi-row kernels if they were built (the ``adaspark`` command does).
+"""

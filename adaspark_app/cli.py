@@ -13,9 +13,21 @@ import tempfile
 from pathlib import Path
 from typing import Sequence
 
+from . import native
+from .engine import limits
 from .errors import AdaSparkError, ArgumentError
 
-SAMPLING_FLAGS = ("--temperature", "--top-p", "--top-k", "--min-p", "--seed", "--repeat-penalty")
+# flag -> help; values are parsed and checked by engine.sampling.SamplingSettings (one place)
+SAMPLING_FLAGS = {
+    "--temperature": "0 decodes greedily (default for run and bench; chat: the GGUF's general.sampling.temp, "
+                     "else llama.cpp's 0.8)",
+    "--top-k": "keep the K most likely tokens, 0 is off (default 40)",
+    "--top-p": "keep the smallest set with probability mass >= P, in (0, 1], 1 is off (default 0.95)",
+    "--min-p": "keep tokens with probability >= P times the top one's, in [0, 1], 0 is off (default 0.05)",
+    "--repeat-penalty": "divide (multiply, if negative) the logits of recent tokens, > 0, 1 is off (default 1.0)",
+    "--repeat-last-n": "how many recent tokens the repeat penalty sees, 0 is off (default 64)",
+    "--seed": "any integer; the same seed gives the same reply with every arm (default: random, recorded)",
+}
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -27,42 +39,38 @@ class OneLineParser(argparse.ArgumentParser):
 
 
 def _add_sampling(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("sampling (rejected: AdaSpark decodes greedily)")
-    for flag in SAMPLING_FLAGS:
-        g.add_argument(flag, dest=flag[2:].replace("-", "_"), default=None, help=argparse.SUPPRESS)
+    """The sampling options (llama.cpp's meaning and order: penalties, top-k, top-p, min-p, temperature)."""
+    g = p.add_argument_group("sampling (lossless: the same seed gives the same reply with every arm)")
+    for flag, text in SAMPLING_FLAGS.items():
+        g.add_argument(flag, dest=flag[2:].replace("-", "_"), default=None, metavar="X", help=text)
 
 
-def _check_sampling(args: argparse.Namespace) -> None:
-    for flag in SAMPLING_FLAGS:
-        val = getattr(args, flag[2:].replace("-", "_"), None)
-        if val is None:
-            continue
-        if flag == "--temperature":
-            try:
-                if float(val) == 0.0:
-                    continue
-            except ValueError:
-                pass
-        raise ArgumentError(f"{flag} is not supported: AdaSpark decodes greedily (the target's argmax "
-                            "at every token), so sampling settings cannot apply")
+def _check_sampling(args: argparse.Namespace, defaults: dict | None = None, resolve_seed: bool = True):
+    """The options as SamplingSettings (ArgumentError, one line, on any bad value); unset ones take
+    `defaults`, then llama.cpp's. resolve_seed: draw the random seed now, so every reply of a run
+    or bench records and uses the same one."""
+    from .engine.sampling import settings_from
+
+    values = {flag[2:].replace("-", "_"): getattr(args, flag[2:].replace("-", "_"), None) for flag in SAMPLING_FLAGS}
+    settings = settings_from(values, defaults)
+    if resolve_seed and not settings.greedy:
+        settings = settings.resolved()
+    args.sampling = settings
+    return settings
 
 
-def _positive(name: str):
-    def conv(text: str) -> int:
-        try:
-            v = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{name} must be a whole number, got {text!r}") from None
-        if v < 1:
-            raise argparse.ArgumentTypeError(f"{name} must be at least 1, got {v}")
-        return v
-    return conv
+def _check_numbers(args: argparse.Namespace) -> None:
+    """The numeric options, through engine/limits.py: the bounds LlamaBackend checks for library
+    users too, so a bad value is one line and exit 2 before anything loads."""
+    args.n_ctx = limits.check_n_ctx(args.n_ctx)
+    args.threads = limits.check_threads(args.threads)
+    args.max_tokens = limits.check_max_tokens(args.max_tokens)
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = OneLineParser(prog="adaspark", description="Terminal chat with lossless speculative decoding "
                       "on llama.cpp, scheduled by AdaSpark.")
-    sub = p.add_subparsers(dest="command", metavar="{chat,run,bench,bench-corpus,store,drafter}",
+    sub = p.add_subparsers(dest="command", metavar="{chat,run,bench,bench-corpus,store,drafter,explain}",
                            parser_class=OneLineParser)
     sub.required = True
 
@@ -70,7 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--model", help="target GGUF (default: the bundled SmolLM2-135M-Instruct)")
     c.add_argument("--drafter", help="DSpark drafter GGUF, or 'default'")
     c.add_argument("--store", help="learned-state database (default: user data dir, or $ADASPARK_STORE)")
-    c.add_argument("--arm", default="adaspark", help=argparse.SUPPRESS)
+    c.add_argument("--max-tokens", default=512, help="tokens per reply at most (default 512)")
     _add_sampling(c)
 
     r = sub.add_parser("run", help="headless scripted conversations")
@@ -78,18 +86,21 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--model")
     r.add_argument("--drafter")
     r.add_argument("--arm", default="adaspark", help="adaspark | ar | chain:K | pinned:N")
-    r.add_argument("--max-tokens", type=_positive("--max-tokens"), default=256)
+    r.add_argument("--max-tokens", default=256, help="tokens per reply at most (default 256)")
     g = r.add_mutually_exclusive_group()
     g.add_argument("--store")
     g.add_argument("--fresh-store", action="store_true", help="learn from empty in a temporary store")
     r.add_argument("--out", help="OUT.jsonl: one object per reply (default: stdout)")
     r.add_argument("--log-rounds", help="ROUNDS.jsonl: one object per round")
-    r.add_argument("--n-ctx", type=_positive("--n-ctx"), default=4096)
-    r.add_argument("--threads", type=_positive("--threads"), default=None)
+    r.add_argument("--n-ctx", default=4096,
+                   help=f"context size in tokens ({limits.MIN_N_CTX}..{limits.MAX_N_CTX})")
+    r.add_argument("--threads", default=None,
+                   help=f"llama.cpp threads (1..{limits.MAX_THREADS})")
     r.add_argument("--self-check", action="store_true", help="assert every emitted token is its row's argmax")
     _add_sampling(r)
 
     from .bench import commands as bench_commands
+    from . import explain
     from .engine import drafter_init
     from .store import commands as store_commands
 
@@ -97,6 +108,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench_commands.add_parser(sub)
     bench_commands.add_corpus_parser(sub)
     drafter_init.add_parser(sub)
+    explain.add_parser(sub)
     return p
 
 
@@ -106,6 +118,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from .runner import load_script, run_conversation
 
     _check_sampling(args)
+    _check_numbers(args)
     parse_arm(args.arm)
     convs = load_script(args.script)
     if args.model:
@@ -143,7 +156,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         task = progress.add_task(f"run {args.arm}", total=total_turns)
     try:
         for conv in convs:
-            for res in run_conversation(engine, conv, args.max_tokens, log_rounds=log):
+            for res in run_conversation(engine, conv, args.max_tokens, log_rounds=log, sampling=args.sampling):
                 row = res.to_json()
                 row.pop("tokens", None)
                 if conv.category:
@@ -169,23 +182,29 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_chat(args: argparse.Namespace) -> int:
-    _check_sampling(args)
-    from .engine.arms import parse_arm
     from .engine.backend import check_gguf_file
+    from .engine.sampling import chat_defaults
 
-    parse_arm(args.arm)
     if args.model:
         check_gguf_file(args.model, "model")
+    # chat samples by default: the GGUF's recommended settings where present, else llama.cpp's;
+    # an unset seed stays unset, so each reply draws (and records) a fresh one
+    sampling = _check_sampling(args, chat_defaults(args.model), resolve_seed=False)
     if args.drafter and args.drafter != "default":
         check_gguf_file(args.drafter, "drafter")
+    args.max_tokens = limits.check_max_tokens(args.max_tokens)
     from .ui.app import run_chat
 
-    return run_chat(args.model, args.drafter, args.store) or 0
+    return run_chat(args.model, args.drafter, args.store, max_tokens=args.max_tokens, sampling=sampling) or 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """The `adaspark` command. Returns the exit code: 0, 2 for a user-caused error, 130 on ^C."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    # The Q4_1 kernels, if built, before any command imports llama_cpp (importing the package
+    # does not do it: adaspark_app has no import-time side effects).
+    native.activate()
     try:
         if args.command == "run":
             return cmd_run(args)

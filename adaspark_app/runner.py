@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, TextIO
+from typing import Any, Callable, Iterator, TextIO
 
 from .engine.events import ReplyResult, RoundEvent
 from .errors import ScriptError
@@ -43,25 +43,30 @@ def parse_line(obj: Any, where: str) -> Conversation:
     return Conversation(str(cid), list(turns), system, None if cat is None else str(cat))
 
 
-def load_script(path: str) -> list[Conversation]:
-    """Read SCRIPT.jsonl; every problem is a ScriptError naming the file and line."""
-    p = Path(path)
+def read_jsonl(path: str, what: str) -> Iterator[tuple[int, Any]]:
+    """The JSON value of each non-blank line of a JSONL file, with its line number; a missing or
+    unreadable file or a malformed line is a ScriptError naming `what`, the file and the line."""
     try:
-        text = p.read_text(encoding="utf-8")
+        text = Path(path).read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise ScriptError(f"script not found: {path}") from None
+        raise ScriptError(f"{what} not found: {path}") from None
     except (OSError, UnicodeDecodeError) as exc:
-        raise ScriptError(f"cannot read script {path}: {exc}") from None
-    convs: list[Conversation] = []
-    seen: set[str] = set()
+        raise ScriptError(f"cannot read {what} {path}: {exc}") from None
     for n, raw in enumerate(text.splitlines(), start=1):
         if not raw.strip():
             continue
-        where = f"{path}:{n}"
         try:
-            obj = json.loads(raw)
+            yield n, json.loads(raw)
         except json.JSONDecodeError as exc:
-            raise ScriptError(f"{where}: malformed JSON ({exc.msg} at column {exc.colno})") from None
+            raise ScriptError(f"{path}:{n}: malformed JSON ({exc.msg} at column {exc.colno})") from None
+
+
+def load_script(path: str) -> list[Conversation]:
+    """Read SCRIPT.jsonl; every problem is a ScriptError naming the file and line."""
+    convs: list[Conversation] = []
+    seen: set[str] = set()
+    for n, obj in read_jsonl(path, "script"):
+        where = f"{path}:{n}"
         conv = parse_line(obj, where)
         if conv.id in seen:
             raise ScriptError(f"{where}: duplicate conversation id {conv.id!r}")
@@ -75,22 +80,25 @@ def load_script(path: str) -> list[Conversation]:
 
 def run_conversation(engine: Any, conv: Conversation, max_tokens: int,
                      on_round: Callable[[RoundEvent], None] | None = None,
-                     log_rounds: TextIO | None = None) -> list[ReplyResult]:
-    """Generate every turn of `conv`, carrying each reply as history for the next turn."""
+                     log_rounds: TextIO | None = None, sampling: Any = None) -> list[ReplyResult]:
+    """Generate every turn of `conv`, carrying each reply as history for the next turn.
+
+    sampling: the SamplingSettings of every reply (None: the engine's default, greedy)."""
     messages: list[dict[str, str]] = []
     if conv.system:
         messages.append({"role": "system", "content": conv.system})
     results: list[ReplyResult] = []
 
     def cb(ev: RoundEvent) -> None:
-        if log_rounds is not None and ev.round_index > 0 and ev.width > 0 and ev.verify_ms > 0:
+        if log_rounds is not None and not ev.prefill:
             log_rounds.write(json.dumps(ev.to_json()) + "\n")
         if on_round is not None:
             on_round(ev)
 
     for turn, user in enumerate(conv.turns):
         messages.append({"role": "user", "content": user})
-        res = engine.generate(conv.id, messages, max_tokens=max_tokens, on_round=cb, turn=turn)
+        extra = {} if sampling is None else {"sampling": sampling}
+        res = engine.generate(conv.id, messages, max_tokens=max_tokens, on_round=cb, turn=turn, **extra)
         messages.append({"role": "assistant", "content": res.text})
         results.append(res)
     return results

@@ -16,18 +16,23 @@ import argparse
 
 from interleaved import compare  # benchmarks/ is the script's own directory
 
+from adaspark_app import native
 from adaspark_app.engine.chat_engine import ChatEngine
-from adaspark_app.learn.scheduler import PROBE_NONE, probe_class
+from adaspark_app.learn.gates import PROBE_NONE, probe_class
 
 
 def _engine(arm: str, ambiguity: bool = True) -> ChatEngine:
     eng = ChatEngine(None, arm=arm, n_ctx=4096, n_threads=2)
     if not ambiguity:
-        eng.decoder._probe = lambda step: PROBE_NONE if step is None else probe_class(step.kind, step.evidence)
+        def probe(dec, first=None):
+            step = dec.ngram.first_step()
+            return PROBE_NONE if step is None else probe_class(step.kind, step.evidence)
+        eng.decoder.policy.probe = probe
     return eng
 
 
 def main() -> None:
+    native.activate()  # the Q4_1 kernels, if built, before anything imports llama_cpp
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("script")
     ap.add_argument("--passes", type=int, default=2)

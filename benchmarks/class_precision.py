@@ -23,6 +23,7 @@ import argparse
 import numpy as np
 from interleaved import compare  # benchmarks/ is the script's own directory
 
+from adaspark_app import native
 from adaspark_app.engine.chat_engine import ChatEngine
 from adaspark_app.runner import load_script
 
@@ -30,7 +31,7 @@ from adaspark_app.runner import load_script
 def _engine(arm: str, pricing: str = "class") -> ChatEngine:
     eng = ChatEngine(None, arm=arm, n_ctx=4096, n_threads=2)
     if pricing == "one":
-        eng.decoder._node_precision = lambda c: np.full(len(c), np.nan)
+        eng.decoder.node_precision = lambda c: np.full(len(c), np.nan)
     return eng
 
 
@@ -70,6 +71,7 @@ def logloss(script: str, requests: int, max_tokens: int) -> None:
 
 
 def main() -> None:
+    native.activate()  # the Q4_1 kernels, if built, before anything imports llama_cpp
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("mode", choices=("speed", "logloss"))
     ap.add_argument("script")

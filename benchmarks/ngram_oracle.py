@@ -20,6 +20,7 @@ import math
 import statistics
 import time
 
+from adaspark_app import native
 from adaspark_app.engine.chat_engine import ChatEngine
 from adaspark_app.engine.ngram import NgramIndex
 from adaspark_app.runner import load_script
@@ -75,6 +76,7 @@ def oracle_speedup(prompt: list[int], reply: list[int], costs: dict[int, float])
 
 
 def main() -> None:
+    native.activate()  # the Q4_1 kernels, if built, before anything imports llama_cpp
     ap = argparse.ArgumentParser()
     ap.add_argument("script")
     ap.add_argument("--max-tokens", type=int, default=128)

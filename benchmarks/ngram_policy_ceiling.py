@@ -25,8 +25,10 @@ import numpy as np
 
 from ngram_oracle import copy_run  # benchmarks/ is the script's own directory
 
+from adaspark_app import native
 from adaspark_app.engine.chat_engine import ChatEngine
 from adaspark_app.engine.ngram import NgramIndex
+from adaspark_app.learn.kinds import NgramKind
 from adaspark_app.runner import load_script
 
 # Verify time over one-row time on this machine (benchmarks/results/ngram_oracle_longpaste.md).
@@ -120,6 +122,7 @@ def search(seqs, keys, key, d: float) -> dict:
 
 
 def main() -> None:
+    native.activate()  # the Q4_1 kernels, if built, before anything imports llama_cpp
     ap = argparse.ArgumentParser()
     ap.add_argument("script")
     ap.add_argument("--max-tokens", type=int, default=128)
@@ -145,7 +148,7 @@ def main() -> None:
     for m in (8, 16):
         for w in (4, 8, 12):
             print(f"| static: width {w} when the anchor's copy matched >= {m} tokens | "
-                  f"{geo(seqs, lambda k, e, r, f, m=m, w=w: w if k == 'copy' and e >= m else 1, d):.3f} |")
+                  f"{geo(seqs, lambda k, e, r, f, m=m, w=w: w if k == NgramKind.COPY and e >= m else 1, d):.3f} |")
     pol = search(seqs, [(k, e) for k, e in acc], lambda kind, ev, feats: (kind, ebin(ev)), d)
 
     def by_bucket(kind, ev, run, feats):

@@ -26,6 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
+from adaspark_app import native
 from adaspark_app.engine.chat_engine import ChatEngine
 from adaspark_app.learn.acceptance import _design
 from adaspark_app.runner import load_script
@@ -64,6 +65,7 @@ def _instrument(eng: ChatEngine, rec: dict[str, list[tuple[float, float]]]) -> N
 
 
 def main() -> None:
+    native.activate()  # the Q4_1 kernels, if built, before anything imports llama_cpp
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("script")
     ap.add_argument("--limit", type=int, default=10, help="conversations (first N)")

@@ -26,6 +26,7 @@ WIDTHS = (1, 2, 3, 4, 8, 16, 32, 64)
 _CHILD = """
 import json, statistics, sys
 from adaspark_app import native
+native.activate()  # unless ADASPARK_STOCK_KERNELS (the parent sets it for the stock run)
 from adaspark_app.engine.backend import LlamaBackend, default_model_path
 ctx, reps, widths = int(sys.argv[1]), int(sys.argv[2]), [int(w) for w in sys.argv[3].split(",")]
 b = LlamaBackend(default_model_path(), n_ctx=4096, n_threads=2)

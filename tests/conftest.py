@@ -1,15 +1,42 @@
-"""Shared fixtures: the real bundled model, public prompts, an isolated store path."""
+"""Shared fixtures: the real bundled model, public prompts, an isolated store path; and the
+guard that keeps tests not marked `model` from loading one."""
 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
 
-import adaspark_app  # noqa: F401 - first, so the Q4_1 kernels are in use before any test imports llama_cpp
+from adaspark_app import native
+
+# Before any test imports llama_cpp: the suite runs on the Q4_1 kernels a normal install runs on
+# (child processes inherit LLAMA_CPP_LIB_PATH).
+native.activate()
 
 DATA = Path(__file__).parent / "data"
+FORBID_MODEL = "ADASPARK_FORBID_MODEL"  # LlamaBackend refuses to load while it is set
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """A test not marked `model` may not load one, in this process or in a child: LlamaBackend
+    raises while ADASPARK_FORBID_MODEL is set. It is set around the whole protocol (setup, call,
+    teardown), so a module-scoped fixture that loads the model under an unmarked test fails too,
+    and `pytest -m "not model"` provably loads no model."""
+    before = os.environ.get(FORBID_MODEL)
+    if item.get_closest_marker("model") is None:
+        os.environ[FORBID_MODEL] = "1"
+    else:
+        os.environ.pop(FORBID_MODEL, None)
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(FORBID_MODEL, None)
+        else:
+            os.environ[FORBID_MODEL] = before
 
 
 @pytest.fixture(autouse=True)

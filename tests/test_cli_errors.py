@@ -52,9 +52,10 @@ def test_conversation_without_turns(tmp_path):
     _one_line_error(_run("run", str(p)), "empty.jsonl:1", "no turns")
 
 
-@pytest.mark.parametrize("flag,value", [("--temperature", "0.7"), ("--top-p", "0.9"), ("--seed", "3")])
-def test_sampling_options_rejected(good_script, flag, value):
-    _one_line_error(_run("run", str(good_script), flag, value), flag, "greedily")
+@pytest.mark.parametrize("flag,value", [("--temperature", "abc"), ("--top-p", "2"), ("--seed", "x"),
+                                        ("--top-k", "-1")])
+def test_bad_sampling_values_rejected(good_script, flag, value):
+    _one_line_error(_run("run", str(good_script), flag, value), flag, repr(value))
 
 
 def test_unknown_arm(good_script):
@@ -67,3 +68,40 @@ def test_bad_max_tokens(good_script):
 
 def test_missing_script(tmp_path):
     _one_line_error(_run("run", str(tmp_path / "none.jsonl")), "script not found")
+
+
+@pytest.mark.parametrize("args,needle", [
+    (("--n-ctx", "32"), "--n-ctx must be from 64"),  # llama.cpp aborted here (GGML_ASSERT, exit 134)
+    (("--n-ctx", "63"), "--n-ctx must be from 64"),
+    (("--n-ctx", "0"), "--n-ctx must be from 64"),
+    (("--n-ctx", "abc"), "--n-ctx must be a whole number"),
+    (("--n-ctx", str(1 << 40)), "--n-ctx must be from 64"),
+    (("--threads", "0"), "--threads must be from 1"),
+    (("--threads", "100000"), "--threads must be from 1"),
+    (("--max-tokens", "0"), "--max-tokens must be from 1"),
+])
+def test_numeric_options_checked_before_llama_cpp_sees_them(good_script, args, needle):
+    """Run in a child process, so a native abort would show as a signal exit and a backtrace."""
+    _one_line_error(_run("run", str(good_script), *args), needle)
+
+
+def test_library_users_get_the_same_checks():
+    """ChatEngine/LlamaBackend check their numbers first, with the CLI's error type, before any
+    model file is opened (so this test loads no model)."""
+    from adaspark_app.engine.backend import LlamaBackend
+    from adaspark_app.engine.chat_engine import ChatEngine
+    from adaspark_app.errors import ArgumentError
+
+    with pytest.raises(ArgumentError, match="--n-ctx must be from 64"):
+        LlamaBackend("/nonexistent.gguf", n_ctx=32)
+    with pytest.raises(ArgumentError, match="n_batch must be from 64"):
+        LlamaBackend("/nonexistent.gguf", n_batch=16)
+    with pytest.raises(ArgumentError, match="--threads must be from 1"):
+        ChatEngine(n_threads=100000)
+    with pytest.raises(ArgumentError, match="--n-ctx must be a whole number"):
+        ChatEngine(n_ctx=64.5)
+
+
+def test_chat_has_no_hidden_arm_option():
+    """`chat --arm` was parsed and ignored; it is gone, so passing it is an error, not a no-op."""
+    _one_line_error(_run("chat", "--arm", "ar"), "unrecognized arguments: --arm")

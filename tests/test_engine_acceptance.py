@@ -6,7 +6,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from adaspark_app.engine.chat_engine import ChatEngine
+
+pytestmark = pytest.mark.model  # every test here loads the bundled model
 
 LONGPASTE = Path(__file__).parent.parent / "benchmarks" / "corpora" / "longpaste.jsonl"
 
@@ -17,9 +21,14 @@ def test_fitted_log_loss_beats_head_estimate_on_requests_after_the_first(model_p
     learns from it (request_log_loss), so this compares predictions, not fits. The fitted model
     prices chain nodes by their proposal class's precision and learns bucket deviations; the
     head-based estimate prices every n-gram node at one p_src with a per-request offset. With
-    one p_src in both (the model before class precision) the two were within 0.5% here."""
+    one p_src in both (the model before class precision) the two were within 0.5% here.
+
+    The width is pinned (16 rows), so which nodes are verified, and so the outcome, is a function
+    of the model's outputs alone: under `adaspark` the widths follow measured verify times, and
+    the test failed at random in a loaded run. Measured here: fitted/head 0.90 at 16 rows, 0.91
+    at 8."""
     prompts = [json.loads(line)["turns"][0] for line in LONGPASTE.read_text().splitlines()[:8]]
-    eng = ChatEngine(model_path, arm="adaspark", n_ctx=4096, n_threads=2)
+    eng = ChatEngine(model_path, arm="pinned:16", n_ctx=4096, n_threads=2)
     fit = head = 0.0
     nodes = 0
     try:

@@ -46,6 +46,7 @@ def _chain_argmax(b: LlamaBackend, kv_len: int, anchor: int, path: list[int]) ->
     return int(out.argmax[-1])
 
 
+@pytest.mark.model
 def test_random_tree_matches_chain_verifies(backend, public_prompts):
     """Each node's argmax in a one-forward tree verify equals a chain verify of its path."""
     b = backend
@@ -87,6 +88,7 @@ def test_random_tree_matches_chain_verifies(backend, public_prompts):
     assert matched >= total - 2, f"only {matched}/{total} tree rows matched their chain verify"
 
 
+@pytest.mark.model
 def test_tree_without_context_copy_would_differ(backend, public_prompts):
     """Control: the same tree verified without copying seq 0 to the leaf seqs (rows then cannot see
     the conversation) changes rows' argmax, so the test above is able to fail."""
@@ -145,6 +147,7 @@ def _kv_matches_fresh(engine, model_path: str) -> tuple[float, bool]:
     return float(np.abs(mine - ref).max()), int(mine.argmax()) == int(ref.argmax())
 
 
+@pytest.mark.model
 @pytest.mark.parametrize("arm", ["pinned:8", "chain:4"])
 def test_kv_holds_exactly_the_committed_tokens(arm, model_path, public_prompts):
     """After many rounds and turns: seq 0 spans positions 0..len-1, no leaf seq is left, the next
@@ -177,6 +180,7 @@ def test_kv_holds_exactly_the_committed_tokens(arm, model_path, public_prompts):
         eng.close()
 
 
+@pytest.mark.model
 def test_cells_written_by_a_verify_equal_plain_decode_cells(backend, public_prompts):
     """At 512+ cached cells (where ggml's one-row attention kernel differs from the multi-row one
     for an F16 K/V cache) cells written by multi-row verifies give bit-identical next-step logits

@@ -60,8 +60,8 @@ def test_runtime_dir_copies_stock_libraries_with_ours_under_every_ggml_cpu_name(
 
 _PROBE = """
 import json, sys
-import adaspark_app
 from adaspark_app import native
+native.activate()
 from adaspark_app.engine.backend import LlamaBackend, default_model_path
 b = LlamaBackend(default_model_path(), n_ctx=256, n_threads=1)
 maps = open("/proc/self/maps").read()
@@ -70,15 +70,39 @@ print(json.dumps({"status": native.status(), "libs": libs}))
 """
 
 
+def _clean_env() -> dict:
+    """This environment without what an activate in this process (conftest) or the user set."""
+    drop = ("LLAMA_CPP_LIB_PATH", native._MARK, "ADASPARK_STOCK_KERNELS")
+    return {k: v for k, v in os.environ.items() if k not in drop}
+
+
+@pytest.mark.skipif(not build.is_built(), reason="Q4_1 kernels not built (python -m adaspark_app.native.build)")
+def test_importing_the_package_changes_no_environment():
+    """`import adaspark_app` (and its CLI and engine modules) has no side effects: the kernels are
+    put in use by native.activate(), which the entry points call, not by an import."""
+    code = ("import os, adaspark_app, adaspark_app.cli, adaspark_app.engine.chat_engine\n"
+            "print(os.environ.get('LLAMA_CPP_LIB_PATH'))\n"
+            "from adaspark_app import native\n"
+            "print(native.activate(), os.environ.get('LLAMA_CPP_LIB_PATH'))\n")
+    out = subprocess.run([sys.executable, "-c", code], env=_clean_env(), capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 0, out.stderr
+    on_import, after = out.stdout.splitlines()
+    assert on_import == "None"
+    status, lib_path = after.split()
+    assert status == "q4_1-tinyblas" and "/native/lib-" in lib_path  # what the import did not do
+
+
 def _probe(env: dict) -> dict:
     out = subprocess.run([sys.executable, "-c", _PROBE], env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.model
 @pytest.mark.skipif(not build.is_built(), reason="Q4_1 kernels not built (python -m adaspark_app.native.build)")
 def test_an_engine_process_loads_the_patched_library_and_can_opt_out():
-    env = {k: v for k, v in os.environ.items() if k not in ("LLAMA_CPP_LIB_PATH", native._MARK, "ADASPARK_STOCK_KERNELS")}
+    env = _clean_env()
     got = _probe(env)
     assert got["status"] == "q4_1-tinyblas"
     assert len(got["libs"]) == 1 and "/native/lib-" in got["libs"][0]

@@ -10,8 +10,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from learned_states import learned_state
 
 from adaspark_app.errors import StoreError
+from adaspark_app.learn.acceptance import AcceptanceModel
+from adaspark_app.learn.precision import SourcePrecision
+from adaspark_app.learn.scheduler import WidthScheduler
 from adaspark_app.store import LearnedKey, Store
 from adaspark_app.store import commands
 
@@ -41,25 +45,24 @@ def file_state(path: Path) -> tuple[str, int]:
     return hashlib.sha256(path.read_bytes()).hexdigest(), path.stat().st_mtime_ns
 
 
-def trained_state() -> dict:
+def trained_state() -> tuple[dict, WidthScheduler]:
     """Real learner state: a scheduler whose cost model has priced every width."""
-    sched_mod = pytest.importorskip("adaspark_app.learn.scheduler")
-    acc_mod = pytest.importorskip("adaspark_app.learn.acceptance")
-    s = sched_mod.WidthScheduler()
+    s = WidthScheduler()
     for _ in range(3):
         for w in s.cost.widths():
             for ctx in (200, 400, 800, 1600):
                 s.cost.observe(w, ctx, 0.01 * (1 + 0.1 * w) * (1 + ctx / 4000))
         s.end_request()
-    return {"scheduler": s.state_dict(), "acceptance": acc_mod.AcceptanceModel().state_dict()}, s
+    return {"scheduler": s.state_dict(), "acceptance": AcceptanceModel().state_dict(),
+            "precision": SourcePrecision().state_dict()}, s
 
 
 def fill(path: Path, state: dict | None = None) -> None:
     with Store.open(path) as s:
-        s.save_learned(K1, state or {"scheduler": {"x": 1}}, {"arm": "adaspark", "conversation": "c",
+        s.save_learned(K1, state or learned_state(0), {"arm": "adaspark", "conversation": "c",
                        "turn": 0, "n_tokens": 100, "decode_s": 1.25, "widths": {"1": 3, "8": 20}},
                        key_meta=META1)
-        s.save_learned(K2, {"scheduler": {"y": 2}}, None, key_meta=META2)
+        s.save_learned(K2, learned_state(1), None, key_meta=META2)
 
 
 def test_list_prints_keys_with_names_and_counts(default_db, capsys):
@@ -118,18 +121,56 @@ def test_show_prices_learned_widths_and_acceptance(default_db, capsys):
 
 
 def test_show_survives_partial_state(default_db, capsys):
-    """Partial or foreign learner state never crashes `show`: it falls back to raw fields."""
+    """Partial or foreign learner state never crashes `show`: it says why the state does not
+    load (naming the field) and shows the raw fields."""
     with Store.open(default_db) as s:
         s.save_learned(K1, {"scheduler": {"version": 999, "d_clock": 0.5}, "acceptance": "junk",
                             "gains": {"band": {"rate": 80.0}}})
         s.save_learned(K2, {})
     assert cli("store", "show") == 0
     out = capsys.readouterr().out
-    assert "cannot price the scheduler state" in out
+    assert "learned state: does not load (scheduler.version: this AdaSpark reads version 2, got 999)" in out
     assert "d_clock" in out and "0.5" in out
-    assert "acceptance: cannot load" in out
-    assert "band.rate" in out
+    assert "acceptance: junk" in out and "band.rate" in out
+    assert "does not load (learned state.scheduler: missing)" in out
     assert K2.key_id in out
+
+
+def test_show_and_list_name_a_state_kept_aside(default_db, capsys):
+    """A state the engine kept aside (it did not load) is named by `list` and `show` with its
+    reason, and `reset` deletes it with the key's learned state."""
+    fill(default_db)
+    with Store.open(default_db) as s:
+        assert s.quarantine_learned(K2, "scheduler.version: this AdaSpark reads version 2, got 9",
+                                    s.load_learned(K2))
+    assert cli("store", "list") == 0
+    out = capsys.readouterr().out
+    assert f"for key {K2.key_id}: a learned state that did not load (scheduler.version" in out
+    assert cli("store", "show") == 0
+    out = capsys.readouterr().out
+    assert "widths" in out and f"for key {K2.key_id}" in out
+    assert cli("store", "reset", "--yes") == 0
+    with Store.open(default_db) as s:
+        assert s.quarantined() == []
+
+
+def test_import_of_a_corrupted_learned_state_exits_2_with_one_line(tmp_path, default_db, capsys):
+    """An export whose learned state was corrupted in one field is refused: exit 2, one line
+    naming the entry and the field, and nothing imported."""
+    fill(default_db)
+    f = tmp_path / "e.json"
+    assert cli("store", "export", "--out", str(f)) == 0
+    doc = json.loads(f.read_text())
+    doc["learned"][1]["state"]["scheduler"]["cost"]["classes"][0]["law"]["samples"] = "many"
+    f.write_text(json.dumps(doc))
+    other = tmp_path / "other.db"
+    capsys.readouterr()
+    assert cli("store", "import", str(f), "--store", str(other)) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("adaspark: error: ")
+    assert "learned[1].state" in err and "scheduler.cost.classes[0].law.samples: must be an integer" in err
+    with Store.open(other) as s:
+        assert s.list_learned() == []
 
 
 def test_export_import_files_round_trip(tmp_path, default_db, capsys):
@@ -257,7 +298,8 @@ def test_run_raises_store_error_directly(tmp_path):
 
 def test_main_cli_dispatches_store(tmp_path, default_db, capsys):
     """Through adaspark's own CLI: `adaspark store list` works and a random --store exits 2."""
-    cli_mod = pytest.importorskip("adaspark_app.cli")
+    from adaspark_app import cli as cli_mod
+
     fill(default_db)
     assert cli_mod.main(["store", "list"]) == 0
     assert K1.key_id in capsys.readouterr().out

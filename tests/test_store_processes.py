@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from adaspark_app.store import LearnedKey, Store, commands
+from adaspark_app.store.migrations import known_names
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -123,7 +124,7 @@ def test_two_processes_share_one_store(tmp_path):
 
     assert integrity(path) == "ok"
     with Store.open(path) as s:
-        assert s.schema()["migrations"] == ["m001_initial", "m002_request_extra_and_indexes"]
+        assert s.schema()["migrations"] == known_names()
         for name in ("a", "b"):
             own = LearnedKey(name * 16, "0123456789abcdef")
             assert s.load_learned(own) == {"scheduler": {"i": n - 1, "who": name}}

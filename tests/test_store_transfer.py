@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
+import numpy as np
 import pytest
+from learned_states import learned_state
 
 from adaspark_app.errors import StoreError
 from adaspark_app.store import EXPORT_FORMAT, EXPORT_VERSION, LearnedKey, Store
@@ -12,7 +15,7 @@ from adaspark_app.store import EXPORT_FORMAT, EXPORT_VERSION, LearnedKey, Store
 K1 = LearnedKey("1111111111111111", "dddddddddddddddd")
 K2 = LearnedKey("2222222222222222", "dddddddddddddddd", "3333333333333333")
 META = {
-    "model": {"id": K1.model_id, "name": "SmolLM2 135M", "quantisation": "Q4_1"},
+    "model": {"id": K1.model_id, "name": "SmolLM2 135M café ✓", "quantisation": "Q4_1"},
     "device": {"id": K1.device_id, "name": "cpu x2"},
     "drafter": None,
 }
@@ -21,19 +24,6 @@ META = {
 @pytest.fixture(autouse=True)
 def _store_env(tmp_path, monkeypatch):
     monkeypatch.setenv("ADASPARK_STORE", str(tmp_path / "env-store.db"))
-
-
-def learned_state(i: int) -> dict:
-    # width keys that sort differently as ints and as strings, floats that need repr precision,
-    # unicode, nested lists: everything that could break byte identity
-    return {
-        "scheduler": {
-            "widths": {1: {"law": [0.0101, 1e-7 * i]}, 8: {"law": [0.05, 0.1 / 3]}, 16: {"law": []}},
-            "d_clock": 0.0021 + i,
-            "bank": [[256, 0.011], [1024, 0.013]],
-        },
-        "acceptance": {"counters": {"rounds": 10 * i}, "note": "café ✓", "open": [True, False]},
-    }
 
 
 def summary(t: int) -> dict:
@@ -145,11 +135,11 @@ def test_merge_keeps_newer_state_and_unions_summaries(tmp_path):
         b.import_json(older)
         msgs = b.import_json(newer, mode="merge")
         assert "took the imported state" in msgs[0] and "1 new request" in msgs[0]
-        assert b.load_learned(K1)["scheduler"]["d_clock"] == pytest.approx(3.0021)
+        assert b.load_learned(K1) == learned_state(3)
         assert len(b.request_summaries(K1)) == 3
         msgs = b.import_json(older, mode="merge")
         assert "kept the local state" in msgs[0] and "0 new request" in msgs[0]
-        assert b.load_learned(K1)["scheduler"]["d_clock"] == pytest.approx(3.0021)
+        assert b.load_learned(K1) == learned_state(3)
         assert len(b.request_summaries(K1)) == 3
         assert b.export_json() == newer
 
@@ -164,19 +154,20 @@ def test_merge_keeps_newer_state_and_unions_summaries(tmp_path):
         ('{"format": "adaspark-store", "version": "1", "learned": []}', "version"),
         ('{"format": "adaspark-store", "version": 1, "learned": {}}', "must be a list"),
         ('{"format": "adaspark-store", "version": 1, "learned": [{"key": {"model_id": "a/b", '
-         '"device_id": "d"}, "state": {}}]}', r"learned\[0\]\.key"),
+         '"device_id": "d"}, "state": @}]}', r"learned\[0\]\.key"),
         ('{"format": "adaspark-store", "version": 1, "learned": [{"key": {"model_id": "a", '
          '"device_id": "d"}, "state": []}]}', "state"),
         ('{"format": "adaspark-store", "version": 1, "learned": [{"key": {"model_id": "a", '
-         '"device_id": "d"}, "state": {}, "requests": [{"turn": "x"}]}]}', r"requests\[0\]"),
+         '"device_id": "d"}, "state": @, "requests": [{"turn": "x"}]}]}', r"requests\[0\]"),
         ('{"format": "adaspark-store", "version": 1, "learned": ['
-         '{"key": {"model_id": "a", "device_id": "d"}, "state": {}},'
-         '{"key": {"model_id": "a", "device_id": "d"}, "state": {}}]}', "twice"),
+         '{"key": {"model_id": "a", "device_id": "d"}, "state": @},'
+         '{"key": {"model_id": "a", "device_id": "d"}, "state": @}]}', "twice"),
     ],
 )
 def test_bad_import_is_refused_and_changes_nothing(tmp_path, text, match):
     """Every malformed export is a one-line StoreError naming the problem; the store is unchanged
-    (validation happens before anything is written)."""
+    (validation happens before anything is written). @ stands for a learned state that loads."""
+    text = text.replace("@", json.dumps(learned_state(0)))
     with Store.open(tmp_path / "a.db") as a:
         fill(a)
         before = a.export_json()
@@ -188,7 +179,7 @@ def test_bad_import_is_refused_and_changes_nothing(tmp_path, text, match):
 
 def test_bad_entry_after_good_one_imports_nothing(tmp_path):
     """A file whose second entry is bad does not import its first entry either."""
-    good = {"key": {"model_id": "aaaa", "device_id": "dddd", "drafter_id": None}, "state": {"x": 1}}
+    good = {"key": {"model_id": "aaaa", "device_id": "dddd", "drafter_id": None}, "state": learned_state(0)}
     bad = {"key": {"model_id": "bbbb", "device_id": "dddd"}, "state": "oops"}
     text = json.dumps({"format": "adaspark-store", "version": 1, "learned": [good, bad]})
     with Store.open(tmp_path / "a.db") as a:
@@ -201,3 +192,48 @@ def test_unknown_mode_refused(tmp_path):
     with Store.open(tmp_path / "a.db") as a:
         with pytest.raises(StoreError, match="mode"):
             a.import_json('{"format": "adaspark-store", "version": 1, "learned": []}', mode="append")
+
+
+def test_import_migrates_an_export_of_the_previous_layout(tmp_path):
+    """An export made by a store in use before per-learner versions (b9fbe7f's layout) imports,
+    and the store then holds it in this layout, as the engine loads it."""
+    from adaspark_app.learn.state import validate
+
+    old = json.loads((Path(__file__).parent / "data" / "learned_state_b9fbe7f.json").read_text())
+    doc = {"format": EXPORT_FORMAT, "version": EXPORT_VERSION,
+           "learned": [{"key": {"model_id": K1.model_id, "device_id": K1.device_id, "drafter_id": None},
+                        "state": old}]}
+    with Store.open(tmp_path / "a.db") as a:
+        assert a.import_json(json.dumps(doc))[0].startswith("added")
+        stored = a.load_learned(K1)
+    assert stored["scheduler"]["version"] == 2 and stored == validate(old)
+
+
+def test_one_field_corruptions_of_an_export_are_refused_or_load(tmp_path):
+    """Random one-field corruptions of an export's learned state: the import either refuses it
+    (one line, nothing written) or stores a state the engine's loader accepts."""
+    from test_learn_state import MUTATIONS, corrupted, field_paths
+
+    from adaspark_app.learn.state import validate
+
+    with Store.open(tmp_path / "a.db") as a:
+        a.save_learned(K1, learned_state(0))
+        doc = json.loads(a.export_json())
+    rng = np.random.default_rng(7)
+    paths = [p for ps in field_paths(doc["learned"][0]["state"]).values() for p in ps]
+    refused = 0
+    with Store.open(tmp_path / "b.db") as b:
+        for _ in range(60):
+            path = paths[int(rng.integers(len(paths)))]
+            entry = dict(doc["learned"][0], state=corrupted(doc["learned"][0]["state"], path,
+                                                            str(rng.choice(MUTATIONS))))
+            try:
+                b.import_json(json.dumps(dict(doc, learned=[entry])))
+            except StoreError as exc:
+                assert "\n" not in str(exc) and "learned[0].state" in str(exc)
+                assert b.list_learned() == []
+                refused += 1
+                continue
+            validate(b.load_learned(K1))
+            b.reset()
+    assert refused > 30

@@ -1,18 +1,22 @@
-"""The chat app through Textual's Pilot, with a scripted engine (fast, deterministic)."""
+"""The chat app through Textual's Pilot, with a scripted engine (fast, deterministic).
+
+The engine runs in its own spawned process as in `adaspark chat`: only the model is scripted
+(tests/ui_fakes.py); what the engine process was asked is read back from its log.
+"""
 
 from __future__ import annotations
 
-import threading
+import os
 
 import pytest
 from rich.console import Console
 
 from adaspark_app.errors import ContextOverflowError, ModelLoadError
 from adaspark_app.store import Store
-from adaspark_app.ui.app import AdaSparkApp
+from adaspark_app.ui.app import MAX_RESTARTS, AdaSparkApp
 from adaspark_app.ui.screens import ChatScreen, ConfirmScreen, HelpScreen, RenameScreen
-from adaspark_app.ui.testing import ScriptedEngine, wait_until
 from adaspark_app.ui.widgets import ChatView, render_panel
+from ui_fakes import failing, read_log, scripted, spawn_event, wait_until
 
 SIZE = (160, 48)
 LONG_REPLY = "\n\n".join(f"Line {i}." for i in range(120))  # two tokens a paragraph: tall quickly
@@ -25,10 +29,14 @@ def store(tmp_path):
     s.close()
 
 
-def make_app(store, engine: ScriptedEngine | None = None, tmp_path=None, **kwargs) -> AdaSparkApp:
-    engine = engine if engine is not None else ScriptedEngine()
-    return AdaSparkApp(lambda: engine, store, store_label="ui.db", export_dir=tmp_path,
-                       exit_on_load_error=kwargs.pop("exit_on_load_error", False), **kwargs)
+@pytest.fixture
+def log(tmp_path):
+    return str(tmp_path / "engine-calls.jsonl")
+
+
+def make_app(store, factory=None, tmp_path=None, **kwargs) -> AdaSparkApp:
+    return AdaSparkApp(factory if factory is not None else scripted(), store, store_label="ui.db",
+                       export_dir=tmp_path, exit_on_load_error=kwargs.pop("exit_on_load_error", False), **kwargs)
 
 
 async def type_and_send(pilot, text: str) -> None:
@@ -51,14 +59,15 @@ def panel_text(chat) -> str:
 
 async def finished(pilot, timeout: float = 10.0) -> ChatScreen:
     chat = pilot.app.chat_screen
-    await wait_until(pilot, lambda: not chat.generating, timeout=timeout, what="the reply to finish")
+    await wait_until(pilot, lambda: not chat.generating, timeout=timeout,
+                     what=lambda: f"the reply to finish ({len(chat.round_log)} rounds in, engine ready "
+                                  f"{pilot.app.engine.ready}, notifications {notifications(pilot.app)})")
     return chat
 
 
 # ---------------------------------------------------------------------------- sending
-async def test_send_shows_streamed_reply_panel_figures_and_saves(store, tmp_path):
-    engine = ScriptedEngine(["Sure: **four**.\n\n```python\nprint(2 + 2)\n```"])
-    app = make_app(store, engine, tmp_path)
+async def test_send_shows_streamed_reply_panel_figures_and_saves(store, tmp_path, log):
+    app = make_app(store, scripted(["Sure: **four**.\n\n```python\nprint(2 + 2)\n```"], log_path=log), tmp_path)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press(*"what is 2+2?")
         await pilot.press("enter")
@@ -67,9 +76,10 @@ async def test_send_shows_streamed_reply_panel_figures_and_saves(store, tmp_path
         assert user.text == "what is 2+2?"
         assert reply.text == "Sure: **four**.\n\n```python\nprint(2 + 2)\n```"
         assert chat.prompt.text == ""
-        # The engine ran in a worker thread and got the conversation so far.
-        assert engine.threads and all(name != threading.main_thread().name for name in engine.threads)
-        assert engine.calls[0][1] == [{"role": "user", "content": "what is 2+2?"}]
+        # The engine ran in another process and got the conversation so far.
+        (call,) = read_log(log, "generate")
+        assert call["pid"] != os.getpid() and call["pid"] == app.engine.pid
+        assert call["messages"] == [{"role": "user", "content": "what is 2+2?"}]
         # Panel figures from the scripted rounds (synthetic clock: 20 ms a round).
         stats = chat.stats
         assert stats.rounds > 0 and stats.reply_rate and stats.reply_rate > 0
@@ -85,71 +95,70 @@ async def test_send_shows_streamed_reply_panel_figures_and_saves(store, tmp_path
         msgs = store.get_messages(conv["id"])
         assert [m["role"] for m in msgs] == ["user", "assistant"]
         assert msgs[1]["meta"]["n_tokens"] > 0 and msgs[1]["meta"]["stopped"] is False
+        # The stored speed is the engine's n_tokens / decode_s, the figure the panel ends on.
+        meta = msgs[1]["meta"]
+        assert meta["tokens_per_s"] == pytest.approx(meta["n_tokens"] / meta["decode_s"], rel=2e-3)
+        assert stats.reply_rate == pytest.approx(meta["tokens_per_s"], abs=0.01)
         assert "tokens" in reply.query_one(".note").render().plain
 
 
-async def test_second_turn_sends_the_whole_history(store, tmp_path):
-    engine = ScriptedEngine(["First answer.", "Second answer."])
-    app = make_app(store, engine, tmp_path)
+async def test_second_turn_sends_the_whole_history(store, tmp_path, log):
+    app = make_app(store, scripted(["First answer.", "Second answer."], log_path=log), tmp_path)
     async with app.run_test(size=SIZE) as pilot:
         await type_and_send(pilot, "one")
         await finished(pilot)
         await type_and_send(pilot, "two")
         await finished(pilot)
-        assert engine.calls[1][1] == [
+        calls = read_log(log, "generate")
+        assert calls[1]["messages"] == [
             {"role": "user", "content": "one"}, {"role": "assistant", "content": "First answer."},
             {"role": "user", "content": "two"}]
-        assert engine.calls[0][0] == engine.calls[1][0]  # same conversation id: KV reuse
-        assert engine.turns == [0, 1]
+        assert calls[0]["conversation"] == calls[1]["conversation"]  # same conversation id: KV reuse
+        assert [c["turn"] for c in calls] == [0, 1]
         assert store.list_conversations()[0]["n_messages"] == 4
 
 
-async def test_enter_sends_and_ctrl_j_inserts_a_newline(store, tmp_path):
-    engine = ScriptedEngine(["ok"])
-    app = make_app(store, engine, tmp_path)
+async def test_enter_sends_and_ctrl_j_inserts_a_newline(store, tmp_path, log):
+    app = make_app(store, scripted(["ok"], log_path=log), tmp_path)
     async with app.run_test(size=SIZE) as pilot:
-        await wait_until(pilot, lambda: app.holder.ready)
+        await wait_until(pilot, lambda: app.engine.ready)
         await pilot.press("a", "ctrl+j", "b")
-        assert app.chat_screen.prompt.text == "a\nb" and not engine.calls
+        assert app.chat_screen.prompt.text == "a\nb" and not read_log(log, "generate")
         await pilot.press("enter")
         await finished(pilot)
-        assert engine.calls[0][1][-1]["content"] == "a\nb"
+        assert read_log(log, "generate")[0]["messages"][-1]["content"] == "a\nb"
 
 
-async def test_blank_prompt_is_not_sent(store, tmp_path):
-    engine = ScriptedEngine()
-    app = make_app(store, engine, tmp_path)
+async def test_blank_prompt_is_not_sent(store, tmp_path, log):
+    app = make_app(store, scripted(log_path=log), tmp_path)
     async with app.run_test(size=SIZE) as pilot:
+        await wait_until(pilot, lambda: app.engine.ready)
         await pilot.press("space", "enter")
         await pilot.pause(0.05)
-        assert not engine.calls and not app.chat_screen.chat_view.messages()
+        assert not app.chat_screen.generating and not app.chat_screen.chat_view.messages()
+    assert read_log(log, "load") and not read_log(log, "generate")
 
 
-async def test_ui_appears_before_the_engine_has_loaded(store, tmp_path):
-    """The model loads in a worker; a prompt sent meanwhile is answered once it is there."""
-    loaded_in: list[str] = []
-
-    def factory():
-        loaded_in.append(threading.current_thread().name)
-        return ScriptedEngine(["late but here"], load_seconds=0.4)
-
-    app = AdaSparkApp(factory, store, store_label="ui.db", export_dir=tmp_path)
+async def test_ui_appears_before_the_engine_has_loaded(store, tmp_path, log):
+    """The model loads in the engine process; a prompt sent meanwhile is answered once it is there."""
+    app = AdaSparkApp(scripted(["late but here"], load_seconds=0.6, log_path=log), store, store_label="ui.db",
+                      export_dir=tmp_path)
     async with app.run_test(size=SIZE) as pilot:
         chat = app.chat_screen
-        assert not app.holder.ready
+        assert not app.engine.ready
         assert "Loading" in str(chat.query_one("#status").render())
         await type_and_send(pilot, "hello")
+        assert chat.generating and not app.engine.ready  # sent before the model was there
         chat = await finished(pilot)
         assert chat.chat_view.messages()[1].text == "late but here"
-        assert loaded_in and loaded_in[0] != threading.main_thread().name
+        (load,) = read_log(log, "load")
+        assert load["pid"] != os.getpid()
         assert app.sub_title.startswith("model Scripted-135M (test)")
 
 
 async def test_model_load_error_exits_with_code_2(store, tmp_path):
-    def factory():
-        raise ModelLoadError("cannot read model /nope.gguf: no such file")
-
-    app = AdaSparkApp(factory, store, store_label="ui.db", export_dir=tmp_path)
+    app = AdaSparkApp(failing(ModelLoadError("cannot read model /nope.gguf: no such file")), store,
+                      store_label="ui.db", export_dir=tmp_path)
     async with app.run_test(size=SIZE) as pilot:
         await wait_until(pilot, lambda: app.return_code is not None, what="the app to exit")
     assert app.return_code == 2
@@ -158,12 +167,12 @@ async def test_model_load_error_exits_with_code_2(store, tmp_path):
 # ---------------------------------------------------------------------------- stopping
 async def test_escape_mid_reply_keeps_the_partial_text(store, tmp_path):
     full = "one two three four five six seven eight nine ten eleven twelve thirteen fourteen"
-    engine = ScriptedEngine([full], hold_after_rounds=3)
-    app = make_app(store, engine, tmp_path)
+    held = spawn_event()
+    app = make_app(store, scripted([full], hold_after_rounds=3, held=held), tmp_path)
     async with app.run_test(size=SIZE) as pilot:
         await type_and_send(pilot, "count")
         chat = app.chat_screen
-        await wait_until(pilot, engine.held.is_set, what="the engine to be mid-reply")
+        await wait_until(pilot, held.is_set, what="the engine to be mid-reply")
         await wait_until(pilot, lambda: chat.chat_view.messages()[1].text != "", what="streamed text")
         await pilot.press("escape")
         await finished(pilot)
@@ -174,14 +183,15 @@ async def test_escape_mid_reply_keeps_the_partial_text(store, tmp_path):
         assert msgs[1]["content"] == reply.text and msgs[1]["meta"]["stopped"] is True
         assert chat.history[-1] == {"role": "assistant", "content": reply.text}
         assert any("Stopped" in n for n in notifications(app))
+        assert not any(t > chat.cancel_requested_at for t, _ in chat.round_log)  # held rounds: none ran after
 
 
 async def test_escape_before_the_first_token_gives_the_prompt_back(store, tmp_path):
-    engine = ScriptedEngine(["never seen"], hold_after_rounds=0)
-    app = make_app(store, engine, tmp_path)
+    held = spawn_event()
+    app = make_app(store, scripted(["never seen"], hold_after_rounds=0, held=held), tmp_path)
     async with app.run_test(size=SIZE) as pilot:
         await type_and_send(pilot, "are you there?")
-        await wait_until(pilot, engine.held.is_set)
+        await wait_until(pilot, held.is_set)
         await pilot.press("escape")
         chat = await finished(pilot)
         assert chat.prompt.text == "are you there?"
@@ -191,9 +201,9 @@ async def test_escape_before_the_first_token_gives_the_prompt_back(store, tmp_pa
 
 # ---------------------------------------------------------------------------- failures
 async def test_failing_engine_restores_the_prompt_and_notifies(store, tmp_path):
-    engine = ScriptedEngine(fail=ContextOverflowError("the conversation (4100 tokens) exceeds the context (4096)"),
-                            fail_after_rounds=2)
-    app = make_app(store, engine, tmp_path)
+    factory = scripted(fail=ContextOverflowError("the conversation (4100 tokens) exceeds the context (4096)"),
+                       fail_after_rounds=2)
+    app = make_app(store, factory, tmp_path)
     async with app.run_test(size=SIZE) as pilot:
         await type_and_send(pilot, "a very long question")
         chat = await finished(pilot)
@@ -205,23 +215,21 @@ async def test_failing_engine_restores_the_prompt_and_notifies(store, tmp_path):
 
 
 async def test_failure_in_a_later_turn_keeps_the_conversation(store, tmp_path):
-    engine = ScriptedEngine(["fine"])
-    app = make_app(store, engine, tmp_path)
+    app = make_app(store, scripted(["fine"], fail=ContextOverflowError("too long"), fail_calls=(1,)), tmp_path)
     async with app.run_test(size=SIZE) as pilot:
         await type_and_send(pilot, "first")
         chat = await finished(pilot)
-        engine.fail = ContextOverflowError("too long")
         await type_and_send(pilot, "second")
         await finished(pilot)
         assert chat.prompt.text == "second"
         assert [m.text for m in chat.chat_view.messages()] == ["first", "fine"]
         assert store.list_conversations()[0]["n_messages"] == 2
+        assert any("too long" in n for n in notifications(app))
+        assert app.engine.alive  # an error in a reply does not end the engine process
 
 
 async def test_unexpected_engine_exception_also_restores_the_prompt(store, tmp_path):
-    engine = ScriptedEngine()
-    engine.generate = lambda *a, **k: (_ for _ in ()).throw(RuntimeError("boom"))  # type: ignore[method-assign]
-    app = make_app(store, engine, tmp_path)
+    app = make_app(store, scripted(fail=RuntimeError("boom")), tmp_path)
     async with app.run_test(size=SIZE) as pilot:
         await type_and_send(pilot, "hi")
         chat = await finished(pilot)
@@ -237,10 +245,9 @@ def seed_conversation(store) -> str:
     return cid
 
 
-async def test_resume_a_stored_conversation(store, tmp_path):
+async def test_resume_a_stored_conversation(store, tmp_path, log):
     cid = seed_conversation(store)
-    engine = ScriptedEngine(["About two million."])
-    app = make_app(store, engine, tmp_path)
+    app = make_app(store, scripted(["About two million."], log_path=log), tmp_path)
     async with app.run_test(size=SIZE) as pilot:
         chat = app.chat_screen
         assert chat.sidebar.option_list.option_count == 1
@@ -251,7 +258,8 @@ async def test_resume_a_stored_conversation(store, tmp_path):
         assert chat.conversation_id == cid and chat.last_reply == "Paris."
         await type_and_send(pilot, "How many people live there?")
         await finished(pilot)
-        assert engine.calls[-1] == (cid, [
+        call = read_log(log, "generate")[-1]
+        assert (call["conversation"], call["messages"]) == (cid, [
             {"role": "user", "content": "What is the capital of France?"},
             {"role": "assistant", "content": "Paris."},
             {"role": "user", "content": "How many people live there?"}])
@@ -262,7 +270,7 @@ async def test_new_rename_delete_and_search(store, tmp_path):
     seed_conversation(store)
     other = store.create_conversation("Rust lifetimes", "SmolLM2")
     store.add_message(other, "user", "Explain lifetimes")
-    app = make_app(store, ScriptedEngine(), tmp_path)
+    app = make_app(store, scripted(), tmp_path)
     async with app.run_test(size=SIZE) as pilot:
         chat = app.chat_screen
         sidebar = chat.sidebar
@@ -296,7 +304,7 @@ async def test_new_rename_delete_and_search(store, tmp_path):
 
 async def test_delete_is_cancelled_by_default(store, tmp_path):
     cid = seed_conversation(store)
-    app = make_app(store, ScriptedEngine(), tmp_path)
+    app = make_app(store, scripted(), tmp_path)
     async with app.run_test(size=SIZE) as pilot:
         await app.chat_screen.open_conversation(cid)
         app.chat_screen.sidebar.option_list.focus()
@@ -309,8 +317,7 @@ async def test_delete_is_cancelled_by_default(store, tmp_path):
 
 
 async def test_export_markdown_and_copy_last_reply(store, tmp_path):
-    engine = ScriptedEngine(["The answer is `42`."])
-    app = make_app(store, engine, tmp_path)
+    app = make_app(store, scripted(["The answer is `42`."]), tmp_path)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press("ctrl+o")
         assert any("No reply" in n for n in notifications(app))
@@ -327,30 +334,31 @@ async def test_export_markdown_and_copy_last_reply(store, tmp_path):
 
 # ---------------------------------------------------------------------------- follow the bottom
 async def test_view_follows_the_bottom_only_while_near_it(store, tmp_path):
-    engine = ScriptedEngine([LONG_REPLY, LONG_REPLY], hold_after_rounds=40, round_sleep=0.0)
-    app = make_app(store, engine, tmp_path)
+    held, gate = spawn_event(), spawn_event()
+    app = make_app(store, scripted([LONG_REPLY, LONG_REPLY], hold_after_rounds=40, round_sleep=0.0,
+                                   held=held, gate=gate), tmp_path)
     async with app.run_test(size=SIZE) as pilot:
         view = app.chat_screen.query_one(ChatView)
         # First reply: the reader stays at the bottom, so the view follows it.
         await type_and_send(pilot, "long please")
-        await wait_until(pilot, engine.held.is_set)
+        await wait_until(pilot, held.is_set)
         await wait_until(pilot, lambda: view.max_scroll_y > 10, what="content taller than the view")
         await wait_until(pilot, lambda: view.max_scroll_y - view.scroll_y <= view.NEAR_BOTTOM,
                          what="the view to follow the stream")
-        engine.gate.set()
+        gate.set()
         await finished(pilot)
         await wait_until(pilot, lambda: view.max_scroll_y - view.scroll_y <= view.NEAR_BOTTOM,
                          what="the view to be at the bottom")
         # Second reply: the reader scrolls up to read; new text must not move the view.
-        engine.gate.clear()
+        gate.clear()
         await type_and_send(pilot, "again")
-        await wait_until(pilot, engine.held.is_set)
+        await wait_until(pilot, held.is_set)
         await pilot.pause(0.1)
         view.scroll_to(y=5, animate=False)
         await wait_until(pilot, lambda: view.scroll_y == 5)
         assert not view.following
         before = view.max_scroll_y
-        engine.gate.set()
+        gate.set()
         await finished(pilot)
         await wait_until(pilot, lambda: view.max_scroll_y > before + 10, what="the reply to grow")
         assert view.scroll_y == 5
@@ -361,7 +369,7 @@ async def test_view_follows_the_bottom_only_while_near_it(store, tmp_path):
 
 # ---------------------------------------------------------------------------- help and palette
 async def test_help_screen_and_palette_list_every_action(store, tmp_path):
-    app = make_app(store, ScriptedEngine(), tmp_path)
+    app = make_app(store, scripted(), tmp_path)
     async with app.run_test(size=SIZE) as pilot:
         chat = app.chat_screen
         ids = [b.id for b in ChatScreen.BINDINGS]
@@ -385,7 +393,7 @@ async def test_help_screen_and_palette_list_every_action(store, tmp_path):
 
 
 async def test_palette_command_runs_the_action(store, tmp_path):
-    app = make_app(store, ScriptedEngine(), tmp_path)
+    app = make_app(store, scripted(), tmp_path)
     async with app.run_test(size=SIZE) as pilot:
         chat = app.chat_screen
         (toggle,) = [c for c in app.get_system_commands(chat) if c.title.startswith("Show or hide the speculation")]
@@ -396,7 +404,7 @@ async def test_palette_command_runs_the_action(store, tmp_path):
 
 
 async def test_sidebar_and_panel_toggle(store, tmp_path):
-    app = make_app(store, ScriptedEngine(), tmp_path)
+    app = make_app(store, scripted(), tmp_path)
     async with app.run_test(size=SIZE) as pilot:
         chat = app.chat_screen
         await pilot.press("ctrl+b", "ctrl+g")
@@ -405,13 +413,73 @@ async def test_sidebar_and_panel_toggle(store, tmp_path):
         assert chat.sidebar.display and chat.panel.display
 
 
-async def test_quitting_mid_reply_stops_it_and_closes_the_engine(store, tmp_path):
-    engine = ScriptedEngine(["a b c d e f g"], hold_after_rounds=2)
-    app = make_app(store, engine, tmp_path)
+async def test_quitting_mid_reply_stops_it_and_closes_the_engine(store, tmp_path, log):
+    held = spawn_event()
+    app = make_app(store, scripted(["a b c d e f g"], hold_after_rounds=2, held=held, log_path=log), tmp_path)
     async with app.run_test(size=SIZE) as pilot:
         await type_and_send(pilot, "go")
-        await wait_until(pilot, engine.held.is_set)
+        await wait_until(pilot, held.is_set)
         await pilot.press("ctrl+q")
     # Closing waited for the reply to notice the cancel and return: never closed under it.
-    assert engine.closed and not engine.held.is_set()
+    assert read_log(log, "close") and not held.is_set()
+    assert app.engine.exitcode == 0 and not app.engine.alive
     assert store.list_conversations()[0]["n_messages"] == 2  # the partial reply was kept
+
+
+# ---------------------------------------------------------------------------- the engine process dies
+async def test_engine_killed_mid_reply_keeps_the_text_and_the_next_message_works(store, tmp_path, log):
+    full = "one two three four five six seven eight nine ten eleven twelve thirteen fourteen"
+    held, gate = spawn_event(), spawn_event()
+    app = make_app(store, scripted([full], hold_after_rounds=3, held=held, gate=gate, log_path=log), tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        chat = app.chat_screen
+        await type_and_send(pilot, "count")
+        await wait_until(pilot, held.is_set, what="the engine to be mid-reply")
+        await wait_until(pilot, lambda: chat.chat_view.messages()[1].text != "", what="streamed text")
+        first_pid = app.engine.pid
+        app.engine.kill()
+        await wait_until(pilot, lambda: any("engine process stopped" in n for n in notifications(app)),
+                         what="the UI to notice the dead engine")
+        assert not chat.generating
+        assert any("signal 9" in n and "Kept the" in n for n in notifications(app))
+        # The text so far is kept: on screen, in the history and in the store.
+        user, reply = chat.chat_view.messages()
+        assert reply.text and full.startswith(reply.text) and len(reply.text) < len(full)
+        assert chat.history == [{"role": "user", "content": "count"}, {"role": "assistant", "content": reply.text}]
+        msgs = store.get_messages(chat.conversation_id)
+        assert [m["content"] for m in msgs] == ["count", reply.text]
+        assert msgs[1]["meta"]["stopped"] is True and msgs[1]["meta"]["engine_died"] is True
+        # A new engine process starts, and the next message is answered with the whole history.
+        await wait_until(pilot, lambda: app.engine.ready and app.engine.loads == 2, what="the restarted engine")
+        assert app.engine.pid != first_pid
+        gate.set()  # the new engine process replies in full
+        await type_and_send(pilot, "again")
+        await finished(pilot)
+        assert [m.text for m in chat.chat_view.messages()][-2:] == ["again", full]
+        last = read_log(log, "generate")[-1]
+        assert last["pid"] == app.engine.pid and last["messages"][:2] == chat.history[:2]
+        assert store.list_conversations()[0]["n_messages"] == 4
+        assert any("running again" in n for n in notifications(app))
+
+
+async def test_engine_killed_before_any_text_gives_the_prompt_back(store, tmp_path):
+    held = spawn_event()
+    app = make_app(store, scripted(["never seen"], hold_after_rounds=0, held=held), tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        chat = app.chat_screen
+        await type_and_send(pilot, "are you there?")
+        await wait_until(pilot, held.is_set)
+        app.engine.kill()
+        await wait_until(pilot, lambda: any("back in the box" in n for n in notifications(app)))
+        assert chat.prompt.text == "are you there?" and not chat.generating
+        assert not chat.chat_view.messages() and store.list_conversations() == []
+
+
+async def test_an_engine_that_keeps_dying_is_not_restarted_forever(store, tmp_path):
+    app = make_app(store, failing(SystemExit(3)), tmp_path)  # the engine process exits while loading
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_until(pilot, lambda: app.load_error is not None, timeout=60, what="the app to give up")
+        assert app.deaths_in_a_row == MAX_RESTARTS + 1
+        assert any("not restarting" in n for n in notifications(app))
+        await type_and_send(pilot, "hello?")
+        assert app.chat_screen.prompt.text == "hello?" and not app.chat_screen.generating

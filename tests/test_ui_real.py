@@ -1,52 +1,40 @@
 """The chat app with the real bundled model (SmolLM2-135M) at small token counts, through Pilot.
 
-Marked `model`: they load llama.cpp and generate; deselect with `-m "not model"`. One engine is
-shared by the module (loading costs about a second); the app's shutdown would close it, so each
-app gets a proxy whose close() is a no-op and the fixture closes the engine at the end.
+Marked `model`: they load llama.cpp and generate; deselect with `-m "not model"`. As in
+`adaspark chat`, each app runs the real engine in its own spawned process (`EngineConfig`); a
+`recording` wrapper (tests/ui_fakes.py) logs what that process was asked.
 """
 
 from __future__ import annotations
 
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
 import pytest
 
+from adaspark_app.engine.worker import EngineConfig
 from adaspark_app.store import Store
 from adaspark_app.ui.app import AdaSparkApp
-from adaspark_app.ui.testing import wait_until
+from ui_fakes import read_log, recording, wait_until
 
 pytestmark = pytest.mark.model
 
 SIZE = (160, 48)
 MAX_TOKENS = 24
-REPLY_TIMEOUT = 90.0  # seconds; generous for a loaded 2-core machine
-
-
-class SharedEngine:
-    """Forwards to the real engine; the app's close() does not close it."""
-
-    def __init__(self, engine) -> None:
-        self._engine = engine
-        self.calls: list[list[dict[str, str]]] = []
-
-    def generate(self, conversation_id, messages, *args, **kwargs):
-        self.calls.append([dict(m) for m in messages])
-        return self._engine.generate(conversation_id, messages, *args, **kwargs)
-
-    def close(self) -> None:
-        pass
-
-    def __getattr__(self, name):
-        return getattr(self._engine, name)
+REPLY_TIMEOUT = 300.0  # seconds; generous for a loaded 2-core machine (model load included)
+STORY = "Write a long story about a dragon who learns to bake bread."
 
 
 @pytest.fixture(scope="module")
-def real_engine(tmp_path_factory):
-    from adaspark_app.engine.chat_engine import ChatEngine
-
-    store = Store.open(tmp_path_factory.mktemp("learned") / "learned.db")
-    engine = ChatEngine(store=store)
-    yield engine
-    engine.close()
-    store.close()
+def learned(tmp_path_factory) -> str:
+    """One learned-state store for the module's engine processes (as a user's store would be)."""
+    return str(tmp_path_factory.mktemp("learned") / "learned.db")
 
 
 @pytest.fixture
@@ -56,9 +44,9 @@ def chats(tmp_path):
     store.close()
 
 
-def make_app(engine, store, tmp_path, max_tokens: int = MAX_TOKENS) -> AdaSparkApp:
-    return AdaSparkApp(lambda: engine, store, store_label="chats.db", export_dir=tmp_path,
-                       max_tokens=max_tokens, exit_on_load_error=False)
+def make_app(factory, store, tmp_path, max_tokens: int = MAX_TOKENS) -> AdaSparkApp:
+    return AdaSparkApp(factory, store, store_label="chats.db", export_dir=tmp_path, max_tokens=max_tokens,
+                       exit_on_load_error=False, engine_log=str(tmp_path / "engine.log"))
 
 
 async def send(pilot, text: str) -> None:
@@ -70,13 +58,19 @@ async def send(pilot, text: str) -> None:
 
 async def finished(pilot):
     chat = pilot.app.chat_screen
-    await wait_until(pilot, lambda: not chat.generating, timeout=REPLY_TIMEOUT, what="the reply to finish")
+    await wait_until(pilot, lambda: not chat.generating, timeout=REPLY_TIMEOUT,
+                     what=lambda: f"the reply to finish ({len(chat.round_log)} rounds in, engine alive "
+                                  f"{pilot.app.engine.alive}, notifications {notifications(pilot.app)})")
     return chat
 
 
-async def test_real_reply_streams_and_fills_the_panel(real_engine, chats, tmp_path):
-    engine = SharedEngine(real_engine)
-    app = make_app(engine, chats, tmp_path)
+def notifications(app) -> list[str]:
+    return [n.message for n in app._notifications]
+
+
+async def test_real_reply_streams_and_fills_the_panel(learned, chats, tmp_path):
+    log = tmp_path / "calls.jsonl"
+    app = make_app(recording(EngineConfig(store_path=learned), log), chats, tmp_path)
     async with app.run_test(size=SIZE) as pilot:
         await send(pilot, "What is the capital of France?")
         chat = await finished(pilot)
@@ -88,23 +82,33 @@ async def test_real_reply_streams_and_fills_the_panel(real_engine, chats, tmp_pa
         assert stats.rounds > 0 and stats.width_now is not None and stats.width_now >= 1
         assert stats.gauges.plain_rate is None or stats.gauges.plain_rate > 0
         assert stats.gauges.prices_ms or stats.prices_ms() or stats.priced_by == "none"
-        assert app.sub_title.startswith(f"model {real_engine.model_name}")
+        assert app.sub_title.lower().startswith("model smollm2")  # the name the engine process reported
+        (call,) = read_log(log, "generate")
+        assert call["pid"] == app.engine.pid != os.getpid()
         (conv,) = chats.list_conversations()
         msgs = chats.get_messages(conv["id"])
         assert [m["role"] for m in msgs] == ["user", "assistant"]
-        assert msgs[1]["content"] == reply.text and msgs[1]["meta"]["n_tokens"] == stats.reply_tokens
+        meta = msgs[1]["meta"]
+        assert msgs[1]["content"] == reply.text and meta["n_tokens"] == stats.reply_tokens
+        # The stored and shown speed is the engine's own n_tokens / decode_s (as `adaspark run`).
+        assert meta["tokens_per_s"] == pytest.approx(meta["n_tokens"] / meta["decode_s"], rel=2e-3)  # decode_s is rounded
+        assert stats.reply_rate == pytest.approx(meta["tokens_per_s"], abs=0.01)
 
 
-async def test_real_escape_keeps_the_partial_reply(real_engine, chats, tmp_path):
-    engine = SharedEngine(real_engine)
-    app = make_app(engine, chats, tmp_path, max_tokens=400)
+async def test_real_escape_stops_within_one_round_and_keeps_the_partial_reply(learned, chats, tmp_path):
+    app = make_app(EngineConfig(store_path=learned), chats, tmp_path, max_tokens=400)
     async with app.run_test(size=SIZE) as pilot:
-        await send(pilot, "Write a long story about a dragon who learns to bake bread.")
+        await send(pilot, STORY)
         chat = app.chat_screen
-        await wait_until(pilot, lambda: chat.stats.reply_tokens >= 4, timeout=REPLY_TIMEOUT,
-                         what="a few streamed tokens")
+        await wait_until(pilot, lambda: chat.stats.rounds >= 4, timeout=REPLY_TIMEOUT, what="a few rounds")
         await pilot.press("escape")
         await finished(pilot)
+        # Rounds are stamped with the time they ended in the engine process (one clock for every
+        # process): at most the round in flight when Esc was pressed ends after it.
+        asked = chat.cancel_requested_at
+        assert asked is not None
+        after = [e for t, e in chat.round_log if t > asked and e.verify_ms > 0]
+        assert len(after) <= 1, f"{len(after)} rounds ran after the stop was asked for"
         reply = chat.chat_view.messages()[1]
         assert reply.text.strip()
         (conv,) = chats.list_conversations()
@@ -113,12 +117,12 @@ async def test_real_escape_keeps_the_partial_reply(real_engine, chats, tmp_path)
         assert stored["content"] == reply.text
 
 
-async def test_real_resume_sends_the_stored_history(real_engine, chats, tmp_path):
+async def test_real_resume_sends_the_stored_history(learned, chats, tmp_path):
     cid = chats.create_conversation("Colours", "SmolLM2")
     chats.add_message(cid, "user", "Name a colour.")
     chats.add_message(cid, "assistant", "Blue.")
-    engine = SharedEngine(real_engine)
-    app = make_app(engine, chats, tmp_path)
+    log = tmp_path / "calls.jsonl"
+    app = make_app(recording(EngineConfig(store_path=learned), log), chats, tmp_path)
     async with app.run_test(size=SIZE) as pilot:
         chat = app.chat_screen
         chat.sidebar.option_list.focus()
@@ -127,7 +131,7 @@ async def test_real_resume_sends_the_stored_history(real_engine, chats, tmp_path
         assert [m.text for m in chat.chat_view.messages()] == ["Name a colour.", "Blue."]
         await send(pilot, "Name another one.")
         await finished(pilot)
-        assert engine.calls[-1] == [
+        assert read_log(log, "generate")[-1]["messages"] == [
             {"role": "user", "content": "Name a colour."}, {"role": "assistant", "content": "Blue."},
             {"role": "user", "content": "Name another one."}]
         assert chat.chat_view.messages()[-1].text.strip()
@@ -135,18 +139,151 @@ async def test_real_resume_sends_the_stored_history(real_engine, chats, tmp_path
 
 
 async def test_real_context_overflow_restores_the_prompt(chats, tmp_path):
-    from adaspark_app.engine.chat_engine import ChatEngine
+    app = make_app(EngineConfig(n_ctx=256), chats, tmp_path)
+    prompt = "Please summarise this: " + "the quick brown fox jumps over the lazy dog " * 60
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, prompt)
+        chat = await finished(pilot)
+        assert chat.prompt.text == prompt.strip()
+        assert chat.chat_view.messages() == []
+        assert any("context" in n for n in notifications(app))
+        assert chats.list_conversations() == []
+        assert app.engine.alive  # a user error does not end the engine process
 
-    small = ChatEngine(n_ctx=256)
+
+async def test_real_engine_killed_mid_reply_then_the_next_message_works(learned, chats, tmp_path):
+    app = make_app(EngineConfig(store_path=learned), chats, tmp_path, max_tokens=400)
+    async with app.run_test(size=SIZE) as pilot:
+        chat = app.chat_screen
+        await send(pilot, STORY)
+        await wait_until(pilot, lambda: chat.stats.reply_tokens >= 8, timeout=REPLY_TIMEOUT, what="streamed tokens")
+        first_pid = app.engine.pid
+        app.engine.kill()  # SIGKILL: what a llama.cpp crash looks like from the UI
+        await wait_until(pilot, lambda: any("engine process stopped" in n for n in notifications(app)),
+                         timeout=30, what="the crash notification")
+        assert not chat.generating
+        user, reply = chat.chat_view.messages()
+        assert reply.text.strip()
+        assert chat.history == [{"role": "user", "content": STORY}, {"role": "assistant", "content": reply.text}]
+        (conv,) = chats.list_conversations()
+        stored = chats.get_messages(conv["id"])
+        assert [m["content"] for m in stored] == [STORY, reply.text]
+        assert stored[1]["meta"]["engine_died"] is True
+        await wait_until(pilot, lambda: app.engine.ready and app.engine.loads == 2, timeout=REPLY_TIMEOUT,
+                         what="the restarted engine")
+        assert app.engine.pid != first_pid
+        app.max_tokens = MAX_TOKENS
+        await send(pilot, "Give the dragon a name.")
+        await finished(pilot)
+        texts = [m.text for m in chat.chat_view.messages()]
+        assert texts[:3] == [STORY, reply.text, "Give the dragon a name."] and texts[3].strip()
+        assert chats.list_conversations()[0]["n_messages"] == 4
+
+
+UI_PROCESS_SCRIPT = textwrap.dedent("""
+    import asyncio, json, os, sys
+    sys.path.insert(0, sys.argv[1])
+    from adaspark_app.engine.worker import EngineConfig
+    from adaspark_app.store import Store
+    from adaspark_app.ui.app import AdaSparkApp
+    from ui_fakes import wait_until
+
+    async def main():
+        store = Store.open(sys.argv[2])
+        app = AdaSparkApp(EngineConfig(store_path=sys.argv[2]), store, max_tokens=16, exit_on_load_error=False)
+        async with app.run_test(size=(160, 48)) as pilot:
+            chat = app.chat_screen
+            chat.prompt.text = "What is the capital of France?"
+            await pilot.press("enter")
+            await wait_until(pilot, lambda: chat.history, timeout=120)
+            out = {"llama_cpp_imported": "llama_cpp" in sys.modules, "reply": chat.history[-1]["content"],
+                   "engine_pid": app.engine.pid, "ui_pid": os.getpid(),
+                   "engine_modules": [m for m in sys.modules if m.startswith("adaspark_app.engine.")]}
+        store.close()
+        print("RESULT " + json.dumps(out))
+
+    if __name__ == "__main__":  # the engine process is spawned: it re-imports this file
+        asyncio.run(main())
+""")
+
+
+def test_the_ui_process_never_loads_llama_cpp(tmp_path):
+    """A real reply through the app, in a fresh interpreter: llama_cpp must never be imported on
+    the UI side (this test's own process may have imported it for other tests)."""
+    script = tmp_path / "ui_process.py"
+    script.write_text(UI_PROCESS_SCRIPT)
+    proc = subprocess.run([sys.executable, str(script), str(Path(__file__).parent), str(tmp_path / "s.db")],
+                          capture_output=True, text=True, timeout=300)
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
+    assert proc.returncode == 0 and lines, proc.stderr[-3000:]
+    out = json.loads(lines[-1][len("RESULT "):])
+    assert out["reply"].strip()
+    assert out["engine_pid"] != out["ui_pid"]
+    assert out["llama_cpp_imported"] is False
+    assert "adaspark_app.engine.chat_engine" not in out["engine_modules"]
+
+
+def _proc_stat(pid: int) -> list[str]:
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for p in os.listdir("/proc"):
+        if p.isdigit():
+            try:
+                if int(_proc_stat(int(p))[1]) == pid:
+                    out.append(int(p))
+            except (OSError, IndexError, ValueError):
+                pass
+    return out
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux") or not shutil.which("tmux"), reason="needs Linux and tmux")
+def test_adaspark_chat_in_a_terminal_runs_llama_cpp_only_in_the_engine_process(tmp_path):
+    """The real command in a real terminal (tmux, 160x48): after a reply, the UI process has not
+    mapped llama.cpp's library while the engine process has, and the UI runs at lowered priority
+    while the engine keeps the priority the user started it with."""
+    import sqlite3
+
+    db = tmp_path / "chat.db"
+    sock = f"adaspark-test-{os.getpid()}"
+    env_cmd = ["env", "-u", "ADASPARK_FORBID_MODEL", "-u", "COLUMNS", "-u", "LINES", sys.executable, "-m", "adaspark_app.cli", "chat",
+               "--temperature", "0", "--store", str(db), "--max-tokens", "16"]
+
+    def tmux(*args: str) -> str:
+        return subprocess.run(["tmux", "-L", sock, *args], capture_output=True, text=True).stdout
+
+    tmux("new-session", "-d", "-s", "t", "-x", "160", "-y", "48", " ".join(env_cmd))
     try:
-        app = make_app(SharedEngine(small), chats, tmp_path)
-        prompt = "Please summarise this: " + "the quick brown fox jumps over the lazy dog " * 60
-        async with app.run_test(size=SIZE) as pilot:
-            await send(pilot, prompt)
-            chat = await finished(pilot)
-            assert chat.prompt.text == prompt.strip()
-            assert chat.chat_view.messages() == []
-            assert any("context" in n.message for n in app._notifications)
-            assert chats.list_conversations() == []
+        deadline = time.monotonic() + REPLY_TIMEOUT
+        while "Ready." not in tmux("capture-pane", "-p", "-t", "t"):
+            assert time.monotonic() < deadline, tmux("capture-pane", "-p", "-t", "t")
+            time.sleep(0.2)
+        tmux("send-keys", "-t", "t", "-l", "What is the capital of France?")
+        time.sleep(0.3)
+        tmux("send-keys", "-t", "t", "Enter")
+        rows: list = []
+        while not rows:
+            assert time.monotonic() < deadline, "no reply was stored"
+            time.sleep(0.2)
+            with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5) as conn:
+                rows = conn.execute("select content, meta from messages where role = 'assistant'").fetchall()
+        assert rows[0][0].strip() and json.loads(rows[0][1])["tokens_per_s"] > 0
+        ui = int(tmux("display", "-p", "-t", "t", "#{pane_pid}").strip())
+        if "adaspark_app.cli" not in Path(f"/proc/{ui}/cmdline").read_text():  # a shell ran it
+            (ui,) = [p for p in _children(ui) if "adaspark_app.cli" in Path(f"/proc/{p}/cmdline").read_text()]
+        engines = [p for p in _children(ui) if "spawn_main" in Path(f"/proc/{p}/cmdline").read_text()
+                   and "resource_tracker" not in Path(f"/proc/{p}/cmdline").read_text()]
+        assert len(engines) == 1, engines
+        (engine,) = engines
+        assert "libllama" not in Path(f"/proc/{ui}/maps").read_text()
+        assert "libllama" in Path(f"/proc/{engine}/maps").read_text()
+        assert int(_proc_stat(ui)[16]) == 19  # the UI's main thread (nice is per thread on Linux)
+        assert int(_proc_stat(engine)[16]) == int(_proc_stat(os.getpid())[16])
+        tmux("send-keys", "-t", "t", "C-q")
+        while "t" in tmux("ls").split(":")[0:1]:
+            assert time.monotonic() < deadline, "adaspark chat did not quit"
+            time.sleep(0.2)
     finally:
-        small.close()
+        tmux("kill-server")

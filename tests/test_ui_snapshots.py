@@ -1,8 +1,10 @@
 """Snapshot tests (pytest-textual-snapshot) of the chat screen, the help screen and the panel.
 
-The scripted engine runs on a synthetic clock and the store's clock is frozen, so every figure
-and timestamp on screen is the same on every machine. After an intended change of the look,
-review the new SVGs and accept them with `pytest tests/test_ui_snapshots.py --snapshot-update`.
+The scripted engine (in its own process, as in `adaspark chat`) runs on a synthetic clock and
+the store's clock is frozen, so every figure and timestamp on screen is the same on every
+machine, except the display's own speed ("on screen", wall-clock by design), which the chat
+snapshot pins. After an intended change of the look, review the new SVGs and accept them with
+`pytest tests/test_ui_snapshots.py --snapshot-update`.
 """
 
 from __future__ import annotations
@@ -14,8 +16,8 @@ from adaspark_app.engine.events import RoundEvent
 from adaspark_app.store import Store
 from adaspark_app.ui.app import AdaSparkApp
 from adaspark_app.ui.stats import EngineGauges, SpecStats
-from adaspark_app.ui.testing import ScriptedEngine, wait_until
 from adaspark_app.ui.widgets import SpecPanel
+from ui_fakes import scripted, wait_until
 
 pytest.importorskip("pytest_textual_snapshot")
 
@@ -43,15 +45,15 @@ def frozen_store(tmp_path, monkeypatch):
     store.close()
 
 
-def chat_app(store, engine) -> AdaSparkApp:
-    return AdaSparkApp(lambda: engine, store, model_label="Scripted-135M (test)", store_label="~/adaspark/snap.db",
+def chat_app(store, factory) -> AdaSparkApp:
+    return AdaSparkApp(factory, store, model_label="Scripted-135M (test)", store_label="~/adaspark/snap.db",
                        exit_on_load_error=False)
 
 
 async def steady(pilot) -> None:
     """No blinking cursor: a snapshot must not depend on when in the blink it is taken."""
     app = pilot.app
-    await wait_until(pilot, lambda: app.holder.ready)
+    await wait_until(pilot, lambda: app.engine.ready)
     app.chat_screen.prompt.cursor_blink = False
 
 
@@ -61,6 +63,9 @@ async def send_and_finish(pilot, text: str) -> None:
     app.chat_screen.prompt.text = text
     await pilot.press("enter")
     await wait_until(pilot, lambda: not app.chat_screen.generating, timeout=10)
+    stats = app.chat_screen.stats
+    stats._shown_first, stats._shown_last = (0.0, 1), (0.5, 41)  # pinned: 80.0 tok/s on screen
+    app.chat_screen.panel.show()
     await pilot.pause(0.1)
     app.clear_notifications()
     await pilot.pause()
@@ -71,12 +76,12 @@ def test_chat_screen_after_a_reply(snap_compare, frozen_store):
     the reply's figures under it, and the panel: rates, widths, acceptance, prices, pricing."""
     seed = frozen_store.create_conversation("An older conversation about Rust", "SmolLM2")
     frozen_store.add_message(seed, "user", "Explain ownership")
-    app = chat_app(frozen_store, ScriptedEngine([REPLY]))
+    app = chat_app(frozen_store, scripted([REPLY]))
     assert snap_compare(app, terminal_size=SIZE, run_before=lambda pilot: send_and_finish(pilot, "What is 2+2?"))
 
 
 def test_help_screen(snap_compare, frozen_store):
-    app = chat_app(frozen_store, ScriptedEngine())
+    app = chat_app(frozen_store, scripted())
     async def open_help(pilot) -> None:
         await steady(pilot)
         await pilot.press("f1")

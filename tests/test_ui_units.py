@@ -1,20 +1,20 @@
-"""The UI's pure parts: panel figures, stream batching, the engine holder, Markdown export."""
+"""The UI's pure parts: panel figures, the engine process's batching and cancel flag, export."""
 
 from __future__ import annotations
 
-import threading
+import multiprocessing
+import pickle
 import time
 
 import pytest
 from rich.console import Console
 
-from adaspark_app.engine.events import RoundEvent
-from adaspark_app.errors import ModelLoadError
+from adaspark_app.engine.events import ReplyResult, RoundEvent
+from adaspark_app.engine.worker import CancelFlag, EngineConfig, EventBatcher, read_gauges
 from adaspark_app.ui.export import conversation_markdown, export_path, slug
-from adaspark_app.ui.stats import RECENT_ROUNDS, EngineGauges, SpecStats, is_verify_round
-from adaspark_app.ui.streaming import EngineHolder, StreamBatcher
-from adaspark_app.ui.testing import ScriptedEngine
+from adaspark_app.ui.stats import RECENT_ROUNDS, EngineGauges, SpecStats, gauges_from, is_verify_round
 from adaspark_app.ui.widgets.spec_panel import hbar, render_panel
+from ui_fakes import ScriptedEngine
 
 
 def ev(i: int, *, width: int = 4, committed: int = 2, tokens: int = 0, seconds: float = 0.0, text: str = "x",
@@ -119,91 +119,115 @@ def test_hbar_scales_with_eighths():
     assert hbar(1, 16, 2) == "▏ "
 
 
-# ---------------------------------------------------------------------------- StreamBatcher
-def test_batcher_emits_first_event_at_once_then_every_interval():
+# ---------------------------------------------------------------------------- the two speeds
+def test_reply_rate_becomes_the_engines_figure_and_shown_rate_is_wall_clock():
+    """Live: tokens over the engine's decode seconds; at the end the engine's own ReplyResult
+    figure (what `adaspark run` reports); 'on screen' from the display's own clock."""
+    s = SpecStats()
+    s.add(ev(1, committed=3, tokens=30, seconds=0.5))
+    assert s.reply_rate == pytest.approx(60.0)
+    assert s.shown_rate is None
+    s.shown(100.0, 4)
+    assert s.shown_rate is None  # one point is no interval
+    s.shown(100.5, 29)
+    assert s.shown_rate == pytest.approx(50.0)
+    s.finish(tokens_per_s=61.5, n_tokens=31)
+    assert s.reply_rate == 61.5 and s.reply_tokens == 31
+    text = render_text(s)
+    assert "61.5" in text and "50.0" in text and "on screen" in text
+    s.start_reply()
+    assert s.reply_rate is None and s.shown_rate is None
+
+
+# ---------------------------------------------------------------------------- engine process parts
+def test_event_batcher_sends_the_first_round_at_once_then_every_interval():
     now = [0.0]
-    batches: list[tuple[str, int]] = []
-    b = StreamBatcher(lambda text, events: batches.append((text, len(events))), interval=0.04, clock=lambda: now[0],
-                      use_timer=False)
+    batches: list[tuple[str, list[float]]] = []
+    b = EventBatcher(lambda events, times: batches.append(("".join(e.text for e in events), times)),
+                     interval=0.05, clock=lambda: now[0], flusher=False)
     b.add(ev(0, text="a"))
-    assert batches == [("a", 1)]
+    assert batches == [("a", [0.0])]
     for i, t in enumerate([0.01, 0.02, 0.03]):
         now[0] = t
         b.add(ev(i + 1, text="b"))
     assert len(batches) == 1
-    now[0] = 0.041
+    now[0] = 0.051
     b.add(ev(9, text="c"))
-    assert batches[-1] == ("bbbc", 4)
-    now[0] = 0.05
+    assert batches[-1] == ("bbbc", [0.01, 0.02, 0.03, 0.051])
+    now[0] = 0.06
     b.add(ev(10, text="d"))
+    assert len(batches) == 2
     b.flush()
-    assert batches[-1] == ("d", 1) and b.batches == 3
+    assert batches[-1] == ("d", [0.06]) and b.batches == 3
     b.flush()
     assert b.batches == 3  # nothing pending: no empty batch
 
 
-def test_batcher_timer_flushes_text_when_no_round_follows():
-    """A slow round must not hold back text already released by the previous one."""
+def test_event_batcher_does_not_hold_text_behind_a_slow_round():
+    """Rounds that ended within the interval go out once it has passed, round or no round."""
     batches: list[str] = []
-    b = StreamBatcher(lambda text, events: batches.append(text), interval=0.03)
-    b.add(ev(0, text="first"))
-    b.add(ev(1, text=" second"))  # within the interval: held for the timer
-    assert batches == ["first"]
-    deadline = time.monotonic() + 2.0
-    while len(batches) < 2 and time.monotonic() < deadline:
-        time.sleep(0.005)
-    assert batches == ["first", " second"]
-    b.add(ev(2, text=" dropped"))
-    b.discard()
+    b = EventBatcher(lambda events, times: batches.append("".join(e.text for e in events)), interval=0.03)
+    try:
+        b.add(ev(0, text="first"))
+        b.add(ev(1, text=" second"))  # within the interval: waits for the flusher
+        assert batches == ["first"]
+        deadline = time.monotonic() + 5.0
+        while len(batches) < 2 and time.monotonic() < deadline:
+            time.sleep(0.005)
+        assert batches == ["first", " second"]
+    finally:
+        b.close()
+    b.add(ev(2, text=" late"))  # closed: the flusher is gone, an explicit flush still sends
     time.sleep(0.06)
     assert batches == ["first", " second"]
+    b.flush()
+    assert batches[-1] == " late"
 
 
-# ---------------------------------------------------------------------------- EngineHolder
-def test_holder_hands_the_engine_to_a_waiting_thread():
-    holder = EngineHolder(lambda: ScriptedEngine(load_seconds=0.05))
-    got = []
-    waiter = threading.Thread(target=lambda: got.append(holder.wait()))
-    waiter.start()
-    loader = threading.Thread(target=holder.load)
-    loader.start()
-    loader.join(2)
-    waiter.join(2)
-    assert isinstance(got[0], ScriptedEngine)
-    assert holder.close() and got[0].closed
+def test_cancel_flag_is_shared_with_a_spawned_process():
+    ctx = multiprocessing.get_context("spawn")
+    flag = CancelFlag(ctx)
+    assert not flag.is_set()
+    flag.set()
+    p = ctx.Process(target=_exit_with_flag, args=(flag,))
+    p.start()
+    p.join(30)
+    assert p.exitcode == 1
+    flag.clear()
+    p = ctx.Process(target=_exit_with_flag, args=(flag,))
+    p.start()
+    p.join(30)
+    assert p.exitcode == 0
 
 
-def test_holder_reraises_the_load_error_and_wait_can_be_cancelled():
-    def fail():
-        raise ModelLoadError("model file x.gguf is not a GGUF")
-
-    holder = EngineHolder(fail)
-    cancel = threading.Event()
-    cancel.set()
-    assert holder.wait(cancel, poll_s=0.01) is None
-    with pytest.raises(ModelLoadError):
-        holder.load()
-    with pytest.raises(ModelLoadError, match="x.gguf"):
-        holder.wait()
+def _exit_with_flag(flag: CancelFlag) -> None:
+    raise SystemExit(1 if flag.is_set() else 0)
 
 
-def test_holder_close_waits_for_a_running_reply():
+def test_events_results_and_the_engine_config_cross_a_pipe():
+    """Everything the protocol sends is picklable (the engine process is spawned)."""
+    e = ev(3, rows={"drafter": 2}, acc={"drafter": 1}, offered={1: 9.0, 4: 20.0})
+    r = ReplyResult("c", 0, "text", 4, 0.1, 0.01, 10, 14, 2, {4: 2}, 1, {"drafter": 2}, {"drafter": 1},
+                    False, False, "adaspark")
+    cfg = EngineConfig(model_path="/m.gguf", store_path="/s.db", n_ctx=256)
+    assert pickle.loads(pickle.dumps(e)) == e
+    assert pickle.loads(pickle.dumps(r)) == r
+    assert pickle.loads(pickle.dumps(cfg)) == cfg
+
+
+def test_gauges_read_in_the_engine_process_arrive_as_panel_gauges():
     engine = ScriptedEngine()
-    holder = EngineHolder(lambda: engine)
-    holder.load()
-    release = threading.Event()
+    d = read_gauges(engine, 42)
+    g = gauges_from(pickle.loads(pickle.dumps(d)))
+    assert g == EngineGauges(plain_rate=None, cold_start=(0, 4),
+                             prices_ms={1: 10.0, 2: 18.5, 4: 29.0, 8: 48.0}, context=42)
+    assert gauges_from(None) is None
 
-    def reply():
-        with holder.busy:
-            release.wait(2)
+    class Broken:
+        def plain_rate(self, context):
+            raise RuntimeError("not yet")
 
-    t = threading.Thread(target=reply)
-    t.start()
-    time.sleep(0.02)
-    assert holder.close(timeout=0.05) is False and not engine.closed
-    release.set()
-    t.join(2)
-    assert holder.close(timeout=1) is True and engine.closed
+    assert read_gauges(Broken(), 0) is None
 
 
 # ---------------------------------------------------------------------------- export

@@ -41,6 +41,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
                    help="keep each arm's learned store as DIR/<arm>.db (default: fresh temporary stores)")
     p.add_argument("--threads", type=int, default=None, help="llama.cpp threads for every arm")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    from ..cli import _add_sampling  # the same sampling options as run and chat
+
+    _add_sampling(p)
     p.add_argument("--keep-capped", action="store_true",
                    help="fixed-length comparison: keep replies that reach --max-tokens instead of "
                         "leaving them out as loops")
@@ -75,6 +78,12 @@ def command_line(args: argparse.Namespace) -> str:
             parts += [opt, str(val)]
     if getattr(args, "keep_capped", False):
         parts.append("--keep-capped")
+    sampling = getattr(args, "sampling", None)
+    if sampling is not None and not sampling.greedy:  # the resolved settings: the run can be repeated
+        parts += ["--temperature", f"{sampling.temperature:g}", "--top-k", str(sampling.top_k),
+                  "--top-p", f"{sampling.top_p:g}", "--min-p", f"{sampling.min_p:g}",
+                  "--repeat-penalty", f"{sampling.repeat_penalty:g}", "--repeat-last-n",
+                  str(sampling.repeat_last_n), "--seed", str(sampling.seed)]
     return " ".join(shlex.quote(p) for p in parts)
 
 
@@ -82,9 +91,12 @@ def run(args: argparse.Namespace) -> int:
     """Handler of `adaspark bench`. Exit 0; 130 on Ctrl-C, after writing the partial report."""
     from rich.console import Console
 
+    from ..cli import _check_sampling
     from .runner import BenchConfig, run_bench
 
+    sampling = _check_sampling(args)  # ArgumentError: one line, exit 2 (cli.main)
     config = BenchConfig(
+        sampling=None if sampling.greedy else sampling,
         script=args.script,
         arms=[a for a in args.arms.split(",")],
         model=args.model,

@@ -137,6 +137,7 @@ class BenchConfig:
     n_ctx: int = 4096
     keep_capped: bool = False  # a fixed-length run: replies reaching the cap are kept, not left out
     extra: dict = field(default_factory=dict)
+    sampling: Any = None  # SamplingSettings (seed resolved) for every arm's replies; None: greedy
 
 
 def cap_marks(reached_cap: bool, keep_capped: bool) -> dict[str, bool]:
@@ -177,10 +178,10 @@ def _default_store_factory(path: Path) -> Any:
     return Store.open(str(path))
 
 
-def _default_run_conversation(engine, conv, max_tokens, on_round=None):
+def _default_run_conversation(engine, conv, max_tokens, on_round=None, sampling=None):
     from ..runner import run_conversation
 
-    return run_conversation(engine, conv, max_tokens, on_round=on_round)
+    return run_conversation(engine, conv, max_tokens, on_round=on_round, sampling=sampling)
 
 
 def _load_script(path: str):
@@ -266,6 +267,7 @@ def run_bench(
         "order": "interleaved per conversation, alternating",
         "machine": machine_info(config.n_threads),
         "command": config.extra.get("command"),
+        "sampling": config.sampling.to_json() if config.sampling is not None else None,
     }
 
     def finish(interrupted: bool) -> dict:
@@ -321,7 +323,10 @@ def run_bench(
                         if prog is not None:
                             prog.update(task, description=f"{label} · {conv.id}"[:48])
                             engine = _ProgressEngine(engine, lambda: prog.advance(task, 1))
-                        results = run_conversation(engine, conv, config.max_tokens)
+                        # every arm draws with the same settings and seed: replies are comparable
+                        results = (run_conversation(engine, conv, config.max_tokens) if config.sampling is None
+                                   else run_conversation(engine, conv, config.max_tokens,
+                                                         sampling=config.sampling))
                         for res in results:
                             rec = reply_to_record(res, label, conv.category, repeat, config.keep_capped)
                             records.append(rec)

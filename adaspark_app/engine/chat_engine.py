@@ -20,6 +20,7 @@ from .backend import LlamaBackend, check_gguf_file, default_model_path
 from .decoder import Decoder, RoundOutcome, run_reply
 from .detok import StreamDecoder
 from .events import ReplyResult, RoundEvent
+from .sampling import GREEDY, SamplingSettings
 from .template import ChatTemplate
 
 VALID_ROLES = ("system", "user", "assistant")
@@ -91,9 +92,44 @@ class ChatEngine:
         self.store_key = LearnedKey(mfp["id"], dfp["id"], rfp["id"] if rfp else None)
         self._key_meta = {"model": mfp, "device": dfp, "drafter": rfp, "model_name": self.model_name,
                           "drafter_name": self.drafter_name}
-        state = store.load_learned(self.store_key)
-        if state:
+        self._restore_learned(store)
+
+    def _restore_learned(self, store: Any) -> None:
+        """Load the key's learned state into the decoder (migrating the previous layout).
+
+        A state that does not load (another version's layout, or corrupt) must not stop the
+        engine: it is kept aside in the store under its key (``Store.quarantine_learned``; its
+        bytes stay in the file) and the engine starts fresh, with one notice. Other store errors
+        (a locked or damaged file) still raise StoreError.
+        """
+        from ..errors import StoreError
+        from ..learn.state import StateError, validate
+        from ..store.db import UnreadableState
+
+        for _ in range(2):  # a second look if another process saved a new state meanwhile
+            loaded = None
+            try:
+                loaded = store.load_learned(self.store_key)
+                if loaded is None:
+                    return
+                state = validate(loaded)
+            except (StateError, UnreadableState) as exc:
+                reason = " ".join(str(exc).split())
+                try:
+                    moved = store.quarantine_learned(self.store_key, reason, loaded)
+                except StoreError as err:
+                    self.store_key = None  # learn, but never overwrite what could not be kept aside
+                    self.notices.append(f"the learned state in the store does not load ({reason}) and could "
+                                        f"not be kept aside ({err}): started fresh, learning is not saved")
+                    return
+                if not moved:
+                    continue
+                self.notices.append(f"the learned state in the store does not load ({reason}): "
+                                    "kept it aside in the store and started fresh")
+                return
             self.decoder.load_state(state)
+            return
+        self.notices.append("the learned state in the store kept changing while it was read: started fresh")
 
     def _backend_info(self) -> str:
         import llama_cpp
@@ -115,8 +151,13 @@ class ChatEngine:
 
     def generate(self, conversation_id: str, messages: list[dict[str, str]], max_tokens: int = 512,
                  on_round: Callable[[RoundEvent], None] | None = None,
-                 cancel: threading.Event | None = None, turn: int = 0) -> ReplyResult:
+                 cancel: threading.Event | None = None, turn: int = 0,
+                 sampling: SamplingSettings | None = None) -> ReplyResult:
         """Generate the assistant's reply to `messages` (ending with the user's message).
+
+        sampling: None or temperature 0 decodes greedily; otherwise each token is drawn from the
+        target's processed distribution with the settings' seed (a random one if unset, recorded
+        in the result), so the reply is the same whatever the arm.
 
         Blocking: run it on the engine's worker thread. The KV cache is reused when `messages`
         extends what is cached; only new tokens are prefilled. Learned state is saved to the store
@@ -124,13 +165,19 @@ class ChatEngine:
         """
         if max_tokens < 1:
             raise ArgumentError("max_tokens must be at least 1")
+        if sampling is not None and not isinstance(sampling, SamplingSettings):
+            raise ArgumentError("sampling must be a SamplingSettings")
         with self._lock:
-            return self._generate(conversation_id, messages, max_tokens, on_round, cancel, turn)
+            return self._generate(conversation_id, messages, max_tokens, on_round, cancel, turn,
+                                  sampling or GREEDY)
 
-    def _generate(self, conversation_id, messages, max_tokens, on_round, cancel, turn) -> ReplyResult:
+    def _generate(self, conversation_id, messages, max_tokens, on_round, cancel, turn,
+                  sampling: SamplingSettings) -> ReplyResult:
         b = self.backend
         dec = self.decoder
         prompt = self.prompt_tokens(messages)
+        settings = dec.set_sampling(sampling)
+        sjson, seed = settings.to_json(), settings.seed if not settings.greedy else None
         first, n_prefill, prefill_s = dec.start_reply(prompt)
         stream = StreamDecoder(b.token_bytes)
         counters = {"tokens": 0, "t0": time.perf_counter()}
@@ -139,11 +186,18 @@ class ChatEngine:
             visible = [t for t in new if not b.is_eog(t)]
             text = stream.push(visible)
             counters["tokens"] += len(new)
-            if on_round is None or oc.width == 0:
-                if on_round is not None and text:
-                    on_round(RoundEvent(conversation_id, turn, 0, dec.context, 1, False, None, 0.0, 0.0, 0.0, 0, 1,
-                                        "none", text=text, reply_tokens=counters["tokens"], reply_seconds=0.0))
+            if on_round is None:
                 return
+            if oc.prefill:
+                if text:
+                    on_round(RoundEvent(
+                        conversation=conversation_id, turn=turn, round_index=0, context=dec.context, width=1,
+                        measured=False, verify_ms_predicted=None, verify_ms=0.0, fixed_ms=0.0,
+                        expected_accepted=0.0, accepted=0, committed=1, priced_by="none", text=text,
+                        reply_tokens=counters["tokens"], reply_seconds=0.0, prefill=True,
+                        sampling=sjson, seed=seed))
+                return
+            tr = oc.trace
             on_round(RoundEvent(
                 conversation=conversation_id, turn=turn, round_index=dec.round_index, context=dec.context,
                 width=oc.width, measured=oc.measured,
@@ -152,7 +206,12 @@ class ChatEngine:
                 accepted=oc.accepted, committed=len(new), priced_by=oc.priced_by,
                 rows_by_source=oc.rows_by_source, accepted_by_source=oc.accepted_by_source,
                 offered={w: s * 1e3 for w, s in oc.offered.items()}, band_rate=oc.band_rate, text=text,
-                reply_tokens=counters["tokens"], reply_seconds=time.perf_counter() - counters["t0"]))
+                reply_tokens=counters["tokens"], reply_seconds=time.perf_counter() - counters["t0"],
+                decided_by=oc.decided_by, incumbent=tr.get("incumbent"), argmax=tr.get("argmax"),
+                mode=tr.get("mode"), values=tr.get("values", {}), rho=tr.get("rho"), D_ms=tr.get("D_ms"),
+                gains=tr.get("gains"), draft_skipped=bool(tr.get("draft_skipped")),
+                drafter_skipped=bool(tr.get("drafter_skipped")), probe=int(tr.get("probe", 0)),
+                sampling=sjson, seed=seed))
 
         reply, stats = run_reply(dec, max_tokens, b.is_eog, handle, cancel, first_token=first)
         stream.flush()
@@ -163,7 +222,8 @@ class ChatEngine:
             widths=stats["widths"], measure_rounds=stats["measure_rounds"],
             rows_by_source=stats["rows_by_source"], accepted_by_source=stats["accepted_by_source"],
             looped=stats["looped"], stopped=stats["stopped"], arm=str(self.arm), tokens=reply,
-            ngram_rounds=stats["ngram_rounds"], drafter_rounds=stats["drafter_rounds"])
+            ngram_rounds=stats["ngram_rounds"], drafter_rounds=stats["drafter_rounds"],
+            decided_by=stats["decided_by"], sampling=sjson, seed=seed)
         self._save(result)
         return result
 
@@ -174,7 +234,7 @@ class ChatEngine:
                    "n_tokens": result.n_tokens, "decode_s": result.decode_s, "rounds": result.rounds,
                    "widths": {str(k): v for k, v in sorted(result.widths.items())},
                    "measure_rounds": result.measure_rounds, "tokens_per_s": result.tokens_per_s,
-                   "created": time.time()}
+                   "temperature": result.sampling.get("temperature", 0.0), "created": time.time()}
         self.store.save_learned(self.store_key, self.decoder.state_dict(), summary, self._key_meta)
 
     def price_table(self, context: int) -> dict[int, float]:

@@ -1,9 +1,13 @@
-"""The round loop (Algorithm 1) over one target context: draft, price, order, size, verify, commit.
+"""The round loop (Algorithm 1) over one target context: propose, price, choose, verify, commit, learn.
 
 State kept between rounds and turns: `kv_tokens`, the tokens whose cells sit in seq 0 at positions
 0..len-1, and the anchor, the last committed token, which is not in the KV cache yet and is row 0
 of the next verify. A reply is a sequence of rounds; each round commits the accepted path and the
 target's argmax after it (the bonus token).
+
+`Decoder.round` is Algorithm 1 step by step; what differs between arms (`adaspark` and the
+baselines) is the arm's policy object (`arms.py`), and the values passed between the steps are
+typed records (`rounds.py`).
 """
 
 from __future__ import annotations
@@ -11,47 +15,60 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 
+from ..errors import ContextOverflowError
 from ..learn.acceptance import AcceptanceModel, CandidateSet, contradicted
-from ..learn.constants import NGRAM_MAX_DEPTH, TOP_K
-from ..learn.scheduler import PROBE_NONE, WidthScheduler, probe_class
-from .arms import MAX_WIDTH, Arm
+from ..learn.constants import FIXED_EMA_WEIGHT, NGRAM_MAX_DEPTH, TOP_K, TREE_DRAFT_ROWS
+from ..learn.kinds import Decider, source_counts
+from ..learn.precision import SourcePrecision
+from ..learn.scheduler import WidthScheduler
+from .arms import MAX_WIDTH, Arm, policy_for
 from .backend import LlamaBackend
-from .ngram import KIND_CODES, KIND_COPY, NgramIndex, NgramStep, SourcePrecision
+from .ngram import NgramIndex
+from .rounds import DraftDecision, RoundStart, RoundTree, Verified, WidthChoice
+from .sampling import GREEDY, Sampler, SamplingSettings
 from .tree import (KIND_NGRAM, KIND_PICK, KIND_SIBLING, Candidates, accepted_path, best_first_order,
-                   child_labels, expected_accepted, layout, path_products)
+                   child_labels, cut_at_batch_front, expected_accepted, layout, path_products, sampled_path)
 
 
 class SelfCheckError(AssertionError):
     """The debug self-check found an emitted token that is not the target's argmax for its prefix."""
 
 
-#: Drafted positions a tree round asks the drafter for. Each row of the block costs about 1 ms on this
-#: CPU (an eighth of a target step: the Markov head and the head's rows), and the shipped drafter's
-#: rows past the fourth are accepted in under 0.5% of blocks (tools/train_drafter, held out).
-TREE_DRAFT_ROWS = 4
-
-
 @dataclass
 class RoundOutcome:
-    """What one round committed and what it measured."""
+    """What one round committed, what it measured, and why it verified the width it did."""
 
     new_tokens: list[int]
     width: int
-    measured: bool
-    verify_s: float
-    fixed_s: float
-    predicted_s: float | None
-    expected_accepted: float
-    accepted: int
-    priced_by: str
+    measured: bool = False
+    verify_s: float = 0.0
+    fixed_s: float = 0.0
+    predicted_s: float | None = None
+    expected_accepted: float = 0.0
+    accepted: int = 0
+    priced_by: str = "none"
     rows_by_source: dict[str, int] = field(default_factory=dict)
     accepted_by_source: dict[str, int] = field(default_factory=dict)
     offered: dict[int, float] = field(default_factory=dict)
     band_rate: float | None = None
+    prefill: bool = False  # the reply's first token, from the prefill: no round ran
+    decided_by: str = Decider.ARM.value  # the layer that set the width (Decider)
+    trace: dict[str, Any] = field(default_factory=dict)  # the rest of the decision trace (ROUNDS.jsonl)
+
+
+def _trace(choice: WidthChoice | None, gate: DraftDecision) -> dict[str, Any]:
+    """The decision trace of a round: the gates' verdicts and, for a scheduled round, the chooser's terms."""
+    t: dict[str, Any] = {"draft_skipped": gate.draft_skipped, "drafter_skipped": gate.drafter_skipped,
+                         "probe": gate.probe}
+    plan = choice.plan if choice is not None else None
+    if plan is not None:
+        t.update(incumbent=plan.incumbent, argmax=plan.argmax, mode=plan.mode, values=plan.values,
+                 rho=plan.rho, D_ms=plan.fixed_s * 1e3, gains=list(plan.gains))
+    return t
 
 
 class Decoder:
@@ -62,6 +79,8 @@ class Decoder:
         self.arm = arm
         self.drafter = drafter
         self.self_check = self_check
+        self.plain_only = backend.recurrent
+        self.policy = policy_for(arm, plain_only=self.plain_only)
         self.scheduler = WidthScheduler()
         self.acceptance = AcceptanceModel()
         self.precision = SourcePrecision()
@@ -75,25 +94,77 @@ class Decoder:
         self.request_round = 0
         self.tree_rounds_with_ngram = 0
         self.cut_rounds = 0  # rounds whose accepted path was cut to keep KV cells in position order
-        self.plain_only = backend.recurrent
         self.checked_rows = 0
         # Target features of committed rows not yet injected into the drafter: kept as copies so a
         # run of plain steps costs no drafter forward; injected in one batch before the next draft.
         self._feed_feats: list[np.ndarray] = []
         self._feed_pos: list[int] = []
+        # Sampling (engine/sampling.py): None decodes greedily, the argmax path of old, untouched.
+        self.sampling: SamplingSettings = GREEDY
+        self.sampler: Sampler | None = None
+        # Learned state per temperature band (sampling.temperature_band): acceptance, gains, gates
+        # and the long-run rate differ between greedy and sampled decoding, so each band has its
+        # own scheduler and acceptance model; the verify-cost model is one, shared (a forward costs
+        # the same whatever is drawn from it). Band 0 (greedy) is the top level of state_dict.
+        self._bands: dict[int, tuple[WidthScheduler, AcceptanceModel]] = {0: (self.scheduler, self.acceptance)}
+        self.band = 0
 
     # ------------------------------------------------------------------ state
     def state_dict(self) -> dict:
-        return {"scheduler": self.scheduler.state_dict(), "acceptance": self.acceptance.state_dict(),
-                "precision": self.precision.state_dict()}
+        """Greedy's learners at the top level (as before sampling existed); each sampled temperature
+        band's scheduler and acceptance model under "by_temperature" -> band (as a string)."""
+        sched0, acc0 = self._bands[0]
+        out = {"scheduler": sched0.state_dict(), "acceptance": acc0.state_dict(),
+               "precision": self.precision.state_dict()}
+        extra = {str(b): {"scheduler": sc.state_dict(), "acceptance": ac.state_dict()}
+                 for b, (sc, ac) in sorted(self._bands.items()) if b != 0}
+        if extra:
+            out["by_temperature"] = extra
+        return out
 
     def load_state(self, state: dict) -> None:
+        sched0, acc0 = self._bands[0]
         if state.get("scheduler"):
-            self.scheduler.load_state(state["scheduler"])
+            sched0.load_state(state["scheduler"])
         if state.get("acceptance"):
-            self.acceptance.load_state(state["acceptance"])
+            acc0.load_state(state["acceptance"])
         if state.get("precision"):
             self.precision.load_state(state["precision"])
+        for key, sub in (state.get("by_temperature") or {}).items():
+            sc, ac = self._band_learners(int(key))
+            if sub.get("scheduler"):
+                sc.load_state(sub["scheduler"])
+            if sub.get("acceptance"):
+                ac.load_state(sub["acceptance"])
+        for sc, _ in self._bands.values():
+            sc.cost = sched0.cost  # one verify-cost model (load_state replaces the object)
+
+    def _band_learners(self, band: int) -> tuple[WidthScheduler, AcceptanceModel]:
+        """The scheduler and acceptance model of a temperature band, created empty on first use
+        (sharing band 0's verify-cost model: cold-start measurements need not be repeated)."""
+        if band not in self._bands:
+            sc = WidthScheduler()
+            sc.cost = self._bands[0][0].cost
+            self._bands[band] = (sc, AcceptanceModel())
+        return self._bands[band]
+
+    def set_sampling(self, settings: SamplingSettings) -> SamplingSettings:
+        """Decode the next replies with `settings` (a random seed is drawn if unset); switches the
+        learners to the settings' temperature band. Returns the settings with their seed."""
+        if settings.greedy:
+            self.sampling, self.sampler = settings, None
+        else:
+            self.sampler = Sampler(settings)
+            self.sampling = self.sampler.settings
+        self.band = settings.band
+        self.scheduler, self.acceptance = self._band_learners(self.band)
+        return self.sampling
+
+    def _history_tail(self) -> list[int]:
+        """The committed tokens the repeat penalty can see (the last repeat_last_n), anchor last."""
+        n = self.sampling.repeat_last_n
+        kv = self.kv_tokens[-n:] if n > 0 else []
+        return kv + ([self.anchor] if self.anchor is not None else [])
 
     @property
     def context(self) -> int:
@@ -103,6 +174,11 @@ class Decoder:
     def committed(self) -> list[int]:
         return self.kv_tokens + ([self.anchor] if self.anchor is not None else [])
 
+    @property
+    def feeds_drafter(self) -> bool:
+        """Whether committed rows' target features go to the drafter (a drafter, and an arm that drafts)."""
+        return self.drafter is not None and self.policy.drafts
+
     # ------------------------------------------------------------------ prefill
     def start_reply(self, prompt: list[int]) -> tuple[int, int, float]:
         """Make the KV cache hold `prompt`, prefilling only what differs from what is cached.
@@ -111,7 +187,6 @@ class Decoder:
         """
         b = self.backend
         if len(prompt) >= b.n_ctx - 1:
-            from ..errors import ContextOverflowError
             raise ContextOverflowError(
                 f"the prompt has {len(prompt)} tokens but the context holds {b.n_ctx}: "
                 "start a new conversation or shorten the message")
@@ -124,8 +199,10 @@ class Decoder:
         if self.drafter is not None:
             self._drafter_truncate(m)
         t0 = time.perf_counter()
-        on_chunk = self._note_rows if self.drafter is not None and self.arm.kind != "ar" else None
-        first = b.prefill(prompt[m:], m, on_chunk=on_chunk)
+        first = b.prefill(prompt[m:], m, on_chunk=self._note_rows if self.feeds_drafter else None,
+                          argmax=self.sampler is None)
+        if self.sampler is not None:  # the first token is drawn like every other: at its position
+            first = self.sampler.draw(b.logits_view(1)[0], len(prompt), self.sampler.history(prompt))
         dt = time.perf_counter() - t0
         self.kv_tokens = list(prompt)
         self.anchor = first
@@ -144,6 +221,176 @@ class Decoder:
         if self.drafter is not None:
             self._drafter_truncate(len(self.kv_tokens))
         self.scheduler.end_request()
+
+    # ------------------------------------------------------------------ one round (Algorithm 1)
+    def round(self, budget: int | None = None) -> RoundOutcome:
+        """One round: commits the accepted path and the bonus token (Algorithm 1, line by line).
+
+        ``budget``: tokens the reply may still emit (its cap less what it has). A round commits at
+        most as many tokens as it verifies rows, so no round verifies more rows than that: rows
+        past the cap would be paid for and thrown away.
+        """
+        r = self._start(budget)                       # line 1: the committed prefix x (n-gram index synced: line 18)
+        gate = self.policy.gate(self, r)              # (added) the draft and drafter gates
+        if not gate.draft:
+            return self._finish(r, gate, self._plain(r, gate.decided_by))
+        cands = self.policy.propose(self, gate.use_drafter)    # lines 3-4: drafter block, n-gram chains
+        if len(cands) == 0:
+            return self._finish(r, gate, self._plain(r, Decider.NO_PROPOSAL))
+        tree = self.price(cands, gate.use_drafter, r)          # lines 5-6: q_j, Q_j, best-first order O, S(n)
+        choice = self.policy.choose(self, tree, r)             # lines 7-10: n*, cold/split or Eq. (7)
+        self.select(tree, choice, r)                           # lines 11-12: first n*-1 nodes, exploration row
+        result = self.verify(tree, choice)                     # line 13: one forward, the accepted path
+        self.commit(tree, result)                              # line 14: commit the path and the bonus token
+        self.learn(tree, choice, result, r)                    # lines 15-17: cost, rate, gains, acceptance
+        return self._finish(r, gate, self._outcome(tree, choice, result, gate))
+
+    def _start(self, budget: int | None) -> RoundStart:
+        first_round = self.request_round == 0
+        self.request_round += 1
+        self.round_index += 1
+        r = RoundStart(t0=time.perf_counter(), context=self.context, first_round=first_round, budget=budget)
+        if self.policy.drafts:
+            self._sync_ngram()
+        return r
+
+    def _finish(self, r: RoundStart, gate: DraftDecision, out: RoundOutcome) -> RoundOutcome:
+        self.policy.after_round(self, r, gate, len(out.new_tokens))
+        out.trace = {**_trace(None, gate), **out.trace}
+        return out
+
+    # ------------------------------------------------------------------ line 5-6: price
+    def price(self, cands: Candidates, use_drafter: bool, r: RoundStart) -> RoundTree:
+        """q for every candidate, Q along each path, the best-first order and S(n) for every n."""
+        tree = RoundTree(cands=cands, cset=self._candidate_set(cands), use_drafter=use_drafter,
+                         p_src=self.precision.value)
+        tree.q, tree.priced_by = self.policy.price(self, tree, r)
+        tree.Q = path_products(tree.q, np.asarray(cands.parent))
+        tree.order = best_first_order(tree.Q)
+        tree.is_ng = np.array([k == KIND_NGRAM and not a for k, a in zip(cands.kind, cands.agreed)], dtype=bool)
+        tree.s_d, tree.s_n = expected_accepted(tree.Q, tree.order, tree.is_ng)
+        if r.budget is not None and r.budget >= 1:
+            tree.s_d, tree.s_n = tree.s_d[:r.budget + 1], tree.s_n[:r.budget + 1]  # widths up to the budget
+        return tree
+
+    # ------------------------------------------------------------------ lines 11-12: select
+    def select(self, tree: RoundTree, choice: WidthChoice, r: RoundStart) -> None:
+        """Clamp n* to what the tree, the budget and the context hold; take the first n*-1 nodes of O;
+        every EXPLORATION_PERIOD-th round with n-gram candidates, the last row explores (line 12)."""
+        cands = tree.cands
+        width = max(1, min(choice.width, len(cands) + 1, MAX_WIDTH, self.backend.n_ctx - r.context,
+                           r.budget if r.budget is not None else MAX_WIDTH))
+        if width < choice.width:
+            choice.decided_by = Decider.CLAMP
+        choice.width = width
+        selected = [int(j) for j in tree.order[:width - 1]]
+        if self.policy.explores and width > 1 and tree.is_ng.any():
+            self.tree_rounds_with_ngram += 1
+            placed = np.zeros(len(cands), dtype=bool)
+            placed[selected[:-1]] = True
+            if len(selected) >= 2:
+                pick = self.acceptance.exploration_pick(tree.cset, placed, self.tree_rounds_with_ngram)
+                if pick is not None and pick not in selected[:-1]:
+                    selected[-1] = int(pick)
+        choice.selected = selected
+
+    # ------------------------------------------------------------------ line 13: verify
+    def verify(self, tree: RoundTree, choice: WidthChoice) -> Verified:
+        """One target forward over the anchor and the selected nodes, laid out depth-first."""
+        b = self.backend
+        cands = tree.cands
+        anchor_pos = len(self.kv_tokens)
+        lay = layout(choice.selected, cands)
+        b.open_leaf_seqs(lay.leaf_seqs)
+        sampler = self.sampler
+        out = b.verify([self.anchor] + [cands.token[j] for j in lay.nodes[1:]],
+                       [anchor_pos + d for d in lay.depth], lay.seq_ids, argmax=sampler is None)
+        draws = None
+        if sampler is None:
+            full_path, bonus, rows = accepted_path(lay, cands, out.argmax)
+        else:
+            logits, tail = b.logits_view(len(lay.nodes)), self._history_tail()
+
+            def draw(row: int, path_tokens: list[int]) -> int:
+                # the row's prefix: the committed tokens, then the path above it (its own history)
+                return sampler.draw(logits[row], anchor_pos + len(path_tokens) + 1,
+                                    sampler.history(tail, path_tokens))
+
+            full_path, bonus, rows, draws = sampled_path(lay, cands, draw)
+        path, rows, bonus, cut = cut_at_batch_front(cands, full_path, rows, bonus)
+        self.cut_rounds += int(cut)
+        return Verified(layout=lay, argmax=out.argmax, full_path=full_path, path=path, rows=rows, bonus=bonus,
+                        verify_s=out.seconds, anchor_pos=anchor_pos, draws=draws)
+
+    # ------------------------------------------------------------------ line 14: commit
+    def commit(self, tree: RoundTree, result: Verified) -> None:
+        """Commit the path and the bonus token: KV cells, committed tokens, the drafter's features."""
+        lay, k = result.layout, len(result.path)
+        self.backend.keep_verified_path(lay.seq_ids, lay.leaf_seqs, result.rows[-1], result.anchor_pos, k + 1)
+        path_tokens = [tree.cands.token[j] for j in result.path]
+        if self.self_check:
+            self._check_rows(lay, tree.cands, result.targets, result.rows, path_tokens, result.bonus,
+                             result.anchor_pos)
+        if self.drafter is not None:
+            self._note_rows(result.rows, [result.anchor_pos + i for i in range(k + 1)])
+        self.kv_tokens.append(self.anchor)
+        self.kv_tokens.extend(path_tokens)
+        self.anchor = result.bonus
+
+    # ------------------------------------------------------------------ lines 15-17: learn
+    def learn(self, tree: RoundTree, choice: WidthChoice, result: Verified, r: RoundStart) -> None:
+        """The acceptance model learns from every child of every accepted parent (line 17); then the
+        round's D is known and the arm's width learners take the round (lines 15-16)."""
+        if self.policy.learns_acceptance:
+            # sampled: a candidate is accepted when the draw equals it (labels from the draws)
+            labels = child_labels(tree.cands, result.layout, result.targets, result.full_path)
+            self.acceptance.learn(tree.cset, r.context, tree.p_src, labels)
+        result.fixed_s = (time.perf_counter() - r.t0) - result.verify_s
+        self.policy.observe(self, tree, choice, result, r)
+        old = self._fixed_ema.get(tree.use_drafter)
+        self._fixed_ema[tree.use_drafter] = (result.fixed_s if old is None
+                                             else (1 - FIXED_EMA_WEIGHT) * old + FIXED_EMA_WEIGHT * result.fixed_s)
+
+    def fixed_estimate(self, use_drafter: bool) -> float | None:
+        """Running estimate of a drafted round's fixed cost D, with or without the drafter's forward."""
+        return self._fixed_ema.get(use_drafter)
+
+    def _outcome(self, tree: RoundTree, choice: WidthChoice, result: Verified, gate: DraftDecision) -> RoundOutcome:
+        cands = tree.cands
+        rows_by, acc_by = source_counts(), source_counts()
+        for j in result.layout.nodes[1:]:
+            rows_by[cands.source(j)] += 1
+        for j in result.path:
+            acc_by[cands.source(j)] += 1
+        plan = choice.plan
+        return RoundOutcome(
+            new_tokens=[cands.token[j] for j in result.path] + [result.bonus], width=choice.width,
+            measured=choice.measured, verify_s=result.verify_s, fixed_s=result.fixed_s,
+            predicted_s=choice.predicted_s, expected_accepted=tree.expected_accepted(choice.width),
+            accepted=len(result.path), priced_by=tree.priced_by, rows_by_source=rows_by, accepted_by_source=acc_by,
+            offered=plan.offered if plan is not None else {}, band_rate=plan.band_rate if plan is not None else None,
+            decided_by=Decider(choice.decided_by).value, trace=_trace(choice, gate))
+
+    # ------------------------------------------------------------------ plain step
+    def _plain(self, r: RoundStart, decided_by: Decider | None) -> RoundOutcome:
+        """Width 1 without a tree: one plain step of the anchor."""
+        b = self.backend
+        anchor = self.anchor
+        pos = len(self.kv_tokens)
+        if self.sampler is None:
+            out = b.verify([anchor], [pos], [(0,)])
+            nxt = int(out.argmax[0])
+        else:
+            out = b.verify([anchor], [pos], [(0,)], argmax=False)
+            nxt = self.sampler.draw(b.logits_view(1)[0], pos + 1, self.sampler.history(self._history_tail()))
+        self.kv_tokens.append(anchor)
+        self.anchor = nxt
+        if self.feeds_drafter:
+            self._note_rows([0], [pos])
+        fixed = time.perf_counter() - r.t0 - out.seconds
+        self.policy.observe_plain(self, r, out.seconds + fixed)
+        return RoundOutcome(new_tokens=[nxt], width=1, verify_s=out.seconds, fixed_s=fixed,
+                            decided_by=Decider(decided_by or Decider.ARM).value)
 
     # ------------------------------------------------------------------ drafter feed
     def _note_rows(self, rows: list[int], positions: list[int]) -> None:
@@ -167,123 +414,6 @@ class Decoder:
             self.drafter.feed_features(feats[keep], [self._feed_pos[i] for i in keep])
         self._feed_feats, self._feed_pos = [], []
 
-    # ------------------------------------------------------------------ one round
-    def round(self, budget: int | None = None) -> RoundOutcome:
-        """Run one round for the arm; returns the committed tokens (accepted path + bonus).
-
-        ``budget``: tokens the reply may still emit (its cap less what it has). A round commits at
-        most as many tokens as it verifies rows, so no round verifies more rows than that: rows
-        past the cap would be paid for and thrown away.
-        """
-        t0 = time.perf_counter()
-        first_round = self.request_round == 0
-        self.request_round += 1
-        self.round_index += 1
-        arm = self.arm.kind
-        if arm == "ar" or self.plain_only:
-            return self._plain(t0, first_round, tell_scheduler=False)
-        ctx = self.context
-        self._sync_ngram()
-        use_drafter = self.drafter is not None
-        if arm == "adaspark":
-            step = self.ngram.first_step()
-            probe = self._probe(step)
-            if probe == PROBE_NONE and self.drafter is None:
-                return self._plain(t0, first_round, tell_scheduler=True)  # nothing to propose
-            if not self.scheduler.wants_draft(ctx, probe):
-                return self._plain(t0, first_round, tell_scheduler=True)
-            if self.drafter is not None:
-                use_drafter = self.scheduler.wants_drafter(ctx, probe)
-                if not use_drafter and probe == PROBE_NONE:
-                    out = self._plain(t0, first_round, tell_scheduler=True)
-                    self.scheduler.observe_drafter(ctx, probe, False, 1, time.perf_counter() - t0)
-                    return out
-                outcome = self._drafting_round(t0, first_round, arm, use_drafter, budget)
-                self.scheduler.observe_drafter(ctx, probe, use_drafter, len(outcome.new_tokens),
-                                               time.perf_counter() - t0)
-                return outcome
-        return self._drafting_round(t0, first_round, arm, use_drafter, budget)
-
-    def _probe(self, step: NgramStep | None) -> int:
-        """The draft gate's probe class of the n-gram proposal at the anchor (probe_class): a copy
-        whose context earlier passages continued differently counts with the shortest copies."""
-        if step is None:
-            return PROBE_NONE
-        return probe_class(step.kind, step.evidence, step.kind == KIND_COPY and self.ngram.anchor_ambiguous())
-
-    def _drafting_round(self, t0: float, first_round: bool, arm: str, use_drafter: bool,
-                        budget: int | None = None) -> RoundOutcome:
-        """A round that builds candidates (with the drafter's block if `use_drafter`) and verifies."""
-        ctx = self.context
-        if arm == "chain":
-            cands = self._chain_candidates(self.arm.k)
-        else:
-            cands = self._tree_candidates(use_drafter)
-        if len(cands) == 0:
-            return self._plain(t0, first_round, tell_scheduler=arm == "adaspark")
-        cset = self._candidate_set(cands)
-        p_src = self.precision.value
-        if arm == "chain":
-            q = np.ones(len(cands))
-            priced_by = "none"
-        else:
-            cset.ng_prec = self._node_precision(cset)  # only the acceptance model reads it
-            q, priced_by = self.acceptance.q(cset, ctx, p_src)
-        parent = np.asarray(cands.parent)
-        Q = path_products(q, parent)
-        order = best_first_order(Q)
-        is_ng = np.array([k == KIND_NGRAM and not a for k, a in zip(cands.kind, cands.agreed)], dtype=bool)
-        s_d, s_n = expected_accepted(Q, order, is_ng)
-        if budget is not None and budget >= 1:
-            s_d, s_n = s_d[:budget + 1], s_n[:budget + 1]  # widths up to the budget are offered
-        measured = False
-        predicted = None
-        offered: dict[int, float] = {}
-        band_rate = None
-        plan = None
-        if arm == "adaspark":
-            fixed_now = time.perf_counter() - t0
-            fixed_ema = self._fixed_ema.get(use_drafter)
-            plan = self.scheduler.plan(ctx, s_d, s_n, fixed_ema if fixed_ema is not None else fixed_now)
-            width = plan.width
-            measured = plan.measured
-            predicted = plan.predicted_verify_s
-            offered = plan.offered
-            band_rate = plan.band_rate
-        elif arm == "pinned":
-            width = self.arm.k
-        else:  # chain
-            width = len(cands) + 1
-        width = max(1, min(width, len(cands) + 1, MAX_WIDTH, self.backend.n_ctx - ctx,
-                           budget if budget is not None else MAX_WIDTH))
-        selected = [int(j) for j in order[:width - 1]]
-        if arm != "chain" and width > 1 and (is_ng.any()):
-            self.tree_rounds_with_ngram += 1
-            placed = np.zeros(len(cands), dtype=bool)
-            placed[selected[:-1]] = True
-            if len(selected) >= 2:
-                pick = self.acceptance.exploration_pick(cset, placed, self.tree_rounds_with_ngram)
-                if pick is not None and pick not in selected[:-1]:
-                    selected[-1] = int(pick)
-        return self._verify_round(t0, first_round, cands, cset, Q, is_ng, selected, width, measured,
-                                  predicted, priced_by, offered, band_rate, plan, s_d, s_n, p_src, use_drafter)
-
-    # ------------------------------------------------------------------ plain step
-    def _plain(self, t0: float, first_round: bool, tell_scheduler: bool) -> RoundOutcome:
-        b = self.backend
-        anchor = self.anchor
-        pos = len(self.kv_tokens)
-        out = b.verify([anchor], [pos], [(0,)])
-        nxt = int(out.argmax[0])
-        self.kv_tokens.append(anchor)
-        self.anchor = nxt
-        if self.drafter is not None and self.arm.kind != "ar":
-            self._note_rows([0], [pos])
-        fixed = time.perf_counter() - t0 - out.seconds
-        if tell_scheduler:
-            self.scheduler.observe_plain(pos + 1, out.seconds + fixed, first_round)
-        return RoundOutcome([nxt], 1, False, out.seconds, fixed, None, 0.0, 0, "none")
-
     # ------------------------------------------------------------------ candidates
     def _sync_ngram(self) -> None:
         """Extend the n-gram index with the committed tokens it has not seen (incremental)."""
@@ -294,7 +424,7 @@ class Decoder:
             self.ngram.extend(toks[self._ng_synced:], self.precision)
         self._ng_synced = len(toks)
 
-    def _chain_candidates(self, k: int) -> Candidates:
+    def chain_candidates(self, k: int) -> Candidates:
         """`chain:K`: the drafter's first K picks, or without a drafter the n-gram continuation
         from the anchor, up to K tokens (prompt lookup)."""
         cands = Candidates()
@@ -307,10 +437,10 @@ class Decoder:
                 par = cands.add(par, int(block.tokens[i, 0]), KIND_PICK, sigma=float(block.share[i, 0]))
             return cands
         for st in self.ngram.chain([], k):
-            par = cands.add(par, st.token, KIND_NGRAM, ng_kind=KIND_CODES.get(st.kind, 1), ng_evidence=st.evidence)
+            par = cands.add(par, st.token, KIND_NGRAM, ng_kind=int(st.kind), ng_evidence=st.evidence)
         return cands
 
-    def _tree_candidates(self, use_drafter: bool = True) -> Candidates:
+    def tree_candidates(self, use_drafter: bool = True) -> Candidates:
         """Drafter block (picks spine, siblings as leaves) and n-gram chains from the anchor and each pick."""
         cands = Candidates()
         picks: list[int] = []
@@ -343,7 +473,7 @@ class Decoder:
             steps = self.ngram.chain(suffix, NGRAM_MAX_DEPTH - depth0)
             par = head
             for st in steps:
-                kind = KIND_CODES.get(st.kind, 1)
+                kind = int(st.kind)
                 existing = cands.child(par, st.token)
                 if existing is not None:
                     if cands.kind[existing] != KIND_NGRAM and not cands.agreed[existing]:
@@ -364,7 +494,7 @@ class Decoder:
                 par = cands.add(par, st.token, KIND_NGRAM, ng_kind=kind, ng_evidence=st.evidence)
         return cands
 
-    def _node_precision(self, c: CandidateSet) -> np.ndarray:
+    def node_precision(self, c: CandidateSet) -> np.ndarray:
         """Per candidate, the committed text's precision for the class of its n-gram proposal
         (its own, the one it agrees with, or the one contradicting it): CandidateSet.ng_prec;
         the overall value for drafter candidates with none."""
@@ -385,79 +515,7 @@ class Decoder:
             contra_evidence=np.asarray(c.contra_evidence, dtype=np.int64),
             contra_kind=np.asarray(c.contra_kind, dtype=np.int64))
 
-    # ------------------------------------------------------------------ verify and commit
-    def _verify_round(self, t0, first_round, cands, cset, Q, is_ng, selected, width, measured,
-                      predicted, priced_by, offered, band_rate, plan, s_d, s_n, p_src,
-                      use_drafter: bool = True) -> RoundOutcome:
-        b = self.backend
-        anchor_pos = len(self.kv_tokens)
-        lay = layout(selected, cands)
-        tokens = [self.anchor] + [cands.token[j] for j in lay.nodes[1:]]
-        positions = [anchor_pos + d for d in lay.depth]
-        for s in lay.leaf_seqs:
-            b.seq_cp(0, s, -1, -1)
-        out = b.verify(tokens, positions, lay.seq_ids)
-        full_path, bonus, rows = accepted_path(lay, cands, out.argmax)
-        path = full_path
-        # Commit only the part of the path whose rows are the batch's first rows. llama.cpp's
-        # attention walks KV cells in slot order; a path through a later branch leaves its cells
-        # after rejected siblings' slots, which later tokens then fill, so the cells would no
-        # longer sit in position order and the softmax would sum in another order than plain
-        # decode's: replies would drift from `ar`. Cutting there stays lossless (the next token
-        # is the target's argmax at the last kept row) and costs the rest of that path.
-        c = 0
-        while c + 1 < len(rows) and rows[c + 1] == c + 1:
-            c += 1
-        if c < len(path):
-            bonus = cands.token[path[c]]
-            path, rows = path[:c], rows[:c + 1]
-            self.cut_rounds += 1
-        k = len(path)
-        if lay.leaf_seqs:
-            keep_seq = lay.seq_ids[rows[-1]][0]
-            b.seq_cp(keep_seq, 0, anchor_pos, anchor_pos + k + 1)
-            for s in lay.leaf_seqs:
-                b.seq_rm(s, -1, -1)
-        else:
-            b.seq_rm(0, anchor_pos + k + 1, -1)
-        path_tokens = [cands.token[j] for j in path]
-        if self.self_check:
-            self._check_rows(lay, cands, out.argmax, rows, path_tokens, bonus, anchor_pos)
-        if self.drafter is not None:
-            self._note_rows(rows, [anchor_pos + i for i in range(k + 1)])
-        self.kv_tokens.append(self.anchor)
-        self.kv_tokens.extend(path_tokens)
-        self.anchor = bonus
-        rows_by: dict[str, int] = {"drafter": 0, "ngram": 0, "agreed": 0}
-        acc_by: dict[str, int] = {"drafter": 0, "ngram": 0, "agreed": 0}
-        for j in lay.nodes[1:]:
-            rows_by[cands.source(j)] += 1
-        for j in path:
-            acc_by[cands.source(j)] += 1
-        if self.arm.kind != "chain":
-            labels = child_labels(cands, lay, out.argmax, full_path)
-            self.acceptance.learn(cset, anchor_pos + 1, p_src, labels)
-        verify_s = out.seconds
-        fixed = (time.perf_counter() - t0) - verify_s
-        if plan is not None:
-            in_path = set(full_path)
-            sel = selected
-            q_order = Q[np.asarray(sel, dtype=np.int64)] if sel else np.zeros(0)
-            src_order = is_ng[np.asarray(sel, dtype=np.int64)].astype(np.int64) if sel else np.zeros(0, np.int64)
-            acc_order = np.array([j in in_path for j in sel], dtype=bool)
-            self.scheduler.observe(plan, anchor_pos + 1, verify_s, fixed, k + 1, first_round,
-                                   q_order, src_order, acc_order)
-        self._note_fixed(fixed, use_drafter)
-        exp_acc = float((s_d + s_n)[width]) if width < len(s_d) else float((s_d + s_n)[-1])
-        return RoundOutcome(path_tokens + [bonus], width, measured, verify_s, fixed, predicted, exp_acc, k,
-                            priced_by, rows_by, acc_by, offered, band_rate)
-
-    def _note_fixed(self, fixed: float, use_drafter: bool) -> None:
-        """Running estimate of a drafted round's fixed cost D, with and without the drafter's
-        forward (plain steps have none to speak of)."""
-        old = self._fixed_ema.get(use_drafter)
-        self._fixed_ema[use_drafter] = fixed if old is None else 0.8 * old + 0.2 * fixed
-
+    # ------------------------------------------------------------------ self-check
     def _check_rows(self, lay, cands, argmax, rows, path_tokens, bonus, anchor_pos) -> None:
         """Debug self-check: each emitted token is the argmax of the row whose prefix is exactly the
         emitted prefix (the row's ancestry equals the committed tokens at those positions)."""
@@ -475,7 +533,7 @@ class Decoder:
                                      f"expected {path_tokens[:i]}")
             if int(argmax[r]) != emitted[i]:
                 raise SelfCheckError(f"emitted token {emitted[i]} at position {anchor_pos + i + 1} is not "
-                                     f"the argmax {int(argmax[r])} of its row")
+                                     f"the target's token {int(argmax[r])} of its row (argmax, or draw)")
             self.checked_rows += 1
 
 
@@ -489,14 +547,13 @@ def run_reply(dec: Decoder, max_tokens: int, is_eog: Callable[[int], bool],
     """
     reply: list[int] = []
     stats = {"rounds": 0, "widths": {}, "measure_rounds": 0, "looped": False, "stopped": False, "eog": False,
-             "ngram_rounds": 0, "drafter_rounds": 0,
-             "rows_by_source": {"drafter": 0, "ngram": 0, "agreed": 0},
-             "accepted_by_source": {"drafter": 0, "ngram": 0, "agreed": 0}}
+             "ngram_rounds": 0, "drafter_rounds": 0, "decided_by": {},
+             "rows_by_source": source_counts(), "accepted_by_source": source_counts()}
     t_first = time.perf_counter()
     if first_token is not None:
         reply.append(first_token)
         if on_round is not None:
-            on_round(RoundOutcome([first_token], 0, False, 0.0, 0.0, None, 0.0, 0, "none"), [first_token])
+            on_round(RoundOutcome(new_tokens=[first_token], width=0, prefill=True), [first_token])
         if is_eog(first_token):
             stats["eog"] = True
     t_last = t_first
@@ -512,6 +569,7 @@ def run_reply(dec: Decoder, max_tokens: int, is_eog: Callable[[int], bool],
         stats["rounds"] += 1
         stats["widths"][oc.width] = stats["widths"].get(oc.width, 0) + 1
         stats["measure_rounds"] += int(oc.measured)
+        stats["decided_by"][oc.decided_by] = stats["decided_by"].get(oc.decided_by, 0) + 1
         stats["ngram_rounds"] += int(oc.rows_by_source.get("ngram", 0) > 0)
         for key in stats["rows_by_source"]:
             stats["rows_by_source"][key] += oc.rows_by_source.get(key, 0)

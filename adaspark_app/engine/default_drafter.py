@@ -12,7 +12,6 @@ import importlib.resources
 from ..errors import DrafterError
 
 DEFAULT_DRAFTER_FILE = "drafter-smollm2-135m.gguf"
-TRAINING_IDS_FILE = "drafter-training-ids.txt"
 
 
 def default_drafter_path() -> str:

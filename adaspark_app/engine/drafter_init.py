@@ -99,7 +99,7 @@ def write_random_drafter(
     """
     import gguf  # the writer; only this command and tests need it
 
-    from adaspark_app.engine.dspark import read_gguf_header
+    from adaspark_app.gguf_file import read_gguf_header
 
     if block_size < 2:
         raise ArgumentError(f"--block-size must be at least 2, got {block_size}")

@@ -53,10 +53,7 @@ Call sequence for the engine (target context created with kv_unified, n_seq_max 
 from __future__ import annotations
 
 import ctypes
-import hashlib
-import mmap
 import os
-import struct
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -66,6 +63,7 @@ import numpy as np
 
 from adaspark_app.engine import ext_bindings
 from adaspark_app.errors import ContextOverflowError, DrafterError, ModelLoadError
+from adaspark_app.gguf_file import GGML_NUMPY_TYPES, GGUFHeader, read_gguf_header, read_gguf_tensor
 
 #: Candidates kept per drafted position (paper Table 14: K = 8).
 TOP_K = 8
@@ -107,146 +105,6 @@ class DraftBlock:
         rest = self.share[:, 1:]
         total = rest.sum(axis=1, keepdims=True)
         return np.divide(rest, total, out=np.zeros_like(rest), where=total > 0)
-
-
-# ------------------------------------------------------------------------------ GGUF header
-
-_GGUF_SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?",
-                 10: "<Q", 11: "<q", 12: "<d"}
-_GGUF_STRING, _GGUF_ARRAY = 8, 9
-_SMALL_ARRAY = 4096
-
-
-@dataclass
-class TensorInfo:
-    """One entry of a GGUF tensor table: ggml shape (ne0, ne1, ...), ggml type, data offset."""
-
-    shape: tuple[int, ...]
-    ggml_type: int
-    offset: int  # from GGUFHeader.data_offset
-
-
-@dataclass
-class GGUFHeader:
-    """A GGUF file's metadata and tensor table, read without touching tensor data.
-
-    kv holds scalars (strings decoded), and arrays as lists (string items as bytes); without
-    `full`, arrays longer than 4096 items are skipped except tokenizer.ggml.tokens, which is
-    always kept in `tokens`. types maps each key to (gguf value type, array item type or None).
-    """
-
-    kv: dict[str, Any]
-    types: dict[str, tuple[int, int | None]]
-    tokens: list[bytes] | None
-    tensors: dict[str, TensorInfo]
-    data_offset: int
-
-
-def read_gguf_header(path: str, full: bool = False) -> GGUFHeader:
-    """Parse a GGUF header fast (ModelLoadError if the file is not a readable GGUF)."""
-    try:
-        with open(path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
-            return _parse_gguf_header(mm, full)
-    except (OSError, ValueError, struct.error, UnicodeDecodeError, KeyError) as exc:
-        raise ModelLoadError(f"{path}: not a readable GGUF file ({exc})") from exc
-
-
-#: ggml tensor types `read_gguf_tensor` reads, and their numpy dtypes.
-GGML_NUMPY_TYPES = {0: np.float32, 1: np.float16, 27: np.int64}  # F32, F16, I64
-
-
-def read_gguf_tensor(path: str, header: GGUFHeader, name: str) -> np.ndarray:
-    """Tensor `name` of a GGUF file, as stored (F32, F16 or I64), in numpy's row-major shape
-    (the reverse of ggml's ne). ValueError for another type."""
-    info = header.tensors[name]
-    dtype = GGML_NUMPY_TYPES.get(info.ggml_type)
-    if dtype is None:
-        raise ValueError(f"{path}: tensor {name} has ggml type {info.ggml_type}, not F32, F16 or I64")
-    return np.array(np.memmap(path, dtype=dtype, mode="r", offset=header.data_offset + info.offset,
-                              shape=tuple(reversed(info.shape))))
-
-
-def _parse_gguf_header(buf: Any, full: bool) -> GGUFHeader:
-    if len(buf) < 24 or buf[:4] != b"GGUF":
-        raise ValueError("bad magic")
-    version, n_tensors, n_kv = struct.unpack_from("<IQQ", buf, 4)
-    if version < 2:
-        raise ValueError(f"GGUF version {version} is not supported")
-    size = len(buf)
-    off = 24
-
-    def string() -> bytes:
-        nonlocal off
-        (n,) = struct.unpack_from("<Q", buf, off)
-        if off + 8 + n > size:
-            raise ValueError("a string runs past the end of the file")
-        s = bytes(buf[off + 8: off + 8 + n])
-        off += 8 + n
-        return s
-
-    kv: dict[str, Any] = {}
-    types: dict[str, tuple[int, int | None]] = {}
-    tokens: list[bytes] | None = None
-    for _ in range(n_kv):
-        key = string().decode("utf-8")
-        (t,) = struct.unpack_from("<I", buf, off)
-        off += 4
-        if t == _GGUF_STRING:
-            kv[key] = string().decode("utf-8", errors="replace")
-            types[key] = (t, None)
-        elif t == _GGUF_ARRAY:
-            et, n = struct.unpack_from("<IQ", buf, off)
-            off += 12
-            types[key] = (t, et)
-            is_tokens = key == "tokenizer.ggml.tokens"
-            keep = full or is_tokens or n <= _SMALL_ARRAY
-            if et == _GGUF_STRING:
-                items = [string() for _ in range(n)]
-                if is_tokens:
-                    tokens = items
-                if keep:
-                    kv[key] = items
-            elif et in _GGUF_SCALARS:
-                fmt = _GGUF_SCALARS[et]
-                width = struct.calcsize(fmt)
-                if off + width * n > size:
-                    raise ValueError(f"array {key} runs past the end of the file")
-                if keep:
-                    kv[key] = np.frombuffer(buf, dtype=np.dtype(fmt), count=n, offset=off).tolist()
-                off += width * n
-            else:
-                raise ValueError(f"unsupported array item type {et} for {key}")
-        elif t in _GGUF_SCALARS:
-            fmt = _GGUF_SCALARS[t]
-            (kv[key],) = struct.unpack_from(fmt, buf, off)
-            off += struct.calcsize(fmt)
-            types[key] = (t, None)
-        else:
-            raise ValueError(f"unknown value type {t} for {key}")
-    tensors: dict[str, TensorInfo] = {}
-    for _ in range(n_tensors):
-        name = string().decode("utf-8")
-        (n_dims,) = struct.unpack_from("<I", buf, off)
-        dims = struct.unpack_from(f"<{n_dims}Q", buf, off + 4)
-        ggml_type, offset = struct.unpack_from("<IQ", buf, off + 4 + 8 * n_dims)
-        off += 4 + 8 * n_dims + 12
-        tensors[name] = TensorInfo(tuple(int(d) for d in dims), int(ggml_type), int(offset))
-    align = int(kv.get("general.alignment", 32))
-    data_offset = (off + align - 1) // align * align
-    return GGUFHeader(kv=kv, types=types, tokens=tokens, tensors=tensors, data_offset=data_offset)
-
-
-def file_fingerprint(path: str) -> str:
-    """Stable id of a drafter file for the store key: sha256 of its size and first/last MiB."""
-    h = hashlib.sha256()
-    st_size = os.path.getsize(path)
-    h.update(str(st_size).encode())
-    with open(path, "rb") as fh:
-        h.update(fh.read(1 << 20))
-        if st_size > 2 << 20:
-            fh.seek(-(1 << 20), os.SEEK_END)
-            h.update(fh.read(1 << 20))
-    return h.hexdigest()[:16]
 
 
 # ------------------------------------------------------------------------------ the drafter
@@ -375,7 +233,6 @@ class DSparkDrafter:
         self._first_slot = 0 if (self.has_markov and self.sample_from_anchor) else 1
         self.n_draft = self.block_size - self._first_slot
         self.name = str(header.kv.get("general.name") or Path(self.path).stem)
-        self.fingerprint = file_fingerprint(self.path)
 
         self._check_vocab(header)
         mask = header.kv.get("tokenizer.ggml.mask_token_id")
@@ -453,6 +310,7 @@ class DSparkDrafter:
         low, ext = self._low, self._ext
         mparams = low.llama_model_default_params()
         mparams.n_gpu_layers = 0
+        mparams.use_extra_bufts = False  # as the target's (backend.py): no AMX / repack buffers
         self._model = low.llama_model_load_from_file(self.path.encode(), mparams)
         if not self._model:
             raise DrafterError(f"llama.cpp could not load the DSpark drafter {self.path} (see its log)")
@@ -505,16 +363,6 @@ class DSparkDrafter:
         if not self._features_on:
             _acquire_target_features(self._low, self._ext, self._target_ctx, self.target_layer_ids)
             self._features_on = True
-
-    @staticmethod
-    def set_target_features(ext: Any, target_ctx: Any, layer_ids: Sequence[int], on: bool) -> None:
-        """Raw `llama_set_embeddings_layer_inp(ctx, id, on)` for each id, no reference counting.
-
-        Ids must have been validated against the target: llama.cpp aborts the process on an
-        id above n_layer, or on a decode whose graph does not record that layer's input.
-        """
-        for lid in layer_ids:
-            ext.llama_set_embeddings_layer_inp(target_ctx, int(lid), bool(on))
 
     # -- KV bookkeeping --------------------------------------------------------------
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-SOURCES = ("drafter", "ngram", "agreed")
+from ..learn.kinds import SOURCES  # noqa: F401  (re-exported: the keys of the per-source counts)
 
 
 @dataclass
@@ -36,11 +36,28 @@ class RoundEvent:
     text: str = ""  # text released to the user by this round (UTF-8 safe)
     reply_tokens: int = 0  # tokens generated so far in this reply
     reply_seconds: float = 0.0  # decode seconds so far in this reply
+    prefill: bool = False  # the reply's first token, which the prefill produced: no round ran
+    # --- the decision trace: why this round verified `width` rows (adaspark explain) ---
+    decided_by: str = "arm"  # the layer that set the width (learn.kinds.Decider)
+    incumbent: int | None = None  # the width the chooser held when the round began
+    argmax: int | None = None  # the chooser's best-scored offered width: what its rule alone would verify
+    mode: str | None = None  # "rate" (V(n) at rho_m) or "ratio" (until the band's rate is known)
+    values: dict[int, float] = field(default_factory=dict)  # offered width -> V(n), tokens, at price rho
+    rho: float | None = None  # the price of time, tokens/s
+    D_ms: float | None = None  # the fixed cost D that priced the round
+    gains: list[float] | None = None  # g_d, g_n below n0, then above
+    draft_skipped: bool = False  # the draft gate skipped drafting
+    drafter_skipped: bool = False  # the drafter gate left the drafter out
+    probe: int = 0  # the n-gram probe class at the anchor (learn/gates.py)
+    # --- sampling (engine/sampling.py): the reply's settings; temperature 0 is greedy ---
+    sampling: dict[str, Any] = field(default_factory=dict)  # SamplingSettings.to_json()
+    seed: int | None = None  # the reply's seed (None: greedy, no draw)
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
         d.pop("text", None)
         d["offered"] = {str(k): v for k, v in self.offered.items()}
+        d["values"] = {str(k): v for k, v in self.values.items()}
         return d
 
 
@@ -67,6 +84,9 @@ class ReplyResult:
     tokens: list[int] = field(default_factory=list)
     ngram_rounds: int = 0  # verified rounds with n-gram rows: rounds the n-gram widened (Table 7)
     drafter_rounds: int = 0  # rounds that ran the DSpark drafter's forward
+    decided_by: dict[str, int] = field(default_factory=dict)  # deciding layer -> rounds (adaspark explain)
+    sampling: dict[str, Any] = field(default_factory=dict)  # SamplingSettings.to_json(); temperature 0: greedy
+    seed: int | None = None  # the seed the reply was drawn with (None: greedy)
 
     @property
     def tokens_per_s(self) -> float:

@@ -23,44 +23,31 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import numpy as np
-
-from adaspark_app.learn.acceptance import EVIDENCE_EDGES  # SourcePrecision's classes are its buckets' bins
-from adaspark_app.learn.constants import NGRAM_FOLLOWER_CONTEXT, NGRAM_MAX_DEPTH
+from adaspark_app.learn.constants import COPY_CONTEXT_LADDER, COPY_EVIDENCE_CAP, NGRAM_FOLLOWER_CONTEXT, NGRAM_MAX_DEPTH
+from adaspark_app.learn.kinds import NgramKind
+from adaspark_app.learn.precision import SourcePrecision
 
 # A copy must match more than the follower context (see the module docstring).
 NGRAM_MIN_COPY = NGRAM_FOLLOWER_CONTEXT + 1
 # Context lengths with a position map. The longest matching length on this ladder picks the
 # passage; its true match length (the evidence) is then measured token by token up to the cap.
 COPY_CONTEXTS: tuple[int, ...] = tuple(
-    L for L in (4, 5, 6, 8, 12, 16, 24, 32) if NGRAM_MIN_COPY <= L <= NGRAM_MAX_DEPTH
+    L for L in COPY_CONTEXT_LADDER if NGRAM_MIN_COPY <= L <= NGRAM_MAX_DEPTH
 ) or (NGRAM_MIN_COPY,)
-# Copy evidence (matched context length) is capped here: beyond 32 tokens of agreement the
-# passage is as certain as the bucket scheme can express.
-COPY_EVIDENCE_CAP = NGRAM_MAX_DEPTH
-
-KIND_COPY = "copy"
-KIND_FOLLOWER = "follower"
-KIND_CODES = {KIND_COPY: 1, KIND_FOLLOWER: 2}  # the acceptance model's ng_kind codes
-
-
-# SourcePrecision's evidence classes 0..COPY_EVIDENCE_CAP -> the acceptance model's evidence bin
-_BIN_OF = np.maximum(np.searchsorted(EVIDENCE_EDGES, np.arange(COPY_EVIDENCE_CAP + 1), side="right") - 1, 0)
-_BIN_MATRIX = np.eye(len(EVIDENCE_EDGES), dtype=np.int64)[_BIN_OF]  # (classes, bins) one-hot
 
 
 @dataclass(frozen=True)
 class NgramStep:
     """One proposed token of an n-gram chain.
 
-    ``kind`` is ``"copy"`` (continues an earlier passage) or ``"follower"`` (the most frequent
-    follower of the last 3 tokens). ``evidence`` is, for a copy, the length of the matched
+    ``kind`` is ``NgramKind.COPY`` (continues an earlier passage) or ``NgramKind.FOLLOWER`` (the
+    most frequent follower of the last 3 tokens). ``evidence`` is, for a copy, the length of the matched
     context (capped at ``COPY_EVIDENCE_CAP``); for a follower, its follower count. These feed
     the bucket of Eq. (6)'s n-gram terms.
     """
 
     token: int
-    kind: str
+    kind: NgramKind
     evidence: int
 
 
@@ -166,7 +153,7 @@ class NgramIndex:
             total = n + len(ext)
             if p >= 0:
                 tok = get(p)
-                out.append(NgramStep(tok, KIND_COPY, match))
+                out.append(NgramStep(tok, NgramKind.COPY, match))
                 ext.append(tok)
                 p += 1
                 # the copied token extends the matched context by one
@@ -193,7 +180,7 @@ class NgramIndex:
             best = self._best.get(tail(follow_ctx))
             if best is None:
                 break
-            out.append(NgramStep(best[0], KIND_FOLLOWER, best[1]))
+            out.append(NgramStep(best[0], NgramKind.FOLLOWER, best[1]))
             ext.append(best[0])
         return out
 
@@ -222,86 +209,3 @@ class NgramIndex:
         """
         step = self.first_step()
         return step.token if step is not None else None
-
-
-class SourcePrecision:
-    """p_src of Eq. (6): the n-gram source's top-1 precision on the committed text.
-
-    Counts, over committed tokens where the index proposed something, how often the proposal
-    was the token committed; smoothed by a Beta(1, 1) prior, so it reads 0.5 before any
-    evidence. Positions with no proposal are not counted: p_src prices proposals that exist.
-
-    The same counts are also kept per proposal class, (kind, evidence) with evidence capped at
-    ``COPY_EVIDENCE_CAP``: a copy whose matched context is 32 tokens long is right far more often
-    than one that matched 4, and a chain node k steps below the anchor carries the evidence its
-    proposal would have at the anchor once those k tokens are committed. So ``for_class`` is the
-    precision of the index's first step at that class on this text: the measured price of a
-    chain node given its parent, for a counter per committed token. Every committed token feeds
-    one class, so classes fill fast; a sparse one is shrunk (``CLASS_PRIOR_WEIGHT`` pseudo-trials)
-    toward its evidence bin's value (the acceptance model's bins), and the bin toward the
-    overall value, so a class seen twice does not read 0 or 1.
-    """
-
-    __slots__ = ("hits", "trials", "_a", "_b", "class_hits", "class_trials")
-
-    CLASS_PRIOR_WEIGHT = 16.0
-
-    def __init__(self, prior_hits: float = 1.0, prior_misses: float = 1.0) -> None:
-        self.hits = 0
-        self.trials = 0
-        self._a = float(prior_hits)
-        self._b = float(prior_misses)
-        # [kind code: 1 copy | 2 follower][evidence 0..COPY_EVIDENCE_CAP]
-        self.class_hits = np.zeros((3, COPY_EVIDENCE_CAP + 1), dtype=np.int64)
-        self.class_trials = np.zeros((3, COPY_EVIDENCE_CAP + 1), dtype=np.int64)
-
-    def observe(self, predicted: NgramStep | None, actual: int) -> None:
-        """Fold one committed token: ``predicted`` is ``first_step()`` taken before it (None: the
-        index proposed nothing there, which is not counted)."""
-        if predicted is None:
-            return
-        hit = int(predicted.token == int(actual))
-        self.trials += 1
-        self.hits += hit
-        k = KIND_CODES[predicted.kind]
-        e = min(max(int(predicted.evidence), 0), COPY_EVIDENCE_CAP)
-        self.class_trials[k, e] += 1
-        self.class_hits[k, e] += hit
-
-    @property
-    def value(self) -> float:
-        """Posterior mean precision (hits + 1) / (trials + 2) under Beta(1, 1)."""
-        return (self.hits + self._a) / (self.trials + self._a + self._b)
-
-    def for_class(self, kind: np.ndarray, evidence: np.ndarray) -> np.ndarray:
-        """Precision per proposal class: ``kind`` codes (1 copy, 2 follower; anything else reads
-        the overall value) and evidence; shrunk toward the bin, the bin toward ``value``."""
-        kind = np.asarray(kind, dtype=np.int64)
-        ev = np.minimum(np.maximum(np.asarray(evidence, dtype=np.int64), 0), COPY_EVIDENCE_CAP)
-        overall = self.value
-        w = self.CLASS_PRIOR_WEIGHT
-        ok = (kind == 1) | (kind == 2)
-        k = np.where(ok, kind, 0)
-        # per (kind, evidence bin): sums over the bin's evidence values, shrunk toward overall
-        bh = self.class_hits @ _BIN_MATRIX
-        bt = self.class_trials @ _BIN_MATRIX
-        b = _BIN_OF[ev]
-        prior = (bh[k, b] + w * overall) / (bt[k, b] + w)
-        est = (self.class_hits[k, ev] + w * prior) / (self.class_trials[k, ev] + w)
-        return np.where(ok, est, overall)
-
-    def state_dict(self) -> dict:
-        return {"hits": int(self.hits), "trials": int(self.trials),
-                "class_hits": self.class_hits.tolist(), "class_trials": self.class_trials.tolist()}
-
-    def load_state(self, state: dict) -> None:
-        """Restore from ``state_dict``; raises ValueError on a malformed state."""
-        try:
-            hits, trials = int(state["hits"]), int(state["trials"])
-            ch = np.asarray(state["class_hits"], dtype=np.int64)
-            ct = np.asarray(state["class_trials"], dtype=np.int64)
-        except (KeyError, TypeError, ValueError) as e:
-            raise ValueError(f"n-gram precision state: malformed ({e})") from None
-        if ch.shape != self.class_hits.shape or ct.shape != ch.shape or np.any(ch > ct) or hits > trials:
-            raise ValueError("n-gram precision state: counts have the wrong shape or more hits than trials")
-        self.hits, self.trials, self.class_hits, self.class_trials = hits, trials, ch, ct

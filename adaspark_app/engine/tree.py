@@ -8,11 +8,13 @@ anchor and the first n-1 candidates of the best-first order (Proposition 1).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Callable
 
 import numpy as np
 
-KIND_PICK, KIND_SIBLING, KIND_NGRAM = 0, 1, 2
-SOURCE_NAMES = ("drafter", "ngram", "agreed")
+from ..learn.kinds import NgramKind, NodeKind, Source
+
+KIND_PICK, KIND_SIBLING, KIND_NGRAM = NodeKind.PICK, NodeKind.SIBLING, NodeKind.NGRAM
 
 
 @dataclass
@@ -27,7 +29,7 @@ class Candidates:
     h: list[float] = field(default_factory=list)
     sigma: list[float] = field(default_factory=list)
     r: list[float] = field(default_factory=list)
-    ng_kind: list[int] = field(default_factory=list)  # 0 none, 1 copy, 2 follower
+    ng_kind: list[int] = field(default_factory=list)  # NgramKind codes
     ng_evidence: list[int] = field(default_factory=list)
     ng_above: list[int] = field(default_factory=list)
     contra_kind: list[int] = field(default_factory=list)
@@ -41,7 +43,7 @@ class Candidates:
         return self.children.get(parent, {}).get(token)
 
     def add(self, parent: int, token: int, kind: int, *, h: float = float("nan"),
-            sigma: float = float("nan"), r: float = float("nan"), ng_kind: int = 0,
+            sigma: float = float("nan"), r: float = float("nan"), ng_kind: int = NgramKind.NONE,
             ng_evidence: int = 0) -> int:
         """Append a candidate under `parent` (which must already exist); returns its index."""
         idx = len(self.token)
@@ -64,10 +66,10 @@ class Candidates:
         return idx
 
     def source(self, i: int) -> str:
-        """The row class by source: a drafter candidate, an n-gram node, or one both proposed."""
+        """The row class by source (``Source``): a drafter candidate, an n-gram node, or one both proposed."""
         if self.agreed[i]:
-            return "agreed"
-        return "ngram" if self.kind[i] == KIND_NGRAM else "drafter"
+            return Source.AGREED.value
+        return Source.NGRAM.value if self.kind[i] == KIND_NGRAM else Source.DRAFTER.value
 
 
 def best_first_order(Q: np.ndarray) -> np.ndarray:
@@ -178,10 +180,62 @@ def accepted_path(lay: TreeLayout, cands: Candidates, argmax: np.ndarray) -> tup
         cur = nxt
 
 
+def sampled_path(lay: TreeLayout, cands: Candidates, draw: Callable[[int, list[int]], int]
+                 ) -> tuple[list[int], int, list[int], np.ndarray]:
+    """The accepted path under sampling, and the bonus token: the walk of `accepted_path` with
+    the target's draw in place of its argmax.
+
+    At each node of the path (the anchor first), ``draw(row, path_tokens)`` draws the next token
+    from the target's processed distribution at that row (its prefix: the committed tokens and
+    ``path_tokens``); the walk descends to the child holding the draw and stops at the first node
+    where no verified child does, emitting the draw as the bonus. With deterministic candidates
+    this is exact: each emitted token is a draw from the target for its exact prefix.
+    Returns (accepted nodes, bonus token, rows of the path incl. the anchor row, the draw per
+    row: -1 for rows off the path).
+    """
+    draws = np.full(len(lay.nodes), -1, dtype=np.int64)
+    path: list[int] = []
+    tokens: list[int] = []
+    rows = [0]
+    cur = -1
+    while True:
+        row = lay.row_of[cur]
+        want = int(draw(row, tokens))
+        draws[row] = want
+        nxt = cands.child(cur, want)
+        if nxt is None or nxt not in lay.row_of:
+            return path, want, rows, draws
+        path.append(nxt)
+        tokens.append(want)
+        rows.append(lay.row_of[nxt])
+        cur = nxt
+
+
+def cut_at_batch_front(cands: Candidates, path: list[int], rows: list[int], bonus: int
+                       ) -> tuple[list[int], list[int], int, bool]:
+    """Keep only the part of an accepted path whose rows are the batch's first rows.
+
+    llama.cpp's attention walks KV cells in slot order; a path through a later branch leaves its
+    cells after rejected siblings' slots, which later tokens then fill, so the cells would no
+    longer sit in position order and the softmax would sum in another order than plain decode's:
+    replies would drift from `ar`. Cutting there stays lossless (the next token is the target's
+    argmax at the last kept row: the token of the first dropped node) and costs the rest of that
+    path. Returns (path, rows, bonus, whether it cut).
+    """
+    c = 0
+    while c + 1 < len(rows) and rows[c + 1] == c + 1:
+        c += 1
+    if c >= len(path):
+        return path, rows, bonus, False
+    return path[:c], rows[:c + 1], cands.token[path[c]], True
+
+
 def child_labels(cands: Candidates, lay: TreeLayout, argmax: np.ndarray, path: list[int]) -> np.ndarray:
     """Labels for every candidate of every accepted parent, placed or not (§3.3 Learning).
 
     1: it is the target's argmax at its parent's row; 0: it is not; -1: parent not accepted.
+    Under sampling, pass the draws per row (`sampled_path`) as `argmax`: a candidate is then
+    accepted when the draw equals it, the outcome the acceptance model must price.
     """
     labels = np.full(len(cands), -1, dtype=np.int8)
     for par in [-1] + path:

@@ -89,6 +89,10 @@ from dataclasses import dataclass, fields
 import numpy as np
 
 from adaspark_app.learn.constants import (
+    ABOVE_EDGES as _ABOVE_EDGES,
+    ACC_CONTEXT_UNIT,
+    ACC_DEPTH_MAX,
+    EVIDENCE_EDGES as _EVIDENCE_EDGES,
     ACC_FTRL_ALPHA,
     ACC_FTRL_BETA,
     ACC_L2,
@@ -104,18 +108,28 @@ from adaspark_app.learn.constants import (
     REQ_INTERCEPT_SQGRAD_CAP,
 )
 
-KIND_PICK, KIND_SIBLING, KIND_NGRAM = 0, 1, 2
-NG_NONE, NG_COPY, NG_FOLLOWER = 0, 1, 2  # ng_kind / contra_kind codes
+from adaspark_app.learn.kinds import NgramKind, NodeKind
+from adaspark_app.learn.state import (
+    StateError,
+    boolean,
+    fields as state_fields,  # `fields` is dataclasses'
+    integer,
+    integers,
+    number,
+    numbers,
+    sequence,
+    versioned,
+)
 
-# Not in Table 14 (chosen by hand, see the module docstring):
-ACC_CONTEXT_UNIT = 1024.0  # psi's context feature log2(1 + c/1024) - 1: -1 at c = 0, 0 at 1k, 1 at 3k, 2 at 7k tokens
-ACC_DEPTH_MAX = 16  # drafter depth weights for depths 2..16; deeper shares the last (blocks are 7-9 here)
-EVIDENCE_EDGES = np.array([1, 2, 4, 8, 16, 32])  # evidence bins: 1, 2-3, 4-7, 8-15, 16-31, 32+
-ABOVE_EDGES = np.array([0, 1, 2, 4, 8, 16])  # n-gram nodes above: 0, 1, 2-3, 4-7, 8-15, 16+
+KIND_PICK, KIND_SIBLING, KIND_NGRAM = NodeKind.PICK, NodeKind.SIBLING, NodeKind.NGRAM
+NG_NONE, NG_COPY, NG_FOLLOWER = NgramKind.NONE, NgramKind.COPY, NgramKind.FOLLOWER  # ng_kind / contra_kind codes
+
+EVIDENCE_EDGES = np.array(_EVIDENCE_EDGES)  # evidence bins: 1, 2-3, 4-7, 8-15, 16-31, 32+
+ABOVE_EDGES = np.array(_ABOVE_EDGES)  # n-gram nodes above: 0, 1, 2-3, 4-7, 8-15, 16+
 _EPS = 1e-4  # probabilities are clipped to [eps, 1-eps] before a logit
 _LOSS_EPS = 1e-7
 
-STATE_VERSION = 1
+STATE_VERSION = 1  # of state_dict's layout (learn/state.py): unchanged since b9fbe7f
 
 
 def _logit(p: np.ndarray) -> np.ndarray:
@@ -644,47 +658,39 @@ class AcceptanceModel:
             },
         }
 
-    def load_state(self, state: dict) -> None:
-        """Restore from ``state_dict``. Raises ValueError on a state from another layout."""
-        if not isinstance(state, dict) or state.get("version") != STATE_VERSION:
-            raise ValueError(f"acceptance state: unsupported version {state.get('version') if isinstance(state, dict) else None!r}")
-        if state.get("layout") != _LAYOUT.signature():
-            raise ValueError("acceptance state: coefficient layout differs from this version's")
+    def load_state(self, state: dict, where: str = "acceptance") -> None:
+        """Restore from ``state_dict``; StateError (a ValueError naming the field) on a state of
+        another version or coefficient layout, or a malformed one, and then nothing is changed."""
+        s = versioned(state, where, STATE_VERSION, ("layout", "ftrl", "bucket_labels", "guard", "counters", "request"))
+        if s["layout"] != _LAYOUT.signature():
+            raise StateError(f"{where}.layout: the coefficient layout differs from this version's "
+                             f"({_LAYOUT.signature()})")
         L = _LAYOUT
-        try:
-            f = state["ftrl"]
-            z = np.asarray(f["z"], dtype=np.float64)
-            n = np.asarray(f["n"], dtype=np.float64)
-            gs = np.asarray(f["gate_sum"], dtype=np.float64)
-            g2 = np.asarray(f["gate_sum_sq"], dtype=np.float64)
-            m = np.asarray(f["updates"], dtype=np.float64)
-            op = np.asarray(f["open"], dtype=bool)
-            bl = np.asarray(state["bucket_labels"], dtype=np.int64)
-            gd = state["guard"]
-            req = state.get("request", {})
-            ctr = state.get("counters", {})
-        except (KeyError, TypeError) as e:
-            raise ValueError(f"acceptance state: malformed ({e})") from None
-        for arr in (z, n, gs, g2, m, op):
-            if arr.shape != (L.size,):
-                raise ValueError("acceptance state: coefficient arrays have the wrong length")
-        if bl.shape != (L.N_NG_BUCKETS,):
-            raise ValueError("acceptance state: bucket label counts have the wrong length")
-        if not (np.all(np.isfinite(z)) and np.all(np.isfinite(n)) and np.all(n >= 0)):
-            raise ValueError("acceptance state: non-finite or negative FTRL state")
+        f = state_fields(s["ftrl"], f"{where}.ftrl", ("z", "n", "gate_sum", "gate_sum_sq", "updates", "open"))
+
+        def vec(name: str, **bounds: float) -> np.ndarray:
+            return np.array(numbers(f[name], f"{where}.ftrl.{name}", L.size, **bounds), dtype=np.float64)
+
+        z, gs = vec("z"), vec("gate_sum")
+        n, g2, m = vec("n", lo=0.0), vec("gate_sum_sq", lo=0.0), vec("updates", lo=0.0)  # sums of squares, counts
+        op = np.array([boolean(x, f"{where}.ftrl.open[{i}]")
+                       for i, x in enumerate(sequence(f["open"], f"{where}.ftrl.open", L.size))], dtype=bool)
+        bl = np.array(integers(s["bucket_labels"], f"{where}.bucket_labels", L.N_NG_BUCKETS), dtype=np.int64)
+        gd = state_fields(s["guard"], f"{where}.guard", ("fitted", "head", "nodes"))
+        guard = [number(gd[k], f"{where}.guard.{k}", lo=0.0) for k in ("fitted", "head", "nodes")]  # decayed sums
+        ctr = state_fields(s["counters"], f"{where}.counters", ("parents", "rounds"))
+        parents, rounds = (integer(ctr[k], f"{where}.counters.{k}") for k in ("parents", "rounds"))
+        rq = state_fields(s["request"], f"{where}.request",
+                    ("b_req", "b_req_g2", "offset", "offset_g2", "fitted", "head", "nodes"))
+        b_req = number(rq["b_req"], f"{where}.request.b_req", lo=-REQ_INTERCEPT_BAND, hi=REQ_INTERCEPT_BAND)
+        offset = number(rq["offset"], f"{where}.request.offset", lo=-HEAD_OFFSET_BAND, hi=HEAD_OFFSET_BAND)
+        req = [number(rq[k], f"{where}.request.{k}", lo=0.0) for k in ("b_req_g2", "offset_g2", "fitted", "head")]
+        req_nodes = integer(rq["nodes"], f"{where}.request.nodes")
         self._z, self._n, self._gsum, self._g2sum, self._m, self._open = z, n, gs, g2, m, op
         self._bucket_labels = bl
-        self._guard_fit = float(gd["fitted"])
-        self._guard_head = float(gd["head"])
-        self._guard_nodes = float(gd["nodes"])
-        self._parents = int(ctr.get("parents", 0))
-        self._rounds = int(ctr.get("rounds", 0))
+        self._guard_fit, self._guard_head, self._guard_nodes = guard
+        self._parents, self._rounds = parents, rounds
         self.begin_request()
-        if req:
-            self._b_req = float(req.get("b_req", 0.0))
-            self._b_req_g2 = float(req.get("b_req_g2", 0.0))
-            self._offset = float(req.get("offset", 0.0))
-            self._offset_g2 = float(req.get("offset_g2", 0.0))
-            self._req_fit = float(req.get("fitted", 0.0))
-            self._req_head = float(req.get("head", 0.0))
-            self._req_nodes = int(req.get("nodes", 0))
+        self._b_req, self._offset = b_req, offset
+        self._b_req_g2, self._offset_g2, self._req_fit, self._req_head = req
+        self._req_nodes = req_nodes

@@ -21,9 +21,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .constants import HYSTERESIS, N0, RATIO_MARGIN
+from .kinds import Decider
+from .constants import HYSTERESIS, N0, PRESSURE_ALLOWANCE, RATIO_MARGIN
+from .state import integer, number, optional, sequence, unique, versioned
 
-PRESSURE_ALLOWANCE = 0.25  # per-round allowance of the summed advantage, as a share of the margin
+STATE_VERSION = 1  # of state_dict's layout (learn/state.py)
 
 
 def s_at(s: np.ndarray, n: int) -> float:
@@ -48,6 +50,7 @@ class WidthChooser:
         self.incumbent: int | None = None
         self.held = 0  # consecutive non-measuring rounds the incumbent was chosen
         self.pressure: dict[int, float] = {}  # alternative -> summed relative advantage (CUSUM)
+        self.reason = Decider.CHOOSER  # why the last choose() returned what it did (decision trace)
 
     @staticmethod
     def expected_tokens(
@@ -101,17 +104,29 @@ class WidthChooser:
         below = [w for w in offered if w < self.incumbent]
         return below[-1] if below else offered[0]
 
+    @staticmethod
+    def argmax(scored: dict[int, Scored]) -> int:
+        """The best-scored offered width, ties toward the narrower: Eq. (7) without hysteresis."""
+        return max(sorted(scored), key=lambda w: (scored[w].score, -w))
+
     def choose(self, scored: dict[int, Scored], rate_mode: bool) -> int:
-        """argmax of the score over the offered widths, kept at the incumbent unless beaten."""
+        """argmax of the score over the offered widths, kept at the incumbent unless beaten.
+
+        Sets ``reason``: ``chooser`` (the argmax won), ``hysteresis`` (the incumbent held against a
+        better-scored width inside the margin), ``stand_in`` (likewise, for the incumbent's stand-in
+        while the incumbent is not offered) or ``pressure`` (the CUSUM switched)."""
         offered = sorted(scored)
         if self.incumbent is None:
             self.incumbent = offered[-1]  # first incumbent: the widest offered width (§3.4)
             self.held = 0
         inc = self.stand_in(offered)
-        best = max(offered, key=lambda w: (scored[w].score, -w))
+        best = self.argmax(scored)
         choice = inc
+        self.reason = Decider.CHOOSER if best == inc else (
+            Decider.HYSTERESIS if inc == self.incumbent else Decider.STAND_IN)
         if best != inc and self.beats(scored[best], scored[inc], rate_mode) > 0.0:
             choice = best
+            self.reason = Decider.CHOOSER
         elif inc == self.incumbent:
             margin = HYSTERESIS if rate_mode else RATIO_MARGIN
             allowance = PRESSURE_ALLOWANCE * margin
@@ -123,6 +138,7 @@ class WidthChooser:
                 self.pressure[w] = p
                 if p > margin and p > top:
                     choice, top = w, p
+                    self.reason = Decider.PRESSURE
         if inc == self.incumbent:
             if choice == self.incumbent:
                 self.held += 1
@@ -133,12 +149,22 @@ class WidthChooser:
 
     def state_dict(self) -> dict:
         return {
+            "version": STATE_VERSION,
             "incumbent": self.incumbent,
             "held": int(self.held),
             "pressure": [[int(w), float(p)] for w, p in sorted(self.pressure.items())],
         }
 
-    def load_state(self, state: dict) -> None:
-        self.incumbent = None if state["incumbent"] is None else int(state["incumbent"])
-        self.held = int(state["held"])
-        self.pressure = {int(w): float(p) for w, p in state["pressure"]}
+    def load_state(self, state: dict, where: str = "chooser") -> None:
+        """Restore from ``state_dict``; StateError (naming the field) on a state of another
+        version or a malformed one, and then nothing is changed."""
+        s = versioned(state, where, STATE_VERSION, ("incumbent", "held", "pressure"))
+        incumbent = optional(integer, s["incumbent"], f"{where}.incumbent", lo=1)
+        held = integer(s["held"], f"{where}.held")
+        pressure = []
+        for i, entry in enumerate(sequence(s["pressure"], f"{where}.pressure")):
+            w, p = sequence(entry, f"{where}.pressure[{i}]", 2)
+            pressure.append((integer(w, f"{where}.pressure[{i}][0]", lo=1),
+                             number(p, f"{where}.pressure[{i}][1]", lo=0.0)))  # a CUSUM is >= 0
+        unique([w for w, _ in pressure], f"{where}.pressure")
+        self.incumbent, self.held, self.pressure = incumbent, held, dict(pressure)

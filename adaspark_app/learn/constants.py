@@ -28,6 +28,14 @@ LADDER: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64)  # starting width table; widt
 HOLD_ROUNDS_BEFORE_SPLIT: int = 8  # chooser must hold a width this long before a class is split
 STEEP_RISE: float = 0.25  # class top >25% dearer than its bottom: split next to the held width, else midpoint
 MAX_WIDTHS: int = 24  # at most 24 widths learned
+# Not in Table 14 (chosen by hand):
+REFIT_ITERATIONS: int = 60  # iterations of the refit's solver (iteratively reweighted least squares on Eq. 4)
+REFIT_EPS: float = 1e-5  # residual floor of the reweighting, in units of the class scale
+REACH_PATIENCE: int = 8  # rounds before a pending width wider than every tree seen teaches the table its reach
+SPLIT_PATIENCE: int = 512  # rounds a split width may wait for a round where it could win before it is dropped
+COLD_ALWAYS_BELOW: int = 16  # DEVIATION: ladder widths below this are measured unconditionally; wider ones only where they could win
+PENDING_STALL: int = 64  # rounds a width may wait for a tree wide enough before it stops forcing drafting
+FIXED_EMA_WEIGHT: float = 0.2  # weight of the newest round in the running D that prices a drafted round before it is timed
 
 # --- width choice (§3.4) -----------------------------------------------------------------
 RATE_HALF_LIFE: float = 64.0  # long-run rate rho_m: tokens and time decayed with this half-life (rounds)
@@ -37,6 +45,9 @@ GAIN_RIDGE: float = 0.02  # ridge toward 1: weight 0.02 times each regressor's s
 N0: int = 8  # reference width n0 of Eq. (7): the marginal is measured from 8 rows
 RATIO_MARGIN: float = 0.04  # before rho_m is known an alternative's ratio must be 4% higher
 HYSTERESIS: float = 0.04  # once rho_m is known: alternative's V must beat incumbent's by 0.04 x its expected tokens
+PRESSURE_ALLOWANCE: float = 0.25  # ADDED: CUSUM allowance per round, as a share of the margin (chooser.py)
+GAIN_EVIDENCE_Z: float = 3.0  # a gain leaves 1 by min(1, (|Z| / 3)^2) of its fitted correction (gains.py)
+GAIN_HALF_LIFE: float = 128.0  # rounds: evidence of a gain fades, so a gain that locked the chooser away drifts back to 1
 
 # --- acceptance model (§3.3) -------------------------------------------------------------
 ACC_FTRL_ALPHA: float = 0.05  # drafter and depth/context terms: FTRL rate
@@ -51,11 +62,34 @@ REQ_INTERCEPT_SQGRAD_CAP: float = 16.0  # per-request intercept squared-gradient
 GUARD_HALF_LIFE: float = 256.0  # guard between fitted model and head estimate: half-life in labelled parents
 HEAD_OFFSET_RATE: float = 0.15  # head-based estimate's per-request offset: AdaGrad rate
 HEAD_OFFSET_BAND: float = 2.0  # ... confined to +-2
+# Not in Table 14 (chosen by hand):
+ACC_CONTEXT_UNIT: float = 1024.0  # psi's context feature log2(1 + c/1024) - 1: -1 at c = 0, 0 at 1k, 1 at 3k, 2 at 7k tokens
+ACC_DEPTH_MAX: int = 16  # drafter depth weights for depths 2..16; deeper shares the last (blocks are 7-9 here)
+EVIDENCE_EDGES: tuple[int, ...] = (1, 2, 4, 8, 16, 32)  # n-gram evidence bins: 1, 2-3, 4-7, 8-15, 16-31, 32+
+ABOVE_EDGES: tuple[int, ...] = (0, 1, 2, 4, 8, 16)  # n-gram nodes above a node: 0, 1, 2-3, 4-7, 8-15, 16+
 
 # --- n-gram fill (§3.3) ------------------------------------------------------------------
 NGRAM_FOLLOWER_CONTEXT: int = 3  # follower context when no earlier passage continues: last 3 tokens
 NGRAM_MAX_DEPTH: int = 32  # n-gram chains stop 32 tokens below the anchor
 EXPLORATION_PERIOD: int = 16  # every 16th tree round with n-gram candidates explores the least-labelled bucket
+# Not in Table 14 (chosen by hand):
+COPY_CONTEXT_LADDER: tuple[int, ...] = (4, 5, 6, 8, 12, 16, 24, 32)  # context lengths with a position map (ngram.py)
+COPY_EVIDENCE_CAP: int = NGRAM_MAX_DEPTH  # a copy's matched length is capped here: beyond 32 tokens it is as certain as the buckets say
+CLASS_PRIOR_WEIGHT: float = 16.0  # pseudo-trials shrinking a sparse proposal class's precision toward its bin (precision.py)
+
+# --- gates (ADDED: not in the paper; learn/gates.py) ---------------------------------------------
+GATE_HALF_LIFE: float = 16.0  # drafted rounds: memory of the draft gate's advantage and D sums
+GATE_MIN_ROUNDS: int = 4  # drafted rounds seen before the draft gate may skip drafting
+GATE_MAX_BACKOFF: int = 7  # longest skip: 2^7 = 128 plain rounds between probes
+DRAFTER_MIN_ROUNDS: int = 4  # rounds of each kind (with / without the drafter) before the drafter gate compares them
+DRAFTER_HALF_LIFE: float = 32.0  # rounds of each kind: memory of the drafter gate's means
+DRAFTER_RECHECK: int = 16  # while the drafter wins, every 16th round runs without it
+DRAFTER_MAX_BACKOFF: int = 8  # longest stretch without the drafter between its probes: 2^8 rounds
+DRAFTER_SE_MARGIN: float = 1.0  # standard errors the drafter's mean must clear to be kept
+PROBE_COPY_EDGES: tuple[int, ...] = (4, 8, 16, 32)  # probe classes of a copy by matched length: 4-7, 8-15, 16-31, 32+
 
 # --- drafter (§2.2) ----------------------------------------------------------------------
 TOP_K: int = 8  # candidates kept per drafter position (pick + K-1 siblings)
+# Not in Table 14: each drafted row costs about an eighth of a target step on this CPU, and the shipped
+# drafter's rows past the fourth are accepted in under 0.5% of blocks (tools/train_drafter, held out).
+TREE_DRAFT_ROWS: int = 4  # drafted positions a tree round asks the drafter for

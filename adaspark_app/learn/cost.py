@@ -22,6 +22,21 @@ from typing import Callable
 
 import numpy as np
 
+from .state import (
+    StateError,
+    boolean,
+    fields,
+    integer,
+    integers,
+    number,
+    numbers,
+    optional,
+    seconds,
+    sequence,
+    text,
+    unique,
+    versioned,
+)
 from .constants import (
     BANK_PER_BAND,
     CONTEXT_UNIT,
@@ -41,17 +56,14 @@ from .constants import (
     SQGRAD_CAP,
     STEEP_RISE,
     TAU_QUANTILE,
+    REACH_PATIENCE,
+    REFIT_EPS,
+    REFIT_ITERATIONS,
+    SPLIT_PATIENCE,
 )
 
-N_BASIS = 5
-# Iterations of the refit's solver (iteratively reweighted least squares on Eq. 4).
-REFIT_ITERATIONS = 60
-# Residual floor of the reweighting, in units of the class scale.
-REFIT_EPS = 1e-5
-# Rounds observed before a pending width wider than every tree seen teaches the table its reach.
-REACH_PATIENCE = 8
-# Rounds a split width may wait for a round where it could win before the split is dropped.
-SPLIT_PATIENCE = 512
+N_BASIS = 5  # terms of the basis phi(u) of Eq. (4)
+STATE_VERSION = 1  # of state_dict's layout (learn/state.py)
 
 
 def context_band(context: int) -> int:
@@ -161,9 +173,12 @@ class _Ftrl:
     def state_dict(self) -> dict:
         return {"z": [float(v) for v in self.z], "n": [float(v) for v in self.n]}
 
-    def load_state(self, state: dict) -> None:
-        self.z = [float(v) for v in state["z"]]
-        self.n = [float(v) for v in state["n"]]
+    def load_state(self, state: dict, where: str = "ftrl") -> None:
+        """Restore from ``state_dict``; StateError on a malformed state, nothing changed then."""
+        s = fields(state, where, ("z", "n"))
+        z = numbers(s["z"], f"{where}.z", N_BASIS)
+        n = numbers(s["n"], f"{where}.n", N_BASIS, lo=0.0)  # square roots are taken of it
+        self.z, self.n = z, n
         self.w = [self._weight(i) for i in range(N_BASIS)]
 
 
@@ -292,16 +307,36 @@ class QuantileLaw:
             "context_hi": int(self.context_hi),
         }
 
-    def load_state(self, state: dict) -> None:
-        self.ftrl.load_state(state["ftrl"])
-        self.first = [float(t) for t in state["first"]]
-        self.scale = None if state["scale"] is None else float(state["scale"])
-        self.lowest = math.inf if state["lowest"] is None else float(state["lowest"])
-        self.samples = int(state["samples"])
-        self.bank = {int(b): [(int(c), float(t)) for c, t in s] for b, s in state["bank"]}
-        self.context_lo = int(state["context_lo"])
-        self.context_hi = int(state["context_hi"])
-        self.dirty = bool(state.get("dirty", False))
+    def load_state(self, state: dict, where: str = "law") -> None:
+        """Restore from ``state_dict``; StateError on a malformed state, nothing changed then."""
+        s = fields(state, where, ("ftrl", "first", "scale", "lowest", "samples", "bank", "dirty",
+                                  "context_lo", "context_hi"))
+        ftrl = _Ftrl()
+        ftrl.load_state(s["ftrl"], f"{where}.ftrl")
+        first = [seconds(t, f"{where}.first[{i}]") for i, t in enumerate(sequence(s["first"], f"{where}.first"))]
+        scale = optional(seconds, s["scale"], f"{where}.scale")
+        lowest = optional(seconds, s["lowest"], f"{where}.lowest")
+        samples = integer(s["samples"], f"{where}.samples")
+        if (lowest is None) != (samples == 0):  # every sample lowers `lowest`; prices divide by it
+            raise StateError(f"{where}.lowest: must be given exactly when samples > 0")
+        if scale is not None and lowest is None:
+            raise StateError(f"{where}.scale: set with no samples")
+        bank: dict[int, list[tuple[int, float]]] = {}
+        for i, entry in enumerate(sequence(s["bank"], f"{where}.bank")):
+            at = f"{where}.bank[{i}]"
+            b, samples_of_band = sequence(entry, at, 2)
+            band = integer(b, f"{at}[0]", hi=64)
+            if band in bank:
+                raise StateError(f"{at}: repeats band {band}")
+            bank[band] = []
+            for j, sample in enumerate(sequence(samples_of_band, f"{at}[1]")):
+                c, t = sequence(sample, f"{at}[1][{j}]", 2)
+                bank[band].append((integer(c, f"{at}[1][{j}][0]"), seconds(t, f"{at}[1][{j}][1]")))
+        dirty = boolean(s["dirty"], f"{where}.dirty")
+        lo, hi = integer(s["context_lo"], f"{where}.context_lo"), integer(s["context_hi"], f"{where}.context_hi")
+        self.ftrl, self.first, self.scale, self.samples, self.bank = ftrl, first, scale, samples, bank
+        self.lowest = math.inf if lowest is None else lowest
+        self.dirty, self.context_lo, self.context_hi = dirty, lo, hi
 
 
 class RowClass:
@@ -359,14 +394,23 @@ class RowClass:
             "d_clock": float(self.d_clock),
         }
 
-    def load_state(self, state: dict) -> None:
-        self.width = int(state["width"])
-        self.origin = str(state["origin"])
-        self.born = int(state["born"])
-        self.law.load_state(state["law"])
-        self.count = int(state["count"])
-        self.recent = deque(((int(c), float(t)) for c, t in state["recent"]), maxlen=LEVEL_WINDOW)
-        self.d_clock = float(state["d_clock"])
+    def load_state(self, state: dict, where: str = "class") -> None:
+        """Restore from ``state_dict``; StateError on a malformed state, nothing changed then."""
+        s = fields(state, where, ("width", "origin", "born", "law", "count", "recent", "d_clock"))
+        width = integer(s["width"], f"{where}.width", lo=1)
+        origin = text(s["origin"], f"{where}.origin", ("ladder", "reach", "split"))
+        born = integer(s["born"], f"{where}.born")
+        law = QuantileLaw()
+        law.load_state(s["law"], f"{where}.law")
+        count = integer(s["count"], f"{where}.count", hi=law.samples)  # each measurement is a sample
+        recent = []
+        for i, entry in enumerate(sequence(s["recent"], f"{where}.recent")):
+            c, t = sequence(entry, f"{where}.recent[{i}]", 2)
+            recent.append((integer(c, f"{where}.recent[{i}][0]"), seconds(t, f"{where}.recent[{i}][1]")))
+        d_clock = number(s["d_clock"], f"{where}.d_clock", lo=0.0)  # 0: unknown
+        self.width, self.origin, self.born, self.law, self.count = width, origin, born, law, count
+        self.recent = deque(recent, maxlen=LEVEL_WINDOW)  # a longer window kept its newest
+        self.d_clock = d_clock
         self.update_level()
 
 
@@ -569,6 +613,7 @@ class VerifyCostModel:
     # --- persistence ---------------------------------------------------------------------
     def state_dict(self) -> dict:
         return {
+            "version": STATE_VERSION,
             "max_width": self.max_width,
             "classes": [self.classes[w].state_dict() for w in sorted(self.classes)],
             "reach": self.reach,
@@ -578,17 +623,28 @@ class VerifyCostModel:
             "d_window": [float(d) for d in self.d_window],
         }
 
-    def load_state(self, state: dict) -> None:
-        self.max_width = int(state["max_width"])
-        self.classes = {}
-        for cs in state["classes"]:
-            cls = RowClass(int(cs["width"]), str(cs["origin"]), int(cs["born"]))
-            cls.load_state(cs)
-            self.classes[cls.width] = cls
-        self.reach = None if state["reach"] is None else int(state["reach"])
-        self.max_available = int(state["max_available"])
-        self.rounds_seen = int(state["rounds_seen"])
-        self.short = {int(w): int(k) for w, k in state["short"]}
-        self.d_window = deque((float(d) for d in state["d_window"]), maxlen=LEVEL_WINDOW)
+    def load_state(self, state: dict, where: str = "cost") -> None:
+        """Restore from ``state_dict``; StateError (naming the field) on a state of another
+        version or a malformed one, and then nothing is changed."""
+        s = versioned(state, where, STATE_VERSION, ("max_width", "classes", "reach", "max_available",
+                                                    "rounds_seen", "short", "d_window"))
+        max_width = integer(s["max_width"], f"{where}.max_width", lo=1)
+        classes: dict[int, RowClass] = {}
+        for i, cs in enumerate(sequence(s["classes"], f"{where}.classes")):
+            cls = RowClass(1)
+            cls.load_state(cs, f"{where}.classes[{i}]")
+            if cls.width in classes:
+                raise StateError(f"{where}.classes[{i}]: repeats width {cls.width}")
+            classes[cls.width] = cls
+        reach = optional(integer, s["reach"], f"{where}.reach", lo=1)
+        max_available = integer(s["max_available"], f"{where}.max_available")
+        rounds_seen = integer(s["rounds_seen"], f"{where}.rounds_seen")
+        short_list = [integers(e, f"{where}.short[{i}]", 2) for i, e in enumerate(sequence(s["short"], f"{where}.short"))]
+        unique([w for w, _ in short_list], f"{where}.short")
+        d_window = [seconds(d, f"{where}.d_window[{i}]") for i, d in enumerate(sequence(s["d_window"], f"{where}.d_window"))]
+        self.max_width, self.classes, self.reach = max_width, classes, reach
+        self.max_available, self.rounds_seen = max_available, rounds_seen
+        self.short = {w: k for w, k in short_list}
+        self.d_window = deque(d_window, maxlen=LEVEL_WINDOW)
         self._widths_stale = True
         self._pending = None

@@ -16,20 +16,21 @@ from __future__ import annotations
 
 import numpy as np
 
-from .constants import CONTEXT_UNIT, GAIN_CLAMP, GAIN_RIDGE, N0
+from .kinds import Source
+from .constants import CONTEXT_UNIT, GAIN_CLAMP, GAIN_EVIDENCE_Z, GAIN_HALF_LIFE, GAIN_RIDGE, N0
+from .state import StateError, fields, integer, numbers, sequence, text, versioned
 
 # Evidence gate: a gain leaves 1 by the share min(1, (|Z| / GAIN_EVIDENCE_Z)^2) of its fitted
 # correction, Z the self-normalised statistic of realised minus predicted marginal. Few, noisy
 # rounds then cannot set a gain that steers the chooser away from the rows that would correct it.
-GAIN_EVIDENCE_Z = 3.0
 # Evidence fades with a half-life in rounds (every round, whether or not it teaches the line): a
 # gain that has steered the chooser to widths that no longer teach it (width 1 teaches no row)
 # drifts back toward 1 and the rows get tried again, instead of staying locked on a bad start.
-GAIN_HALF_LIFE = 128.0
 _GAIN_DECAY = 0.5 ** (1.0 / GAIN_HALF_LIFE)
 
-SOURCES = ("drafter", "ngram")
+SOURCES = (Source.DRAFTER.value, Source.NGRAM.value)  # the sources with a gain (agreed rows count as drafter rows)
 SIDES = ("lower", "upper")
+STATE_VERSION = 1  # of state_dict's layout (learn/state.py)
 
 
 class GainLine:
@@ -104,11 +105,18 @@ class GainLine:
             "u_range": [float(self.u_lo), float(self.u_hi)],
         }
 
-    def load_state(self, state: dict) -> None:
-        self.stats = [float(v) for v in state["stats"]]
-        self.count = int(state["count"])
-        self.u_lo, self.u_hi = (float(v) for v in state["u_range"])
-        if self.count:
+    def load_state(self, state: dict, where: str = "line") -> None:
+        """Restore from ``state_dict``; StateError on a malformed state, nothing changed then."""
+        s = fields(state, where, ("stats", "count", "u_range"))
+        stats = numbers(s["stats"], f"{where}.stats", 7, lo=0.0)  # sums of products of p, r, u >= 0
+        count = integer(s["count"], f"{where}.count")
+        u_lo, u_hi = numbers(s["u_range"], f"{where}.u_range", 2, lo=0.0)
+        if u_lo > u_hi:
+            raise StateError(f"{where}.u_range: low end {u_lo!r} above high end {u_hi!r}")
+        self.stats, self.count, self.u_lo, self.u_hi = stats, count, u_lo, u_hi
+        # A line not taught for ~140k rounds has faded to sum p^2 = 0.0 (float underflow): its
+        # evidence is gone, so it reads 1, as the limit of the fit would.
+        if self.count and stats[0] > 0.0:
             self._solve()
         else:
             self.a, self.b, self.z2 = 1.0, 0.0, 0.0
@@ -170,8 +178,21 @@ class Gains:
                     self.lines[side, name].observe(float(qs[mask].sum()), float(ac[mask].sum()), context)
 
     def state_dict(self) -> dict:
-        return {"lines": [[side, src, self.lines[side, src].state_dict()] for side, src in sorted(self.lines)]}
+        return {"version": STATE_VERSION,
+                "lines": [[side, src, self.lines[side, src].state_dict()] for side, src in sorted(self.lines)]}
 
-    def load_state(self, state: dict) -> None:
-        for side, src, st in state["lines"]:
-            self.lines[side, src].load_state(st)
+    def load_state(self, state: dict, where: str = "gains") -> None:
+        """Restore from ``state_dict``: one entry per (side, source). StateError (naming the
+        field) on a state of another version or a malformed one, and then nothing is changed."""
+        s = versioned(state, where, STATE_VERSION, ("lines",))
+        entries = sequence(s["lines"], f"{where}.lines", len(self.lines))
+        lines: dict[tuple[str, str], GainLine] = {}
+        for i, entry in enumerate(entries):
+            at = f"{where}.lines[{i}]"
+            side, src, st = sequence(entry, at, 3)
+            key = (text(side, f"{at}[0]", SIDES), text(src, f"{at}[1]", SOURCES))
+            if key in lines:
+                raise StateError(f"{at}: repeats the line {key[0]} {key[1]}")
+            line = lines[key] = GainLine()
+            line.load_state(st, f"{at}[2]")
+        self.lines = {k: lines[k] for k in self.lines}

@@ -16,8 +16,10 @@ from __future__ import annotations
 
 from .constants import BAND_MIN_ROUNDS, RATE_HALF_LIFE
 from .cost import context_band
+from .state import integer, numbers, sequence, unique, versioned
 
 _DECAY = 0.5 ** (1.0 / RATE_HALF_LIFE)
+STATE_VERSION = 1  # of state_dict's layout (learn/state.py)
 
 
 class LongRunRate:
@@ -56,7 +58,17 @@ class LongRunRate:
         return b[0] / b[1]
 
     def state_dict(self) -> dict:
-        return {"bands": [[int(k), [float(v) for v in self.bands[k]]] for k in sorted(self.bands)]}
+        return {"version": STATE_VERSION,
+                "bands": [[int(k), [float(v) for v in self.bands[k]]] for k in sorted(self.bands)]}
 
-    def load_state(self, state: dict) -> None:
-        self.bands = {int(k): [float(v) for v in vals] for k, vals in state["bands"]}
+    def load_state(self, state: dict, where: str = "rate") -> None:
+        """Restore from ``state_dict``; StateError (naming the field) on a state of another
+        version or a malformed one, and then nothing is changed."""
+        s = versioned(state, where, STATE_VERSION, ("bands",))
+        bands = []
+        for i, entry in enumerate(sequence(s["bands"], f"{where}.bands")):
+            k, vals = sequence(entry, f"{where}.bands[{i}]", 2)
+            # [tokens, measured s, priced s, rounds]: decayed sums, never negative
+            bands.append((integer(k, f"{where}.bands[{i}][0]", hi=64), numbers(vals, f"{where}.bands[{i}][1]", 4, lo=0.0)))
+        unique([k for k, _ in bands], f"{where}.bands")
+        self.bands = dict(bands)

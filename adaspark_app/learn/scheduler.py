@@ -4,85 +4,27 @@
 width chooser (Eq. 7), and adds the draft gate: width 1 (a plain one-token step) is an offered
 width, and when the plain step is expected to win the round should not pay for drafting at all.
 
-Draft gate. By Proposition 5 a round is worth drafting when E[A - rho C | draft] exceeds
-E[A - rho C | plain]. With D sunk, the chooser's pick n* is worth V(n*) - V(1) tokens over a
-plain step (its advantage); drafting costs rho D. Per context band the gate keeps decayed sums
-of the advantage and of rho D over drafted rounds and, while the advantage does not pay for D,
-skips drafting for 2^j rounds, then probes with one drafted round (j grows by one with each
-probe that did not pay for its own D, up to GATE_MAX_BACKOFF, and shrinks by one with each probe
-that did; it resets once the sums say drafting pays, e.g. when probes meet a copy-heavy passage).
-A skip is also at most 2^GATE_MAX_BACKOFF x (1 - advantage / rho D) rounds: a probe costs rho D
-less its advantage, so where drafting nearly pays, probes are nearly free and come often. Skipped rounds still teach
-width 1's cost and the band rate.
-
-Drafter gate. With a DSpark drafter, a round that drafts may still leave the drafter out and
-verify the n-gram chains alone (or, with no n-gram proposal, run a plain step): the drafter's
-forward costs about as much as target steps on a CPU, and whether its candidates pay for it is a
-fact of the drafter, the text and the machine. Per context band and probe class the
-`DrafterGate` keeps decayed means of the realized round value, tokens - rho x seconds, of rounds
-with and without the drafter; unless the drafter's mean clears the other by a standard error
-(it costs time in every round, so it must show it pays beyond noise) it is left out for 2^j rounds
-and then tried once (j grows by one with each losing probe and halves with each probe that beat
-the rounds without it), and while it wins every DRAFTER_RECHECK-th
-round runs without it so both means stay current. Realized values, not the acceptance model's
-prices, decide, so a miscalibrated drafter cannot talk its way into rounds.
-
-Gates are kept per context band and per *probe*: what the n-gram index proposes at the anchor
-before anything is drafted (nothing, a follower, or a copy by the length of its matched context;
-`probe_class`; a copy whose last tokens earlier passages continued differently counts as a
-short one). The probe costs a few dictionary lookups, and it separates the rounds where
-drafting pays (the reply is copying an earlier passage) from those where it does not: one gate
-for all rounds would learn the average and skip the copies with the rest.
+The draft gate and the drafter gate (``gates.py``) decide whether a round drafts at all, and
+whether it runs the drafter; this class keeps one of each per context band and probe class.
 """
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from .chooser import Scored, WidthChooser, s_at
-from .constants import HOLD_ROUNDS_BEFORE_SPLIT, LADDER
+from .constants import COLD_ALWAYS_BELOW, HOLD_ROUNDS_BEFORE_SPLIT, LADDER, PENDING_STALL, PROBE_COPY_EDGES
 from .cost import VerifyCostModel, context_band
 from .gains import Gains
+from .gates import PROBE_NONE, PROBE_SHORT_COPY, DraftGate, DrafterGate
+from .kinds import Decider
 from .rate import LongRunRate
+from .state import StateError, integer, optional, sequence, versioned
 
-STATE_VERSION = 1
-GATE_HALF_LIFE = 16.0  # drafted rounds: memory of the gate's advantage and D sums
-GATE_MIN_ROUNDS = 4  # drafted rounds seen before the gate may skip drafting
-GATE_MAX_BACKOFF = 7  # longest skip: 2^7 = 128 plain rounds between probes
-COLD_ALWAYS_BELOW = 16  # ladder widths below this are measured unconditionally (cold start)
-PENDING_STALL = 64  # rounds a width may wait for a tree wide enough before it stops forcing drafting
-_GATE_DECAY = 0.5 ** (1.0 / GATE_HALF_LIFE)
-DRAFTER_MIN_ROUNDS = 4  # rounds of each kind (with / without the drafter) before the gate compares them
-DRAFTER_HALF_LIFE = 32.0  # rounds of each kind: memory of the drafter gate's means
-DRAFTER_RECHECK = 16  # while the drafter wins, every 16th round runs without it
-DRAFTER_MAX_BACKOFF = 8  # longest stretch without the drafter between its probes: 2^8 rounds
-DRAFTER_SE_MARGIN = 1.0  # standard errors the drafter's mean must clear (DrafterGate.drafter_wins)
-_DRAFTER_DECAY = 0.5 ** (1.0 / DRAFTER_HALF_LIFE)
-# Probe classes: 0 no proposal, 1 a follower, 2.. a copy by matched-context bin (4-7, 8-15, 16-31, 32+).
-PROBE_NONE, PROBE_FOLLOWER, PROBE_SHORT_COPY = 0, 1, 2  # PROBE_SHORT_COPY: a copy matched on 4-7
-PROBE_COPY_EDGES = (4, 8, 16, 32)
-
-
-def probe_class(kind: str | None, evidence: int, ambiguous: bool = False) -> int:
-    """The gate's probe class of the n-gram proposal at the anchor (kind None: no proposal).
-
-    ``ambiguous``: the anchor's last tokens were continued differently by earlier passages
-    (``NgramIndex.anchor_ambiguous``); such a copy counts with the shortest copies unless it
-    matched PROBE_COPY_EDGES[-1] tokens or more."""
-    if kind is None:
-        return PROBE_NONE
-    if kind != "copy":
-        return PROBE_FOLLOWER
-    if ambiguous and evidence < PROBE_COPY_EDGES[-1]:
-        return PROBE_SHORT_COPY
-    c = PROBE_SHORT_COPY
-    for edge in PROBE_COPY_EDGES[1:]:
-        if evidence >= edge:
-            c += 1
-    return c
+STATE_VERSION = 2  # of state_dict's layout (learn/state.py); 1: b9fbe7f's, read through state.migrate
+PROBE_MAX = PROBE_SHORT_COPY + len(PROBE_COPY_EDGES) - 1  # the widest probe class (a copy of 32+)
 
 
 @dataclass
@@ -96,139 +38,15 @@ class WidthPlan:
     offered: dict[int, float]  # offered width -> priced verify seconds at this context
     band_rate: float | None  # long-run tokens/s of the band, if known
     draft: bool = True  # False: width 1 was chosen, no tree needs building for this verify
-
-
-class DraftGate:
-    """The draft gate of one context band (module docstring)."""
-
-    __slots__ = ("adv", "cost", "rounds", "skip_left", "backoff")
-
-    def __init__(self) -> None:
-        self.adv = 0.0  # decayed sum of advantages V(n*) - V(1), in tokens
-        self.cost = 0.0  # decayed sum of rho * D, in tokens
-        self.rounds = 0
-        self.skip_left = 0
-        self.backoff = 0
-
-    def observe(self, advantage: float, draft_cost: float) -> None:
-        """One drafted round's advantage over a plain step and its rho D."""
-        self.adv = self.adv * _GATE_DECAY + advantage
-        self.cost = self.cost * _GATE_DECAY + draft_cost
-        self.rounds += 1
-        if self.adv >= self.cost:
-            self.backoff = 0
-            self.skip_left = 0  # a skip set before rounds drafted anyway (cold start) is stale
-        elif self.rounds >= GATE_MIN_ROUNDS:
-            # A probe costs rho D minus its advantage: nearly nothing when drafting almost pays,
-            # so the skip is also capped in proportion to how clearly drafting loses.
-            shortfall = 1.0 - max(self.adv, 0.0) / self.cost
-            self.skip_left = max(1, min(2**self.backoff, math.ceil(2**GATE_MAX_BACKOFF * shortfall)))
-            if advantage > draft_cost:  # a probe that paid for its own D: probe much sooner
-                self.backoff //= 2
-            else:
-                self.backoff = min(self.backoff + 1, GATE_MAX_BACKOFF)
-
-    def copy(self) -> "DraftGate":
-        g = DraftGate()
-        g.load_state(self.state_dict())
-        return g
-
-    def take_skip(self) -> bool:
-        if self.skip_left > 0:
-            self.skip_left -= 1
-            return True
-        return False
-
-    def state_dict(self) -> list:
-        return [float(self.adv), float(self.cost), int(self.rounds), int(self.skip_left), int(self.backoff)]
-
-    def load_state(self, state: list) -> None:
-        self.adv, self.cost = float(state[0]), float(state[1])
-        self.rounds, self.skip_left, self.backoff = int(state[2]), int(state[3]), int(state[4])
-
-
-class DrafterGate:
-    """Whether drafting rounds of one (band, probe) run the drafter (module docstring)."""
-
-    __slots__ = ("sums", "squares", "weights", "counts", "skip_left", "probe_due", "backoff", "since_check")
-
-    def __init__(self) -> None:
-        self.sums = [0.0, 0.0]  # decayed sums of round values: [without, with] the drafter
-        self.squares = [0.0, 0.0]  # decayed sums of squared round values
-        self.weights = [0.0, 0.0]
-        self.counts = [0, 0]
-        self.skip_left = 0
-        self.probe_due = False
-        self.backoff = 0
-        self.since_check = 0
-
-    def mean(self, with_drafter: bool) -> float | None:
-        w = self.weights[int(with_drafter)]
-        return self.sums[int(with_drafter)] / w if w > 0.0 else None
-
-    def drafter_wins(self) -> bool:
-        """The drafter's mean, less DRAFTER_SE_MARGIN standard errors, is at least the mean without
-        it: the drafter costs time in every round, so it has to show it pays beyond noise."""
-        m1, m0 = self.mean(True), self.mean(False)
-        if m1 is None or m0 is None:
-            return False
-        w = self.weights[1]
-        var = max(self.squares[1] / w - m1 * m1, 0.0)
-        return m1 - DRAFTER_SE_MARGIN * math.sqrt(var / w) >= m0
-
-    def wants(self) -> bool:
-        if self.skip_left > 0:
-            self.skip_left -= 1
-            self.probe_due = self.skip_left == 0
-            return False
-        if self.probe_due:
-            self.probe_due = False
-            return True
-        if self.counts[1] < DRAFTER_MIN_ROUNDS:
-            return True
-        if self.counts[0] < DRAFTER_MIN_ROUNDS:
-            return False
-        if self.drafter_wins():
-            self.since_check += 1
-            if self.since_check >= DRAFTER_RECHECK:
-                self.since_check = 0
-                return False
-            return True
-        self.skip_left = 2**self.backoff - 1
-        self.probe_due = self.skip_left == 0
-        self.backoff = min(self.backoff + 1, DRAFTER_MAX_BACKOFF)
-        return False
-
-    def observe(self, with_drafter: bool, value: float) -> None:
-        """One round's realized value, tokens - rho x seconds."""
-        i = int(with_drafter)
-        self.sums[i] = self.sums[i] * _DRAFTER_DECAY + float(value)
-        self.squares[i] = self.squares[i] * _DRAFTER_DECAY + float(value) ** 2
-        self.weights[i] = self.weights[i] * _DRAFTER_DECAY + 1.0
-        self.counts[i] += 1
-        if with_drafter and self.counts[0] >= DRAFTER_MIN_ROUNDS:
-            if self.drafter_wins():
-                self.backoff = 0
-                self.skip_left = 0
-            elif value > self.mean(False):  # a probe that beat the rounds without it: probe sooner
-                self.backoff //= 2
-
-    def copy(self) -> "DrafterGate":
-        g = DrafterGate()
-        g.load_state(self.state_dict())
-        return g
-
-    def state_dict(self) -> list:
-        return [list(map(float, self.sums)), list(map(float, self.weights)), list(map(int, self.counts)),
-                int(self.skip_left), bool(self.probe_due), int(self.backoff), int(self.since_check),
-                list(map(float, self.squares))]
-
-    def load_state(self, state: list) -> None:
-        self.sums, self.weights = [float(x) for x in state[0]], [float(x) for x in state[1]]
-        self.counts = [int(x) for x in state[2]]
-        self.skip_left, self.probe_due = int(state[3]), bool(state[4])
-        self.backoff, self.since_check = int(state[5]), int(state[6])
-        self.squares = [float(x) for x in state[7]]
+    # --- the decision trace (ROUNDS.jsonl) ---
+    decided_by: Decider = Decider.CHOOSER  # the layer that set the width
+    argmax: int | None = None  # the chooser's best-scored offered width (Eq. 7, or the ratio), no hysteresis
+    incumbent: int | None = None  # the width the chooser held when the round began
+    mode: str = "ratio"  # "rate": V(n) at the band's rho_m; "ratio": E(n) / (D + T(n)) until rho_m is known
+    values: dict[int, float] = field(default_factory=dict)  # offered width -> V(n) at price of time rho
+    rho: float | None = None  # the price of time, tokens/s: the band's rate, else the plain step's
+    fixed_s: float = 0.0  # the D that priced the round
+    gains: tuple[float, float, float, float] = (1.0, 1.0, 1.0, 1.0)  # g_d, g_n below n0, then above
 
 
 class WidthScheduler:
@@ -327,6 +145,7 @@ class WidthScheduler:
         s_d = np.asarray(s_drafter, dtype=float).tolist()  # indexed a few dozen times: plain floats
         s_n = np.asarray(s_ngram, dtype=float).tolist()
         available = max(len(s_d) - 1, 1)
+        incumbent = self.chooser.incumbent
         measure = self.cost.next_measurement(available)
         offered = self.cost.prices(context, limit=available)
         rho_band = self.rate.rate(context)
@@ -338,16 +157,17 @@ class WidthScheduler:
                             and self._cold_could_win(w, scored, s_d, s_n, gains, rho_band)), None)
 
         if measure is not None:
-            width, measured = measure, True
+            width, measured, decided_by = measure, True, Decider.COLD
             self.stall = 0
         else:
             measured = False
             if self.cost.cold_pending():
                 self.stall += 1
             width = self.chooser.choose(scored, rate_mode) if scored else 1
+            decided_by = self.chooser.reason if scored else Decider.COLD
             split_width = self._split_to_measure(width, scored, s_d, s_n, gains, rho_band, available)
             if split_width is not None:
-                width, measured = split_width, True
+                width, measured, decided_by = split_width, True, Decider.SPLIT
             elif scored and self.chooser.held >= HOLD_ROUNDS_BEFORE_SPLIT and not self.cost.split_pending():
                 self._maybe_split(context, scored, s_d, s_n, fixed_s, gains, rho_band, available)
 
@@ -356,6 +176,7 @@ class WidthScheduler:
         if not measured and rho is not None and 1 in scored and width in scored:
             a, b = scored[width], scored[1]
             adv = (a.tokens - b.tokens) - rho * (a.seconds - b.seconds)
+        values = {} if rho is None else {w: sc.tokens - rho * sc.seconds for w, sc in scored.items()}
         plan = WidthPlan(
             width=int(width),
             measured=measured,
@@ -364,6 +185,14 @@ class WidthScheduler:
             offered=offered,
             band_rate=rho_band,
             draft=width > 1,
+            decided_by=decided_by,
+            argmax=self.chooser.argmax(scored) if scored else None,
+            incumbent=incumbent,
+            mode="rate" if rate_mode else "ratio",
+            values=values,
+            rho=rho,
+            fixed_s=float(fixed_s),
+            gains=tuple(float(g) for g in gains),
         )
         narrowest = min(offered) if offered else 1
         self._last = (plan, adv, rho, narrowest, self.cost.d_clock())
@@ -527,23 +356,35 @@ class WidthScheduler:
             "stall": int(self.stall),
         }
 
-    def load_state(self, state: dict) -> None:
-        if int(state.get("version", 0)) != STATE_VERSION:
-            raise ValueError(f"unsupported scheduler state version {state.get('version')!r}")
-        self.cost.load_state(state["cost"])
-        self.chooser.load_state(state["chooser"])
-        self.gains.load_state(state["gains"])
-        self.rate.load_state(state["rate"])
-        self.gates = {}
-        for entry in state["gates"]:  # [band, probe, state]; [band, state] from before probes
-            b, p, gs = entry if len(entry) == 3 else (entry[0], PROBE_NONE, entry[1])
-            gate = self.gates[(int(b), int(p))] = DraftGate()
-            gate.load_state(gs)
-        self.drafter_gates = {}
-        for b, p, gs in state.get("drafter_gates", []):
-            gate = self.drafter_gates[(int(b), int(p))] = DrafterGate()
-            gate.load_state(gs)
-        self.last_band = None if state["last_band"] is None else int(state["last_band"])
-        self.max_rows = int(state["max_rows"])
-        self.stall = int(state["stall"])
+    def load_state(self, state: dict, where: str = "scheduler") -> None:
+        """Restore from ``state_dict``; StateError (naming the field) on a state of another
+        version or a malformed one, and then nothing is changed. The previous layout (version 1,
+        b9fbe7f) loads through ``learn.state.migrate``."""
+        s = versioned(state, where, STATE_VERSION, ("cost", "chooser", "gains", "rate", "gates", "drafter_gates",
+                                                    "last_band", "max_rows", "stall"))
+        cost = VerifyCostModel(max_width=self.cost.max_width)
+        cost.load_state(s["cost"], f"{where}.cost")
+        chooser = WidthChooser()
+        chooser.load_state(s["chooser"], f"{where}.chooser")
+        gains = Gains()
+        gains.load_state(s["gains"], f"{where}.gains")
+        rate = LongRunRate()
+        rate.load_state(s["rate"], f"{where}.rate")
+        gates = {}
+        for name, make in (("gates", DraftGate), ("drafter_gates", DrafterGate)):
+            gates[name] = {}
+            for i, entry in enumerate(sequence(s[name], f"{where}.{name}")):
+                at = f"{where}.{name}[{i}]"
+                b, p, gs = sequence(entry, at, 3)  # [context band, probe class, gate state]
+                key = (integer(b, f"{at}[0]", hi=64), integer(p, f"{at}[1]", hi=PROBE_MAX))
+                if key in gates[name]:
+                    raise StateError(f"{at}: repeats band {key[0]}, probe class {key[1]}")
+                gate = gates[name][key] = make()
+                gate.load_state(gs, f"{at}[2]")
+        last_band = optional(integer, s["last_band"], f"{where}.last_band", hi=64)
+        max_rows = integer(s["max_rows"], f"{where}.max_rows")
+        stall = integer(s["stall"], f"{where}.stall")
+        self.cost, self.chooser, self.gains, self.rate = cost, chooser, gains, rate
+        self.gates, self.drafter_gates = gates["gates"], gates["drafter_gates"]
+        self.last_band, self.max_rows, self.stall = last_band, max_rows, stall
         self._last = None

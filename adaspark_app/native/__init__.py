@@ -1,6 +1,8 @@
-"""AdaSpark's Q4_1 multi-row kernels for llama.cpp (see ``build.py``), put in use at import time.
+"""AdaSpark's Q4_1 multi-row kernels for llama.cpp (see ``build.py``), put in use by ``activate``.
 
-``activate`` runs when ``adaspark_app`` is imported, before anything imports ``llama_cpp``: if the
+Entry points call ``activate`` explicitly (the ``adaspark`` command, the benchmarks, the drafter
+tools, the test suite's conftest), before anything imports ``llama_cpp``; importing the package
+does nothing of the kind. A library user who wants the kernels calls it first too. If the
 patched ``libggml-cpu`` was built for the installed llama-cpp-python, it copies llama-cpp-python's
 libraries into a cache directory with that one in place of its own ``libggml-cpu`` and sets
 ``LLAMA_CPP_LIB_PATH`` there (copies, not links: each library finds its siblings through
@@ -83,7 +85,7 @@ def activate() -> str:
     ``status()``. Never raises: any problem leaves the stock libraries in use."""
     global _status
     if "llama_cpp" in sys.modules:
-        _status = "stock (llama_cpp was imported before adaspark_app)"
+        _status = "stock (llama_cpp was imported before native.activate())"
         return _status
     if os.environ.get("ADASPARK_STOCK_KERNELS"):
         _status = "stock (ADASPARK_STOCK_KERNELS)"

@@ -30,8 +30,8 @@ import sys
 from pathlib import Path
 
 # argparse, shutil, subprocess, tarfile, tempfile and urllib are imported where a build needs
-# them: every `import adaspark_app` reads this module's paths (native.activate), and those
-# imports would cost every start-up ~20 ms for nothing.
+# them: every start-up of the `adaspark` command reads this module's paths (native.activate),
+# and those imports would cost it ~20 ms for nothing.
 
 LLAMA_CPP_PYTHON = "0.3.36"
 SDIST_SHA256 = "832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e"  # PyPI's

@@ -20,7 +20,10 @@ from rich.table import Table
 
 from adaspark_app.errors import AdaSparkError, StoreError
 
-from .db import Store, resolve_store_path
+from adaspark_app.learn.state import StateError
+from adaspark_app.learn.state import validate as validate_learned
+
+from .db import Store, UnreadableState, resolve_store_path
 from .fingerprint import LearnedKey
 
 PRICE_CONTEXTS = (256, 1024, 4096)
@@ -149,6 +152,7 @@ def _cmd_list(store: Store, args: argparse.Namespace, console: Console) -> int:
     rows = store.list_learned()
     if not rows:
         console.print(f"no learned state in {store.path}")
+        _show_kept_aside(store, console, set())
         return 0
     t = Table(title=f"learned state in {store.path}", title_justify="left")
     for col in ("key", "model", "device", "drafter", "requests", "saves", "updated"):
@@ -164,6 +168,7 @@ def _cmd_list(store: Store, args: argparse.Namespace, console: Console) -> int:
             str(r["updated"])[:19].replace("T", " "),
         )
     console.print(t)
+    _show_kept_aside(store, console, set())
     return 0
 
 
@@ -191,19 +196,12 @@ def _scalars(d: Any, prefix: str = "", depth: int = 0) -> list[tuple[str, str]]:
 
 
 def _show_widths(state: dict, console: Console) -> None:
-    sched_state = state.get("scheduler")
-    try:
-        from adaspark_app.learn.scheduler import WidthScheduler
+    """The scheduler's priced widths; ``state`` has passed ``learn.state.validate``."""
+    from adaspark_app.learn.scheduler import WidthScheduler
 
-        sched = WidthScheduler()
-        loaded = sched.load_state(sched_state)
-        if isinstance(loaded, WidthScheduler):
-            sched = loaded
-        tables = {c: dict(sched.price_table(c)) for c in PRICE_CONTEXTS}
-    except Exception as exc:  # partial state or learner not available: show the raw state
-        console.print(f"widths: cannot price the scheduler state ({type(exc).__name__}: {exc})")
-        _show_raw("scheduler", sched_state, console)
-        return
+    sched = WidthScheduler()
+    sched.load_state(state["scheduler"])
+    tables = {c: dict(sched.price_table(c)) for c in PRICE_CONTEXTS}
     widths = sorted({int(w) for t in tables.values() for w in t})
     t = Table(title="learned widths: priced verify time (ms)", title_justify="left")
     t.add_column("width", justify="right")
@@ -215,15 +213,8 @@ def _show_widths(state: dict, console: Console) -> None:
         console.print(t)
     else:
         console.print("widths: none priced yet")
-    try:
-        progress = sched.cold_start_progress()
-        if (isinstance(progress, (tuple, list)) and len(progress) == 2
-                and all(isinstance(x, int) for x in progress)):
-            console.print(f"cold start: {progress[0]} of {progress[1]} widths priced")
-        else:
-            console.print(f"cold start: {_fmt(progress)}")
-    except Exception:
-        pass
+    priced, learned = sched.cold_start_progress()
+    console.print(f"cold start: {priced} of {learned} widths priced")
 
 
 def _get_width(table: dict, w: int) -> Any:
@@ -242,36 +233,25 @@ def _fmt(v: Any) -> str:
 
 
 def _show_acceptance(state: dict, console: Console) -> None:
-    acc_state = state.get("acceptance")
-    try:
-        from adaspark_app.learn.acceptance import AcceptanceModel
+    """The acceptance model's guard and counters; ``state`` has passed ``learn.state.validate``."""
+    from adaspark_app.learn.acceptance import AcceptanceModel
 
-        model = AcceptanceModel()
-        loaded = model.load_state(acc_state)
-        if isinstance(loaded, AcceptanceModel):
-            model = loaded
-        priced_by = model.priced_by
-        losses = model.guard_losses()
-    except Exception as exc:
-        console.print(f"acceptance: cannot load the model state ({type(exc).__name__}: {exc})")
-        _show_raw("acceptance", acc_state, console)
-        return
+    acc_state = state["acceptance"]
+    model = AcceptanceModel()
+    model.load_state(acc_state)
+    fitted, head = model.guard_losses()
     t = Table(title="acceptance model", title_justify="left", show_header=False)
     t.add_column("field")
     t.add_column("value", justify="right")
-    t.add_row("priced by", str(priced_by))
-    if isinstance(losses, (tuple, list)) and len(losses) == 2:
-        t.add_row("guard loss, fitted", _num(losses[0]))
-        t.add_row("guard loss, head", _num(losses[1]))
-    else:
-        t.add_row("guard losses", _fmt(losses))
-    if isinstance(acc_state, dict):
-        for part in ("counters", "guard"):
-            for name, value in _scalars(acc_state.get(part), part + "."):
-                t.add_row(name, value)
-        labels = acc_state.get("bucket_labels")
-        if isinstance(labels, list) and all(isinstance(x, (int, float)) for x in labels):
-            t.add_row("bucket labels (sum)", _num(sum(labels), 0))
+    t.add_row("priced by", model.priced_by)
+    t.add_row("guard loss, fitted", _num(fitted))
+    t.add_row("guard loss, head", _num(head))
+    for part in ("counters", "guard"):
+        for name, value in _scalars(acc_state[part], part + "."):
+            t.add_row(name, value)
+    t.add_row("bucket labels (sum)", _num(sum(acc_state["bucket_labels"]), 0))
+    p = state["precision"]
+    t.add_row("n-gram precision (hits / proposals)", f"{p['hits']} / {p['trials']}")
     console.print(t)
 
 
@@ -335,10 +315,21 @@ def _opt(v: Any) -> str:
     return "-" if v is None else str(v)
 
 
+def _show_kept_aside(store: Store, console: Console, shown: set[str]) -> None:
+    """States kept aside (they did not load) of keys not shown above: a key whose state was set
+    aside has no learned state until the engine saves it again."""
+    rows = [q for q in store.quarantined() if q["key_id"] not in shown]
+    for q in rows:
+        console.print(f"kept aside {str(q['quarantined'])[:19].replace('T', ' ')} for key {q['key_id']}: "
+                      f"a learned state that did not load ({q['reason']})")
+
+
 def _cmd_show(store: Store, args: argparse.Namespace, console: Console) -> int:
-    keys = _select(store, getattr(args, "key", None))
+    pattern = getattr(args, "key", None)
+    keys = _select(store, pattern)
     if not keys:
         console.print(f"no learned state in {store.path}")
+        _show_kept_aside(store, console, set())
         return 0
     info = {r["key_id"]: r for r in store.list_learned()}
     for key in keys:
@@ -347,13 +338,23 @@ def _cmd_show(store: Store, args: argparse.Namespace, console: Console) -> int:
                      + (f" with drafter {r.get('drafter_name')}" if key.drafter_id else ""))
         console.print(f"key {key.key_id}: {r.get('n_requests', 0)} requests, "
                       f"{r.get('n_saves', 0)} saves, updated {r.get('updated')}")
-        state = store.load_learned(key) or {}
-        _show_widths(state, console)
-        _show_acceptance(state, console)
-        others = sorted(k for k in state if k not in ("scheduler", "acceptance"))
-        for k in others:
-            _show_raw(k, state[k], console)
+        raw = None
+        try:
+            raw = store.load_learned(key)
+            state = validate_learned(raw)
+        except (StateError, UnreadableState) as exc:  # shown, never a traceback: show is for looking
+            console.print(f"learned state: does not load ({exc}); the engine will keep it aside and start fresh")
+            for k in sorted(raw) if isinstance(raw, dict) else ():
+                _show_raw(k, raw[k], console)
+        else:
+            _show_widths(state, console)
+            _show_acceptance(state, console)
+        for q in store.quarantined(key):
+            console.print(f"kept aside {str(q['quarantined'])[:19].replace('T', ' ')}: a learned state "
+                          f"that did not load ({q['reason']})")
         _show_requests(store, key, getattr(args, "requests", SHOW_REQUESTS), console)
+    if not pattern:
+        _show_kept_aside(store, console, {k.key_id for k in keys})
     return 0
 
 

@@ -108,13 +108,18 @@ def dumps_compact(obj: Any) -> str:
     return json.dumps(to_jsonable(obj), sort_keys=True, separators=(",", ":"))
 
 
-def _loads(text: str | None, what: str) -> Any:
+class UnreadableState(StoreError):
+    """A key's learned-state row is not a JSON object (the engine keeps it aside, see
+    ``Store.quarantine_learned``, where other store errors stop it)."""
+
+
+def _loads(text: str | None, what: str, error: type[StoreError] = StoreError) -> Any:
     if text is None:
         return None
     try:
         return json.loads(text)
-    except (TypeError, ValueError) as exc:
-        raise StoreError(f"the store holds unreadable JSON in {what}: {exc}") from None
+    except (TypeError, ValueError, RecursionError) as exc:  # RecursionError: nesting too deep
+        raise error(f"the store holds unreadable JSON in {what}: {exc}") from None
 
 
 def _int_keys(widths: dict | None) -> dict | None:
@@ -419,10 +424,52 @@ class Store:
             ).fetchone()
         if row is None:
             return None
-        state = _loads(row[0], f"learned state of {key.key_id}")
+        state = _loads(row[0], f"learned state of {key.key_id}", UnreadableState)
         if not isinstance(state, dict):
-            raise StoreError(f"the store's learned state of {key.key_id} is not an object")
+            raise UnreadableState(f"the store's learned state of {key.key_id} is not an object")
         return state
+
+    def quarantine_learned(self, key: LearnedKey, reason: str, loaded: dict | None) -> bool:
+        """Keep the learned state of ``key`` aside: move its row, exactly as stored, into
+        ``learned_quarantine`` with ``reason``, in one transaction. The key then has no learned
+        state (its request summaries stay), so the next save starts it afresh.
+
+        ``loaded`` is the state the caller read and could not use (None: the row was not a JSON
+        object). If the row no longer holds it, another process has saved since, and nothing is
+        moved: returns False. Returns True when the row was moved.
+        """
+        key = self._key(key)
+        expected = None if loaded is None else dumps_compact(loaded)
+        with self._write() as conn:
+            row = conn.execute(
+                "select model_id, device_id, drafter_id, state, key_meta, n_saves, created, updated "
+                "from learned where key_id = ?", (key.key_id,)).fetchone()
+            if row is None:
+                return False
+            try:
+                current = json.loads(row[3])
+                current = dumps_compact(current) if isinstance(current, dict) else None
+            except (TypeError, ValueError, RecursionError, StoreError):
+                current = None
+            if current != expected:
+                return False
+            conn.execute(
+                "insert into learned_quarantine (key_id, model_id, device_id, drafter_id, state, key_meta, "
+                "n_saves, created, updated, reason, quarantined) values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (key.key_id, *row, " ".join(str(reason).split()), now_iso()))
+            conn.execute("delete from learned where key_id = ?", (key.key_id,))
+        return True
+
+    def quarantined(self, key: LearnedKey | None = None) -> list[dict]:
+        """States kept aside (``quarantine_learned``), oldest first: id, key_id, reason,
+        quarantined, updated and the stored ``state`` text; of one key or all."""
+        sql = "select id, key_id, reason, quarantined, updated, state from learned_quarantine"
+        params: list = []
+        if key is not None:
+            sql += " where key_id = ?"
+            params.append(self._key(key).key_id)
+        with self._read() as conn:
+            return self._rows(conn, sql + " order by id", params)
 
     def save_learned(
         self,
@@ -499,18 +546,19 @@ class Store:
         return [_summary_out(r, int_width_keys=True) for r in rows]
 
     def reset(self, key: LearnedKey | None = None) -> int:
-        """Delete the learned state and request summaries of one key (or all); return keys deleted.
-
-        Conversations are kept.
+        """Delete the learned state, request summaries and states kept aside of one key (or all);
+        return keys deleted. Conversations are kept.
         """
         with self._write() as conn:
             if key is None:
                 n = conn.execute("delete from learned").rowcount
                 conn.execute("delete from requests")
+                conn.execute("delete from learned_quarantine")
             else:
                 kid = self._key(key).key_id
                 n = conn.execute("delete from learned where key_id = ?", (kid,)).rowcount
                 conn.execute("delete from requests where key_id = ?", (kid,))
+                conn.execute("delete from learned_quarantine where key_id = ?", (kid,))
         return int(n)
 
     # -- export / import -------------------------------------------------------------------------

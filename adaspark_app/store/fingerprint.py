@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from adaspark_app.errors import ModelLoadError, StoreError
+from adaspark_app.gguf_file import GGUF_MAGIC, GGUFError, read_gguf_header
 
-GGUF_MAGIC = b"GGUF"
 ID_HEX_CHARS = 16  # short ids: 64 bits of sha256, plenty for a handful of models and devices
 _ID_RE = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 
@@ -29,126 +29,6 @@ _MODEL_CACHE: dict[tuple[str, int, int], dict] = {}
 def _short_hash(obj: Any) -> str:
     text = json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:ID_HEX_CHARS]
-
-
-_SCALAR = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
-_STRING, _ARRAY = 8, 9
-DEFAULT_ALIGNMENT = 32
-
-
-class _GGUFHeader(NamedTuple):
-    version: int
-    fields: dict[str, Any]  # scalar and string values; arrays are skipped (tokenizer tables)
-    tensor_types: dict[int, int]  # ggml type -> elements
-    n_tensors: int
-    data_offset: int  # first byte of tensor data: everything before it is hashed
-
-
-def _parse_gguf_header(path: Path) -> _GGUFHeader:
-    """Walk a GGUF's header, metadata and tensor table without materialising arrays.
-
-    gguf.GGUFReader builds a numpy view per tokenizer entry (3 s for SmolLM2's 49k-token vocab);
-    this walk skips arrays and takes ~0.05 s. Tests check it against GGUFReader.
-    """
-    import mmap
-    import struct
-
-    with open(path, "rb") as fh:
-        buf = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
-    try:
-        if buf[:4] != GGUF_MAGIC:
-            raise ValueError("bad magic")
-        (version,) = struct.unpack_from("<I", buf, 4)
-        end = "<"
-        if version & 0xFFFF == 0:  # a big-endian file read little-endian
-            end = ">"
-            (version,) = struct.unpack_from(">I", buf, 4)
-        if version < 2:
-            raise ValueError(f"GGUF version {version} is not supported")
-        n_tensors, n_kv = struct.unpack_from(end + "QQ", buf, 8)
-        pos = 24
-        size = len(buf)
-
-        def need(n: int) -> None:
-            if pos + n > size:
-                raise ValueError("truncated header")
-
-        def u32() -> int:
-            nonlocal pos
-            need(4)
-            (v,) = struct.unpack_from(end + "I", buf, pos)
-            pos += 4
-            return v
-
-        def u64() -> int:
-            nonlocal pos
-            need(8)
-            (v,) = struct.unpack_from(end + "Q", buf, pos)
-            pos += 8
-            return v
-
-        def string() -> str:
-            nonlocal pos
-            n = u64()
-            need(n)
-            v = bytes(buf[pos:pos + n]).decode("utf-8", errors="replace")
-            pos += n
-            return v
-
-        def skip_string() -> None:
-            nonlocal pos
-            n = u64()
-            need(n)
-            pos += n
-
-        def value(vtype: int) -> Any:
-            nonlocal pos
-            if vtype in _SCALAR:
-                fmt = end + _SCALAR[vtype]
-                width = struct.calcsize(fmt)
-                need(width)
-                (v,) = struct.unpack_from(fmt, buf, pos)
-                pos += width
-                return v
-            if vtype == _STRING:
-                return string()
-            if vtype == _ARRAY:
-                itype = u32()
-                count = u64()
-                if itype in _SCALAR:
-                    width = struct.calcsize(end + _SCALAR[itype])
-                    need(width * count)
-                    pos += width * count
-                elif itype == _STRING:
-                    for _ in range(count):
-                        skip_string()
-                else:
-                    for _ in range(count):
-                        value(itype)
-                return None
-            raise ValueError(f"unknown metadata value type {vtype}")
-
-        fields: dict[str, Any] = {}
-        for _ in range(n_kv):
-            key = string()
-            v = value(u32())
-            if v is not None:
-                fields[key] = v
-        tensor_types: dict[int, int] = {}
-        for _ in range(n_tensors):
-            skip_string()
-            n_dims = u32()
-            elements = 1
-            for _ in range(n_dims):
-                elements *= u64()
-            ttype = u32()
-            u64()  # offset within the data section
-            tensor_types[ttype] = tensor_types.get(ttype, 0) + elements
-        alignment = int(fields.get("general.alignment", DEFAULT_ALIGNMENT) or DEFAULT_ALIGNMENT)
-        data_offset = pos + (-pos % alignment)
-        return _GGUFHeader(version, fields, tensor_types, int(n_tensors), min(data_offset, size))
-    finally:
-        buf.close()
 
 
 def _quant_name(file_type: Any) -> str | None:
@@ -182,7 +62,7 @@ def model_fingerprint(path: str | os.PathLike) -> dict:
 
     ``header_sha256`` covers every byte before the tensor data offset (magic, version, metadata
     KV, tensor infos, alignment padding); ``id`` is its first 16 hex digits. The header is
-    walked directly (see _parse_gguf_header; tests check it against gguf.GGUFReader). Raises
+    walked by gguf_file.read_gguf_header (tests check it against gguf.GGUFReader). Raises
     ModelLoadError naming the file if it is missing or not a GGUF.
     """
     p = Path(path)
@@ -204,13 +84,16 @@ def model_fingerprint(path: str | os.PathLike) -> dict:
     if magic != GGUF_MAGIC:
         raise ModelLoadError(f"{p} is not a GGUF file (magic {magic!r})")
     try:
-        head = _parse_gguf_header(p)
-    except (ValueError, OSError, OverflowError, MemoryError) as exc:
-        raise ModelLoadError(f"{p} is not a readable GGUF file: {exc}") from None
-    data_offset = head.data_offset
-    name = head.fields.get("general.name")
-    arch = head.fields.get("general.architecture")
-    file_type = head.fields.get("general.file_type")
+        # arrays are skipped, not read: SmolLM2's 49k-token vocabulary would cost seconds
+        head = read_gguf_header(p, skip_arrays=True)
+    except GGUFError as exc:
+        raise ModelLoadError(f"{p} is not a readable GGUF file: {exc.reason}") from None
+    data_offset = min(head.data_offset, st.st_size)  # a file cut inside the padding
+    name = head.kv.get("general.name")
+    arch = head.kv.get("general.architecture")
+    file_type = head.kv.get("general.file_type")
+    if isinstance(file_type, bool) or not isinstance(file_type, int):
+        file_type = None  # absent or of a foreign type: the quantisation comes from the tensors
     h = hashlib.sha256()
     with open(p, "rb") as fh:
         remaining = data_offset

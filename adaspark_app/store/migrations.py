@@ -171,3 +171,28 @@ def m002_request_extra_and_indexes(db: Database) -> None:
     db["requests"].create_index(["key_id", "id"], index_name="idx_requests_key")
     db["messages"].create_index(["conversation_id", "id"], index_name="idx_messages_conversation")
     db["conversations"].create_index(["updated"], index_name="idx_conversations_updated")
+
+
+@migration
+def m003_learned_quarantine(db: Database) -> None:
+    """Learned states that did not load (another version's layout, or corrupt), kept aside under
+    their key with the reason: the engine starts fresh, and the old state stays in the file."""
+    db["learned_quarantine"].create(
+        {
+            "id": int,
+            "key_id": str,
+            "model_id": str,
+            "device_id": str,
+            "drafter_id": str,
+            "state": str,  # the row's state exactly as it was stored
+            "key_meta": str,
+            "n_saves": int,
+            "created": str,
+            "updated": str,
+            "reason": str,  # why it did not load (one line)
+            "quarantined": str,
+        },
+        pk="id",
+        not_null={"key_id", "state"},
+    )
+    db["learned_quarantine"].create_index(["key_id", "id"], index_name="idx_quarantine_key")

@@ -4,7 +4,9 @@ The document is ``{"format": "adaspark-store", "version": 1, "learned": [entry, 
 entry per key, sorted by key, each ``{"key": {model_id, device_id, drafter_id}, "key_meta",
 "state", "n_saves", "created", "updated", "requests": [summary, ...]}`` (summaries oldest first).
 It is written with sorted keys and fixed indentation, and import stores exactly what it reads, so
-export -> import -> export is byte-identical. Conversations are not exported: they are the
+export -> import -> export is byte-identical. Each learned state must load as the engine loads it
+(``learn.state.validate``): one that does not is refused, naming the field, and a state in the
+previous layout (b9fbe7f) is stored migrated. Conversations are not exported: they are the
 user's chats, not what the scheduler learned.
 
 Import modes: ``replace`` makes each imported key's state and summaries exactly the file's (keys
@@ -21,6 +23,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from adaspark_app.errors import StoreError
+from adaspark_app.learn.state import StateError
+from adaspark_app.learn.state import validate as validate_learned
 
 from .db import (
     SUMMARY_FIELDS,
@@ -157,6 +161,10 @@ def parse_export(text: str) -> list[_Entry]:
         state = item.get("state")
         if not isinstance(state, dict):
             raise _fail(where, '"state" must be an object')
+        try:  # what the engine loads, so an import can never leave a state that stops it
+            state = validate_learned(state)
+        except StateError as exc:
+            raise _fail(where + ".state", f"the learned state does not load: {exc}") from None
         meta = item.get("key_meta")
         if meta is not None and not isinstance(meta, dict):
             raise _fail(where, '"key_meta" must be an object or null')

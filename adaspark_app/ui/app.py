@@ -1,7 +1,9 @@
 """`adaspark chat`: the Textual app and its entry point.
 
-The engine is created lazily in a thread worker (loading a model takes about a second), so the
-window appears at once; a prompt typed meanwhile waits for the load in its own worker.
+The engine runs in its own process (`engine_client.EngineClient`, `engine/worker.py`), started
+when the chat screen mounts: the window appears at once, and a prompt typed while the model
+loads waits in the command pipe. If the engine process dies, the app says so, keeps the
+conversation and the text so far, and starts a new engine.
 """
 
 from __future__ import annotations
@@ -11,21 +13,22 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from textual import on, work
+from textual import on
 from textual.app import App, SystemCommand
 from textual.binding import Binding
-from textual.message import Message
 from textual.screen import Screen
 
 from ..errors import AdaSparkError
+from .engine_client import (EngineClient, EngineDied, EngineDone, EngineLoaded, EngineLoadFailed,
+                            EngineReplyFailed, EngineRounds, EngineStopped, lower_ui_priority)
 from .screens import ChatScreen, HelpScreen
-from .screens.chat import MAX_TOKENS, read_gauges
-from .stats import EngineGauges
-from .streaming import EngineHolder
+from .screens.chat import MAX_TOKENS
+from .stats import gauges_from
 from .widgets.sidebar import ConversationList
 
 BUNDLED_MODEL_LABEL = "SmolLM2-135M-Instruct (bundled)"
 QUIT_GRACE_S = 5.0  # how long Ctrl+Q waits for a running reply to stop and be saved
+MAX_RESTARTS = 3  # engine deaths in a row (no reply completed between them) before giving up
 
 # Keys handled inside widgets rather than by bindings, listed so the help screen shows them.
 PROMPT_KEYS = [
@@ -47,29 +50,22 @@ class AdaSparkApp(App[int]):
         Binding("ctrl+q", "quit", "Quit", id="quit", priority=True, tooltip="Quit AdaSpark"),
     ]
 
-    class EngineLoaded(Message):
-        def __init__(self, model_name: str | None, drafter_name: str | None, gauges: EngineGauges | None) -> None:
-            super().__init__()
-            self.model_name = model_name
-            self.drafter_name = drafter_name
-            self.gauges = gauges
-
-    class EngineFailed(Message):
-        def __init__(self, error: str) -> None:
-            super().__init__()
-            self.error = error
-
     def __init__(self, engine_factory: Callable[[], Any], store: Any, model_label: str = BUNDLED_MODEL_LABEL,
                  drafter_label: str | None = None, store_label: str = "", *, export_dir: Path | None = None,
-                 max_tokens: int = MAX_TOKENS, exit_on_load_error: bool = True) -> None:
+                 max_tokens: int = MAX_TOKENS, exit_on_load_error: bool = True,
+                 engine_log: str | None = None, sampling: Any = None) -> None:
+        """`engine_factory` builds the engine inside the engine process, so it must be picklable
+        (an `EngineConfig`, or a module-level callable): it crosses a "spawn" process start."""
         super().__init__()
-        self.holder = EngineHolder(engine_factory)
+        self.engine = EngineClient(engine_factory, self.post_message, log_path=engine_log)
+        self.deaths_in_a_row = 0
         self.store = store
         self.model_label = model_label
         self.drafter_label = drafter_label
         self.store_label = store_label
         self.export_dir = export_dir or Path.cwd()
         self.max_tokens = max_tokens
+        self.sampling = sampling  # SamplingSettings from the CLI for every reply (None: greedy)
         self.exit_on_load_error = exit_on_load_error
         self.load_error: str | None = None
         self._load_started = False
@@ -90,34 +86,18 @@ class AdaSparkApp(App[int]):
     def _update_subtitle(self) -> None:
         drafter = self.drafter_label or "none (n-gram drafts)"
         self.sub_title = f"model {self.model_label} · drafter {drafter} · store {self.store_label}"
+        if getattr(self, "sampling", None) is not None:
+            self.sub_title += f" · {self.sampling.label()}"
 
     def start_engine_load(self) -> None:
-        """Start building the engine (once); the chat screen calls it when it has mounted."""
+        """Start the engine process (once); the chat screen calls it when it has mounted."""
         if not self._load_started:
             self._load_started = True
-            self._load_engine()
+            self.engine.start()
 
     # ------------------------------------------------------------------ the engine
-    @work(thread=True, exclusive=True, group="engine", name="load-engine", exit_on_error=False)
-    def _load_engine(self) -> None:
-        """Thread boundary: builds the engine (blocking llama.cpp work); posts the outcome."""
-        try:
-            engine = self.holder.load()
-        except AdaSparkError as err:
-            self.post_message(self.EngineFailed(str(err)))
-            return
-        except Exception as err:
-            self.post_message(self.EngineFailed(f"{type(err).__name__}: {err}"))
-            return
-        gauges = None
-        with self.holder.busy:
-            try:
-                gauges = read_gauges(engine, 0)
-            except Exception:
-                gauges = None
-        self.post_message(self.EngineLoaded(getattr(engine, "model_name", None),
-                                            getattr(engine, "drafter_name", None), gauges))
-
+    # Messages from the engine process arrive here (posted by the io thread) and the reply ones
+    # go on to the chat screen; every handler runs on the UI thread.
     @on(EngineLoaded)
     def _engine_loaded(self, message: EngineLoaded) -> None:
         if message.model_name:
@@ -125,20 +105,78 @@ class AdaSparkApp(App[int]):
         if message.drafter_name:
             self.drafter_label = message.drafter_name
         self._update_subtitle()
+        if message.restarted:
+            self.notify("The engine is running again.", title="Engine")
+        for note in message.notices:
+            self.notify(note, title="Engine", severity="warning", timeout=10)
         try:
-            self.chat_screen.engine_ready(message.gauges)
+            self.chat_screen.engine_ready(gauges_from(message.gauges))
         except LookupError:
             pass
 
-    @on(EngineFailed)
-    def _engine_failed(self, message: EngineFailed) -> None:
+    @on(EngineLoadFailed)
+    def _engine_failed(self, message: EngineLoadFailed) -> None:
         self.load_error = message.error
-        if self.exit_on_load_error:
+        if self.exit_on_load_error and not message.restarted:
             self.exit(2, return_code=2, message=f"error: {message.error}")
             return
         self.notify(message.error, title="The model failed to load", severity="error", timeout=30)
         try:
-            self.chat_screen.set_status()
+            self.chat_screen.engine_unavailable()
+        except LookupError:
+            pass
+
+    @on(EngineDied)
+    async def _engine_died(self, message: EngineDied) -> None:
+        self.deaths_in_a_row += 1
+        how = f"exit code {message.exitcode}" if message.exitcode is not None else "no exit code"
+        if message.exitcode is not None and message.exitcode < 0:
+            how = f"signal {-message.exitcode}"
+        try:
+            kept = await self.chat_screen.engine_died()
+        except LookupError:
+            kept = ""
+        if self.deaths_in_a_row > MAX_RESTARTS:
+            self.load_error = f"the engine process stopped {self.deaths_in_a_row} times in a row ({how})"
+            self.notify(f"{self.load_error}; not restarting it. Your conversations are saved.",
+                        title="Engine stopped", severity="error", timeout=30)
+            try:
+                self.chat_screen.engine_unavailable()
+            except LookupError:
+                pass
+            return
+        where = f" Its output is in {self.engine.log_path}." if self.engine.log_path else ""
+        self.notify(f"The engine process stopped ({how}). {kept}Restarting it…{where}",
+                    title="Engine stopped", severity="error", timeout=15)
+        if not self._quitting:
+            self.engine.start()
+
+    @on(EngineRounds)
+    async def _engine_rounds(self, message: EngineRounds) -> None:
+        try:
+            await self.chat_screen.reply_rounds(message)
+        except LookupError:
+            pass
+
+    @on(EngineDone)
+    async def _engine_done(self, message: EngineDone) -> None:
+        self.deaths_in_a_row = 0
+        try:
+            await self.chat_screen.reply_done(message)
+        except LookupError:
+            pass
+
+    @on(EngineStopped)
+    async def _engine_stopped(self, message: EngineStopped) -> None:
+        try:
+            await self.chat_screen.reply_stopped_early(message.request_id)
+        except LookupError:
+            pass
+
+    @on(EngineReplyFailed)
+    async def _engine_reply_failed(self, message: EngineReplyFailed) -> None:
+        try:
+            await self.chat_screen.reply_failed(message.request_id, message.error)
         except LookupError:
             pass
 
@@ -160,12 +198,12 @@ class AdaSparkApp(App[int]):
             self.exit()
 
     async def on_unmount(self) -> None:
-        """Stop a running reply and close the engine once it has returned (off the event loop)."""
+        """Stop a running reply and close the engine process (waiting off the event loop)."""
         try:
             self.chat_screen.stop_reply()
         except LookupError:
             pass
-        await asyncio.to_thread(self.holder.close, 10.0)
+        await asyncio.to_thread(self.engine.close, 10.0)
 
     # ------------------------------------------------------------------ help and palette
     def key_bindings(self) -> list[tuple[str, Binding]]:
@@ -207,8 +245,23 @@ def _store_label(store: Any, store_path: str | None) -> str:
     return "~" + text[len(home):] if text.startswith(home + "/") else text
 
 
-def run_chat(model: str | None, drafter: str | None, store_path: str | None) -> int:
+def engine_log_path() -> str | None:
+    """Where the engine process writes what it prints (llama.cpp, a crash's stack): the user
+    log directory, or None (discarded) if it cannot be made."""
+    try:
+        from platformdirs import user_log_path
+
+        d = user_log_path("adaspark", appauthor=False)
+        d.mkdir(parents=True, exist_ok=True)
+        return str(d / "engine.log")
+    except Exception:
+        return None
+
+
+def run_chat(model: str | None, drafter: str | None, store_path: str | None, max_tokens: int = MAX_TOKENS,
+             sampling: Any = None) -> int:
     """Run `adaspark chat`; returns the exit code (2 with a one-line message on a user error)."""
+    from ..engine.worker import EngineConfig
     from ..store import Store
 
     try:
@@ -217,20 +270,19 @@ def run_chat(model: str | None, drafter: str | None, store_path: str | None) -> 
         print(f"error: {err}", file=sys.stderr)
         return err.exit_code
 
-    def make_engine() -> Any:
-        from ..engine.chat_engine import ChatEngine
-
-        return ChatEngine(model_path=model, drafter_path=drafter, store=store)
-
+    # The engine process opens the same file for its learned state (WAL, busy timeout).
+    config = EngineConfig(model_path=model, drafter_path=drafter, store_path=str(store.path))
     app = AdaSparkApp(
-        make_engine, store,
+        config, store,
         model_label=Path(model).name if model else BUNDLED_MODEL_LABEL,
         drafter_label=Path(drafter).name if drafter else None,
         store_label=_store_label(store, store_path),
+        max_tokens=max_tokens, engine_log=engine_log_path(), sampling=sampling,
     )
+    lower_ui_priority()  # after the app made its engine io thread, which keeps the priority
     try:
         app.run()
     finally:
-        app.holder.close(timeout=10.0)
+        app.engine.close(timeout=10.0)
         store.close()
     return app.return_code or 0

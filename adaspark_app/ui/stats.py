@@ -2,13 +2,19 @@
 
 Pure: `SpecStats` takes events and engine gauges and returns numbers; it imports neither
 textual nor llama_cpp, so it is tested on synthetic events. It lives on the UI thread: the
-worker ships events to it inside Textual messages (see `screens/chat.py`).
+engine process ships events to it over a pipe (see `engine_client.py` and `screens/chat.py`).
+
+Two speeds are kept apart. The engine's: tokens over decode seconds as the engine measures them
+in its own process, exactly as `adaspark run` does (the reply's final figure is the engine's
+ReplyResult.tokens_per_s). The display's: tokens shown over the wall time between the first and
+the last text shown, so a user can see any gap between what was decoded and what reached them.
 """
 
 from __future__ import annotations
 
 from collections import Counter, deque
 from dataclasses import dataclass, field
+from typing import Any, Mapping
 
 from ..engine.events import SOURCES, RoundEvent
 
@@ -27,16 +33,25 @@ def is_verify_round(event: RoundEvent) -> bool:
 
 @dataclass
 class EngineGauges:
-    """What the panel needs from the engine beyond the events, read on the engine's thread.
+    """What the panel needs from the engine beyond the events, read in the engine process.
 
-    The UI thread never calls the engine (it may be inside llama.cpp); the worker reads these
-    after each batch of rounds and ships them with the batch.
+    The UI never calls the engine (it lives in another process); the engine process reads these
+    every GAUGE_INTERVAL_S and at the end of a reply and ships them with a batch of rounds.
     """
 
     plain_rate: float | None = None  # tokens/s the cost model predicts for width 1 at this context
     cold_start: tuple[int, int] = (0, 0)  # (widths measured enough to be priced, widths offered)
     prices_ms: dict[int, float] = field(default_factory=dict)  # width -> priced verify ms now
     context: int = 0
+
+
+def gauges_from(d: Mapping[str, Any] | None) -> EngineGauges | None:
+    """EngineGauges from the plain dict the engine process sends (see engine/worker.read_gauges)."""
+    if d is None:
+        return None
+    return EngineGauges(plain_rate=d.get("plain_rate"), cold_start=tuple(d.get("cold_start", (0, 0))),  # type: ignore[arg-type]
+                        prices_ms={int(w): float(ms) for w, ms in (d.get("prices_ms") or {}).items()},
+                        context=int(d.get("context", 0)))
 
 
 @dataclass
@@ -73,6 +88,9 @@ class SpecStats:
         self.accepted_by_source: Counter[str] = Counter()
         self.last: RoundEvent | None = None
         self._points: deque[tuple[float, int]] = deque()
+        self.final_rate: float | None = None  # the engine's ReplyResult.tokens_per_s, once known
+        self._shown_first: tuple[float, int] | None = None  # (wall seconds, tokens) when text first showed
+        self._shown_last: tuple[float, int] | None = None
 
     def add(self, event: RoundEvent) -> None:
         """Take one round (events arrive in round order)."""
@@ -94,13 +112,37 @@ class SpecStats:
     def set_gauges(self, gauges: EngineGauges) -> None:
         self.gauges = gauges
 
+    def finish(self, tokens_per_s: float, n_tokens: int) -> None:
+        """The reply ended: its rate is now the engine's own figure (n_tokens / decode_s)."""
+        self.final_rate = tokens_per_s if tokens_per_s > 0 else None
+        self.reply_tokens = max(self.reply_tokens, n_tokens)
+
+    def shown(self, wall_s: float, tokens: int) -> None:
+        """Text up to `tokens` reply tokens reached the screen at wall time `wall_s`."""
+        if self._shown_first is None:
+            self._shown_first = (wall_s, tokens)
+        self._shown_last = (wall_s, tokens)
+
     # ------------------------------------------------------------------ figures
     @property
     def reply_rate(self) -> float | None:
-        """Tokens per decode second over the whole reply so far."""
+        """Tokens per decode second over the whole reply so far, measured in the engine process;
+        at the end of the reply, the engine's own n_tokens / decode_s (as `adaspark run`)."""
+        if self.final_rate is not None:
+            return self.final_rate
         if self.reply_seconds <= 0.0 or self.reply_tokens <= 0:
             return None
         return self.reply_tokens / self.reply_seconds
+
+    @property
+    def shown_rate(self) -> float | None:
+        """Tokens per wall second between the first and the last text shown (the display's speed)."""
+        if self._shown_first is None or self._shown_last is None:
+            return None
+        (t0, n0), (t1, n1) = self._shown_first, self._shown_last
+        if t1 <= t0 or n1 <= n0:
+            return None
+        return (n1 - n0) / (t1 - t0)
 
     @property
     def now_rate(self) -> float | None:

@@ -42,6 +42,7 @@ from typing import Any, Iterator
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+from adaspark_app import native  # noqa: E402
 from adaspark_app.bench.report import write_report  # noqa: E402
 from adaspark_app.bench.runner import arm_order, cap_marks, machine_info, warm_page_cache  # noqa: E402
 from adaspark_app.runner import Conversation, load_script  # noqa: E402
@@ -279,6 +280,7 @@ def make_peer(name: str, args: argparse.Namespace, tmp: Path) -> Any:
 def main(argv: list[str] | None = None) -> int:
     from adaspark_app.engine.backend import default_model_path
 
+    native.activate()  # the Q4_1 kernels, if built, before anything imports llama_cpp
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("script")
     ap.add_argument("--peers", default=DEFAULT_PEERS, help=f"comma-separated, first is the base (default {DEFAULT_PEERS})")

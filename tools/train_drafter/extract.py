@@ -25,6 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
+from adaspark_app import native
 from adaspark_app.bench.corpus import ASCII_MIN_SHARE, _ascii_share, _human_turns, iter_sharegpt
 from adaspark_app.engine.chat_engine import ChatEngine
 from adaspark_app.engine.drafter_init import bundled_target_path, write_random_drafter
@@ -164,6 +165,7 @@ def prefill_conversation(eng: ChatEngine, question: str, answer: str, max_tokens
 
 
 def main() -> None:
+    native.activate()  # the Q4_1 kernels, if built, before anything imports llama_cpp
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
     ap.add_argument("--mode", choices=("greedy", "prefill"), default="greedy",

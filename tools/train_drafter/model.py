@@ -21,7 +21,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from adaspark_app.engine.dspark import read_gguf_header, read_gguf_tensor
+from adaspark_app.gguf_file import read_gguf_header, read_gguf_tensor
 
 GGML_TYPE_Q8_0 = 8
 

@@ -1,39 +1,45 @@
 """The chat screen: conversations sidebar, messages, prompt, and the live speculation panel.
 
-Threading: `_run_reply` (with the batcher timer it may start) is the only code here that runs
-off the UI thread. It calls the engine, and reaches the UI solely by posting the messages nested
-in this class (`post_message` is thread-safe). Everything else, including every store call for
-chats, runs on the UI thread.
+Threading: everything here runs on the UI thread. The engine lives in another process
+(`engine_client.py`); its rounds arrive as messages the app hands to `reply_rounds`,
+`reply_done`, `reply_failed` and `engine_died`. Every store call for chats is made here.
+
+Rendering a growing reply is kept cheap, because on a small machine every cycle the UI spends
+is taken from the decode (issue 17: a repaint of this screen costs ~10-20 ms of Python, most of
+it Textual's compositor re-assembling the scrolled chat column): the text of the rounds that
+arrived is appended to the reply (Textual's Markdown re-parses only from its last block) at
+most TEXT_INTERVAL_S apart, so a burst of rounds costs one repaint, and the panel is redrawn in
+those same frames at a lower rate still (SpecPanel.REDRAW_S).
 """
 
 from __future__ import annotations
 
-import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from textual import on, work
+from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
-from textual.message import Message
 from textual.screen import Screen
+from textual.timer import Timer
 from textual.widgets import Footer, Header, Static
-from textual.worker import Worker, get_current_worker
 
 from ...engine.events import ReplyResult, RoundEvent
 from ...errors import AdaSparkError
 from ..export import conversation_markdown, export_path
-from ..stats import EngineGauges, SpecStats
-from ..streaming import EngineHolder, StreamBatcher
+from ..stats import EngineGauges, SpecStats, gauges_from
 from ..widgets import ChatMessage, ChatView, ConversationSidebar, PromptInput, SpecPanel
 from .dialogs import ConfirmScreen, RenameScreen
 
 if TYPE_CHECKING:
     from ..app import AdaSparkApp
+    from ..engine_client import EngineDone, EngineRounds
 
 MAX_TOKENS = 512  # per reply; the engine stops earlier at the end-of-generation token
+TEXT_INTERVAL_S = 0.1  # streamed text is appended at most ~10 times a second
 
 
 def title_from(text: str) -> str:
@@ -42,18 +48,9 @@ def title_from(text: str) -> str:
     return store_title_from(text)
 
 
-def read_gauges(engine: Any, context: int) -> EngineGauges:
-    """The engine's learned figures at `context`. Call on the engine's thread only."""
-    gauges = EngineGauges(context=context)
-    gauges.plain_rate = engine.plain_rate(context)
-    gauges.cold_start = tuple(engine.cold_start_progress())  # type: ignore[assignment]
-    gauges.prices_ms = {int(w): s * 1e3 for w, s in engine.price_table(context).items()}
-    return gauges
-
-
 @dataclass
 class ReplyRequest:
-    """What one reply worker needs; built on the UI thread, read-only in the worker."""
+    """One reply in flight; built on the UI thread."""
 
     conversation_id: str
     messages: list[dict[str, str]]  # history + the new user message
@@ -61,6 +58,7 @@ class ReplyRequest:
     turn: int
     created_conversation: bool  # the conversation was created for this prompt
     max_tokens: int = MAX_TOKENS
+    request_id: int = 0  # the engine client's number for it
 
 
 class ChatScreen(Screen):
@@ -87,32 +85,6 @@ class ChatScreen(Screen):
                 tooltip="Move the cursor to the message box"),
     ]
 
-    class ReplyChunk(Message):
-        """A batch of rounds from the worker: released text, the rounds, the engine's gauges."""
-
-        def __init__(self, text: str, events: list[RoundEvent], gauges: EngineGauges | None) -> None:
-            super().__init__()
-            self.text = text
-            self.events = events
-            self.gauges = gauges
-
-    class ReplyFinished(Message):
-        """The reply ended (complete, at the token cap, or stopped by the user)."""
-
-        def __init__(self, request: ReplyRequest, result: ReplyResult, gauges: EngineGauges | None) -> None:
-            super().__init__()
-            self.request = request
-            self.result = result
-            self.gauges = gauges
-
-    class ReplyFailed(Message):
-        """The engine raised; `error` is the one-line message for the user."""
-
-        def __init__(self, request: ReplyRequest, error: str) -> None:
-            super().__init__()
-            self.request = request
-            self.error = error
-
     def __init__(self) -> None:
         super().__init__()
         self.stats = SpecStats()
@@ -120,8 +92,18 @@ class ChatScreen(Screen):
         self.history: list[dict[str, str]] = []
         self.last_reply: str = ""
         self.generating = False
-        self._cancel: threading.Event | None = None
+        self._request: ReplyRequest | None = None
         self._pending: tuple[ChatMessage, ChatMessage] | None = None  # (user, assistant) in flight
+        self._received: list[str] = []  # the reply's text as it arrived from the engine
+        self._unshown: list[str] = []  # received but not yet appended to the reply widget
+        self._received_tokens = 0
+        self._flush_timer: Timer | None = None  # the next frame (see _frame)
+        self._last_flush = 0.0
+        self._panel_stale = False  # the panel's figures changed since it was drawn
+        # Per reply, (monotonic time the round ended in the engine process, the round): lets a
+        # test (and a curious reader) count the rounds that ran after Esc.
+        self.round_log: list[tuple[float, RoundEvent]] = []
+        self.cancel_requested_at: float | None = None
 
     @property
     def adaspark(self) -> "AdaSparkApp":
@@ -164,9 +146,9 @@ class ChatScreen(Screen):
     def set_status(self, text: str | None = None) -> None:
         if text is None:
             app = self.adaspark
-            if app.holder.error is not None:
-                text = "The model failed to load."
-            elif not app.holder.ready:
+            if app.load_error is not None:
+                text = "The model failed to load." if app.engine.loads == 0 else "The engine is not running."
+            elif not app.engine.ready:
                 text = "Loading the model… you can type already."
             elif self.generating:
                 text = "Generating… Esc stops and keeps the text so far."
@@ -175,10 +157,14 @@ class ChatScreen(Screen):
         self.query_one("#status", Static).update(text, layout=False)
 
     def engine_ready(self, gauges: EngineGauges | None) -> None:
-        """Called by the app on the UI thread once the engine has loaded."""
+        """Called by the app once the engine process has loaded its engine."""
         if gauges is not None and not self.generating:
             self.stats.set_gauges(gauges)
         self.panel.show()
+        self.set_status()
+
+    def engine_unavailable(self) -> None:
+        """Called by the app when no engine will answer (its load failed, or it kept dying)."""
         self.set_status()
 
     # ------------------------------------------------------------------ conversations
@@ -251,7 +237,7 @@ class ChatScreen(Screen):
         await self.send(event.text)
 
     async def send(self, text: str) -> bool:
-        """Send a prompt: show it, and start a reply worker. False if nothing was sent."""
+        """Send a prompt: show it, and ask the engine for a reply. False if nothing was sent."""
         prompt = text.strip()
         if not prompt:
             return False
@@ -259,8 +245,8 @@ class ChatScreen(Screen):
             self.notify("A reply is being generated; Esc stops it.", severity="warning")
             return False
         app = self.adaspark
-        if app.holder.error is not None:
-            self.notify(f"The model failed to load: {app.holder.error}", severity="error")
+        if app.load_error is not None:
+            self.notify(f"The model failed to load: {app.load_error}", severity="error")
             return False
         created = False
         if self.conversation_id is None:
@@ -270,98 +256,116 @@ class ChatScreen(Screen):
                 self.notify(str(err), title="Store", severity="error")
                 return False
             created = True
+        messages = [*self.history, {"role": "user", "content": prompt}]
+        request = ReplyRequest(self.conversation_id, messages, prompt,
+                               turn=sum(1 for m in messages if m["role"] == "user") - 1,
+                               created_conversation=created, max_tokens=app.max_tokens)
         self.prompt.clear()
         view = self.chat_view
         view.following = True
         user_msg = await view.add_message("user", prompt)
         reply_msg = await view.add_message("assistant", "")
         reply_msg.set_note("…")
+        # No await from here on until the request is sent: the engine's answer is handled by the
+        # app's message loop, which must find this reply's state in place.
         self._pending = (user_msg, reply_msg)
+        self._request = request
+        self._received, self._unshown, self._received_tokens = [], [], 0
+        self.round_log = []
+        self.cancel_requested_at = None
         self.stats.start_reply()
         self.stats.generating = True
         self.generating = True
-        self._cancel = threading.Event()
-        messages = [*self.history, {"role": "user", "content": prompt}]
-        request = ReplyRequest(self.conversation_id, messages, prompt,
-                               turn=sum(1 for m in messages if m["role"] == "user") - 1,
-                               created_conversation=created, max_tokens=app.max_tokens)
+        try:
+            request.request_id = app.engine.generate(request.conversation_id, request.messages,
+                                                     request.max_tokens, request.turn,
+                                                     sampling=getattr(app, "sampling", None))
+        except RuntimeError as err:
+            self._pending = None
+            await self._withdraw(request, user_msg, reply_msg)
+            self.notify(f"{err}; your message is back in the box.", severity="error")
+            self._end_generation()
+            return False
         self.set_status()
         self.panel.show()
         if created:
             self.refresh_conversations()
-        self._run_reply(request, self._cancel, app.holder)
         return True
 
-    @work(thread=True, exclusive=True, group="reply", name="reply", exit_on_error=False)
-    def _run_reply(self, request: ReplyRequest, cancel: threading.Event, holder: EngineHolder) -> None:
-        """Thread boundary: runs in a worker thread. Blocks in the engine; touches no widget.
+    def _is_current(self, request_id: int) -> bool:
+        return self._request is not None and self._request.request_id == request_id
 
-        Text and rounds go to the UI in batches (StreamBatcher, ~40 ms); the worker's own
-        cancellation and the Esc event both stop the engine between rounds.
-        """
-        worker = get_current_worker()
-        engine_thread = threading.current_thread()
-        engine = None
-
-        def gauges_now(context: int) -> EngineGauges | None:
-            try:
-                return read_gauges(engine, context)
-            except Exception:  # a gauge the engine cannot give yet must not end the reply
-                return None
-
-        def emit(text: str, events: list[RoundEvent]) -> None:
-            # The batcher's timer may flush from its own thread: only the engine's thread reads
-            # the engine's learners, so a timer batch carries no gauges (the next one will).
-            on_engine_thread = threading.current_thread() is engine_thread
-            context = events[-1].context if events else 0
-            self.post_message(self.ReplyChunk(text, events, gauges_now(context) if on_engine_thread else None))
-
-        batcher = StreamBatcher(emit)
-
-        def on_round(event: RoundEvent) -> None:
-            batcher.add(event)
-            if worker.is_cancelled:
-                cancel.set()
-
-        try:
-            engine = holder.wait(cancel)
-            if engine is None:  # stopped while the model was still loading
-                raise AdaSparkError("stopped before the model had loaded")
-            with holder.busy:
-                if holder.closed:
-                    raise AdaSparkError("the engine has been closed")
-                result = engine.generate(request.conversation_id, request.messages, max_tokens=request.max_tokens,
-                                         on_round=on_round, cancel=cancel, turn=request.turn)
-                batcher.flush()
-                gauges = gauges_now(result.context)
-        except AdaSparkError as err:
-            batcher.discard()
-            self.post_message(self.ReplyFailed(request, str(err)))
-            return
-        except Exception as err:  # an engine bug: still give the prompt back and say what happened
-            batcher.discard()
-            self.post_message(self.ReplyFailed(request, f"{type(err).__name__}: {err}"))
-            return
-        self.post_message(self.ReplyFinished(request, result, gauges))
-
-    @on(ReplyChunk)
-    async def _reply_chunk(self, message: ReplyChunk) -> None:
-        for event in message.events:
+    # ------------------------------------------------------------------ the reply streams in
+    async def reply_rounds(self, message: "EngineRounds") -> None:
+        """A batch of rounds from the engine process: figures now, text within TEXT_INTERVAL_S."""
+        if not self._is_current(message.request_id):
+            return  # a reply abandoned after an engine restart
+        for t, event in zip(message.times, message.events):
             self.stats.add(event)
-        if message.gauges is not None:
-            self.stats.set_gauges(message.gauges)
-        self.panel.show_soon()
-        if self._pending is not None and message.text:
+            self.round_log.append((t, event))
+            if event.text:
+                self._received.append(event.text)
+                self._unshown.append(event.text)
+            self._received_tokens = max(self._received_tokens, event.reply_tokens)
+        gauges = gauges_from(message.gauges)
+        if gauges is not None:
+            self.stats.set_gauges(gauges)
+        self._panel_stale = True
+        if self._flush_timer is None:
+            wait = TEXT_INTERVAL_S - (time.monotonic() - self._last_flush)
+            if wait <= 0:
+                await self._frame()
+            else:
+                self._flush_timer = self.set_timer(wait, self._frame)
+
+    async def _frame(self) -> None:
+        """One repaint for everything that arrived since the last: the new text is appended to
+        the reply, and the panel is redrawn if SpecPanel.REDRAW_S has passed (else a later frame
+        does it). Text and panel share the frame, so streaming costs at most ~10 repaints a second."""
+        self._flush_timer = None
+        now = time.monotonic()
+        self._last_flush = now
+        if self._pending is not None and self._unshown:
+            text = "".join(self._unshown)
+            self._unshown = []
             reply_msg = self._pending[1]
             if reply_msg.text == "":
                 reply_msg.set_note("")
-            await reply_msg.write(message.text)
+            await reply_msg.write(text)
+            # The paint follows in the same turn of the event loop: a UI starved of CPU flushes
+            # late, and that is the delay this figure is meant to show.
+            self.stats.shown(time.monotonic(), self._received_tokens)
+        if self._panel_stale:
+            panel_wait = self.panel.redraw_due_in(now)
+            if panel_wait <= 0:
+                self._panel_stale = False
+                self.panel.show()
+            elif self._flush_timer is None:
+                self._flush_timer = self.set_timer(max(panel_wait, TEXT_INTERVAL_S), self._frame)
 
-    @on(ReplyFinished)
-    async def _reply_finished(self, message: ReplyFinished) -> None:
-        result, request = message.result, message.request
-        if message.gauges is not None:
-            self.stats.set_gauges(message.gauges)
+    async def _flush_text(self) -> None:
+        """Show every text received so far now (at the end of a reply)."""
+        self._stop_flushing()
+        self._panel_stale = False
+        await self._frame()
+
+    def _stop_flushing(self) -> None:
+        if self._flush_timer is not None:
+            self._flush_timer.stop()
+            self._flush_timer = None
+
+    async def reply_done(self, message: "EngineDone") -> None:
+        """The reply ended (complete, at the token cap, or stopped by the user)."""
+        if not self._is_current(message.request_id):
+            return
+        result, request = message.result, self._request
+        assert request is not None
+        self._stop_flushing()
+        await self._flush_text()
+        gauges = gauges_from(message.gauges)
+        if gauges is not None:
+            self.stats.set_gauges(gauges)
+        self.stats.finish(result.tokens_per_s, result.n_tokens)
         pending, self._pending = self._pending, None
         try:
             if pending is None:
@@ -372,17 +376,13 @@ class ChatScreen(Screen):
                 await self._withdraw(request, user_msg, reply_msg)
                 self.notify("Stopped before the first token; your message is back in the box.")
                 return
+            shown = "".join(self._received)
+            if result.text.startswith(shown) and len(result.text) > len(shown):
+                await reply_msg.write(result.text[len(shown):])  # bytes the decoder held to the end
             # Record first (history, store), then finish the display: nothing is lost if the
             # app is closed while the last fragments render.
-            meta = reply_meta(result, self.adaspark.model_label)
-            self.history = [*request.messages, {"role": "assistant", "content": result.text}]
-            self.last_reply = result.text
-            try:
-                store = self.adaspark.store
-                store.add_message(request.conversation_id, "user", request.prompt)
-                store.add_message(request.conversation_id, "assistant", result.text, meta=meta)
-            except AdaSparkError as err:
-                self.notify(f"The reply was not saved: {err}", title="Store", severity="error")
+            meta = reply_meta(result, self.adaspark.model_label, self.stats.shown_rate)
+            self._record(request, result.text, meta)
             await reply_msg.finish(reply_note(meta))
             self.refresh_conversations()
             if result.stopped:
@@ -390,14 +390,69 @@ class ChatScreen(Screen):
         finally:
             self._end_generation()
 
-    @on(ReplyFailed)
-    async def _reply_failed(self, message: ReplyFailed) -> None:
-        pending, self._pending = self._pending, None
+    def _record(self, request: ReplyRequest, text: str, meta: dict[str, Any]) -> None:
+        """The turn joins the history and the store."""
+        self.history = [*request.messages, {"role": "assistant", "content": text}]
+        self.last_reply = text
         try:
-            if pending is not None:
-                await self._withdraw(message.request, *pending)
-            self.notify(f"{message.error}\nYour message is back in the box.", title="Reply failed",
+            store = self.adaspark.store
+            store.add_message(request.conversation_id, "user", request.prompt)
+            store.add_message(request.conversation_id, "assistant", text, meta=meta)
+        except AdaSparkError as err:
+            self.notify(f"The reply was not saved: {err}", title="Store", severity="error")
+
+    async def reply_stopped_early(self, request_id: int) -> None:
+        """Esc before the engine had started the reply (it was still loading)."""
+        if not self._is_current(request_id):
+            return
+        request, pending, self._pending = self._request, self._pending, None
+        try:
+            if pending is not None and request is not None:
+                await self._withdraw(request, *pending)
+                self.notify("Stopped before the first token; your message is back in the box.")
+        finally:
+            self._end_generation()
+
+    async def reply_failed(self, request_id: int, error: str) -> None:
+        """The engine raised: the prompt goes back in the box, the conversation is kept."""
+        if not self._is_current(request_id):
+            return
+        self._stop_flushing()
+        request, pending, self._pending = self._request, self._pending, None
+        try:
+            if pending is not None and request is not None:
+                await self._withdraw(request, *pending)
+            self.notify(f"{error}\nYour message is back in the box.", title="Reply failed",
                         severity="error", timeout=10)
+        finally:
+            self._end_generation()
+
+    async def engine_died(self) -> str:
+        """The engine process ended mid-reply or idle. A reply in progress keeps the text that
+        had arrived (saved as a stopped reply), or gives the prompt back if none had. Returns a
+        sentence for the app's notification."""
+        request, pending = self._request, self._pending
+        if request is None or pending is None:
+            return ""
+        self._stop_flushing()
+        self._pending = None
+        text = "".join(self._received)
+        user_msg, reply_msg = pending
+        try:
+            if not text.strip():
+                await self._withdraw(request, user_msg, reply_msg)
+                return "Your message is back in the box. "
+            rest, self._unshown = "".join(self._unshown), []
+            last = self.round_log[-1][1] if self.round_log else None
+            meta = {"model": self.adaspark.model_label, "n_tokens": self._received_tokens,
+                    "decode_s": round(last.reply_seconds, 4) if last else 0.0,
+                    "tokens_per_s": round(self.stats.reply_rate or 0.0, 2), "stopped": True,
+                    "engine_died": True}
+            self._record(request, text, meta)
+            await reply_msg.write(rest)
+            await reply_msg.finish(reply_note(meta))
+            self.refresh_conversations()
+            return f"Kept the {self._received_tokens} tokens generated so far. "
         finally:
             self._end_generation()
 
@@ -407,6 +462,9 @@ class ChatScreen(Screen):
         await reply_msg.remove()
         self.prompt.restore(request.prompt)
         self.prompt.focus()
+        self._drop_conversation(request)
+
+    def _drop_conversation(self, request: ReplyRequest) -> None:
         if request.created_conversation and not self.history:
             try:
                 self.adaspark.store.delete_conversation(request.conversation_id)
@@ -417,18 +475,22 @@ class ChatScreen(Screen):
             self.refresh_conversations()
 
     def _end_generation(self) -> None:
+        if self._request is not None:
+            self.adaspark.engine.reply_ended(self._request.request_id)
+        self._request = None
         self.generating = False
         self.stats.generating = False
-        self._cancel = None
         self.panel.show()
         self.set_status()
         self.adaspark.reply_ended()
 
     def stop_reply(self) -> bool:
         """Ask the running reply to stop (it ends after the current round). False if none runs."""
-        if not self.generating or self._cancel is None:
+        if not self.generating:
             return False
-        self._cancel.set()
+        if self.cancel_requested_at is None:
+            self.cancel_requested_at = time.monotonic()
+        self.adaspark.engine.cancel()
         self.set_status("Stopping…")
         return True
 
@@ -533,26 +595,26 @@ class ChatScreen(Screen):
     def action_focus_prompt(self) -> None:
         self.prompt.focus()
 
-    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
-        # A worker that died outside the engine call (should not happen) must not leave the
-        # screen stuck in "generating".
-        if event.worker.group == "reply" and event.worker.state.name == "ERROR" and self.generating:
-            self._end_generation()
-            self.notify(f"Reply worker failed: {event.worker.error}", severity="error")
-
     def on_unmount(self) -> None:
-        if self._cancel is not None:
-            self._cancel.set()
+        if self.generating:
+            self.adaspark.engine.cancel()
 
 
-def reply_meta(result: ReplyResult, model: str) -> dict[str, Any]:
-    """What is stored with an assistant message (and shown under it)."""
-    return {
+def reply_meta(result: ReplyResult, model: str, shown_rate: float | None = None) -> dict[str, Any]:
+    """What is stored with an assistant message (and shown under it).
+
+    `tokens_per_s` is the engine's n_tokens / decode_s, measured in the engine process exactly
+    as `adaspark run` measures it; `shown_tokens_per_s` is the speed the display delivered.
+    """
+    meta = {
         "model": model, "arm": result.arm, "n_tokens": result.n_tokens, "decode_s": round(result.decode_s, 4),
         "tokens_per_s": round(result.tokens_per_s, 2), "rounds": result.rounds,
         "widths": {str(k): v for k, v in sorted(result.widths.items())}, "stopped": result.stopped,
         "looped": result.looped,
     }
+    if shown_rate is not None:
+        meta["shown_tokens_per_s"] = round(shown_rate, 2)
+    return meta
 
 
 def reply_note(meta: dict[str, Any] | None) -> str:
@@ -566,7 +628,9 @@ def reply_note(meta: dict[str, Any] | None) -> str:
         parts.append(f"{meta['tokens_per_s']:.1f} tok/s")
     if meta.get("rounds"):
         parts.append(f"{meta['rounds']} rounds")
-    if meta.get("stopped"):
+    if meta.get("engine_died"):
+        parts.append("stopped: the engine process ended")
+    elif meta.get("stopped"):
         parts.append("stopped")
     elif meta.get("looped"):
         parts.append("token cap reached")

@@ -24,7 +24,8 @@ PANEL_HELP = """\
 
 | Figure | Meaning |
 |---|---|
-| tok/s now / reply | decode rate over the last second / over the whole reply |
+| reply tok/s / tok/s now | decode rate over the whole reply / over the last second, measured in the engine process as `adaspark run` measures it |
+| on screen | what the display delivered: tokens shown over the time from the first to the last text shown |
 | plain, speedup | plain one-token decode rate the cost model predicts here, and the reply's rate over it |
 | tok/round | tokens committed per verify round (accepted drafts + the bonus token) |
 | width now, widths | rows verified this round, and a histogram of recent rounds |

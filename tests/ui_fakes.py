@@ -1,34 +1,76 @@
-"""Test support for the UI: a scripted engine with ChatEngine's interface, and a polling helper.
+"""Test support for the UI: a scripted engine, a recording wrapper for the real one, and polling.
 
-`ScriptedEngine` emits RoundEvents like the real engine (a prefill token first, then verify
-rounds with widths, sources and offered prices) on a synthetic clock, so the panel's figures are
-the same on every machine and snapshot tests are stable. It sleeps a little per round so the UI
-sees a real stream.
+The app runs every engine in its own process (spawned: `adaspark_app/ui/engine_client.py`), so
+what a test hands the app is a picklable *factory* that the engine process calls:
+
+- `scripted(...)` builds a `ScriptedEngine` there. It has ChatEngine's interface and emits
+  RoundEvents like the real engine (a prefill token first, then verify rounds with widths,
+  sources and offered prices) on a synthetic clock, so the panel's figures are the same on every
+  machine and snapshot tests are stable. It replaces only the model: the process, the pipes, the
+  cancel flag and the UI are the real ones.
+- `recording(EngineConfig(...), log)` wraps the real ChatEngine and logs what it was asked.
+
+What the engine process saw is read back from a JSON-lines log (`read_log`); a test steers a
+scripted reply with `spawn_event()`s (multiprocessing Events of the spawn context, the only kind a
+spawned process can share).
 """
 
 from __future__ import annotations
 
+import functools
+import json
+import multiprocessing
+import os
 import re
 import threading
 import time
+from pathlib import Path
 from typing import Any, Callable
 
-from ..engine.events import ReplyResult, RoundEvent
-from ..errors import AdaSparkError
+from adaspark_app.engine.events import ReplyResult, RoundEvent
 
 TOKEN_RE = re.compile(r"\s*\S+|\s+")
 PRICES_S = {1: 0.010, 2: 0.0185, 4: 0.029, 8: 0.048}  # verify seconds by width (DESIGN.md ratios)
 ROUND_S = 0.02  # synthetic decode seconds per round
+SPAWN = multiprocessing.get_context("spawn")
+
+
+def spawn_event() -> Any:
+    """An Event shared with the engine process (created before the app starts it)."""
+    return SPAWN.Event()
+
+
+def _log(path: str | None, record: dict[str, Any]) -> None:
+    if path is None:
+        return
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(json.dumps(record) + "\n")
+
+
+def read_log(path: str | os.PathLike, event: str | None = None) -> list[dict[str, Any]]:
+    """The records an engine process wrote to `path` (only those of `event`, if given)."""
+    p = Path(path)
+    if not p.exists():
+        return []
+    rows = [json.loads(line) for line in p.read_text(encoding="utf-8").splitlines() if line.strip()]
+    return [r for r in rows if event is None or r.get("event") == event]
 
 
 class ScriptedEngine:
-    """Same interface as `ChatEngine`; replies come from `replies` in turn (the last one repeats)."""
+    """Same interface as `ChatEngine`; replies come from `replies` in turn (the last one repeats).
+
+    `fail` is raised after `fail_after_rounds` rounds of each call listed in `fail_calls` (all
+    calls when None). With `hold_after_rounds`, a reply sets `held` at that round and waits for
+    `gate` (or a cancel), as a slow round would.
+    """
 
     def __init__(self, replies: list[str] | None = None, *, round_sleep: float = 0.002,
                  committed: tuple[int, ...] = (2, 3, 1, 4), widths: tuple[int, ...] = (4, 8, 1, 4),
-                 fail: AdaSparkError | None = None, fail_after_rounds: int = 0,
-                 hold_after_rounds: int | None = None, model_name: str = "Scripted-135M (test)",
-                 drafter_name: str | None = None, load_seconds: float = 0.0) -> None:
+                 fail: BaseException | None = None, fail_after_rounds: int = 0,
+                 fail_calls: tuple[int, ...] | None = None,
+                 hold_after_rounds: int | None = None, held: Any = None, gate: Any = None,
+                 model_name: str = "Scripted-135M (test)", drafter_name: str | None = None,
+                 load_seconds: float = 0.0, log_path: str | None = None) -> None:
         if load_seconds:
             time.sleep(load_seconds)
         self.replies = list(replies or ["Hello! I am a **scripted** reply."])
@@ -37,27 +79,31 @@ class ScriptedEngine:
         self.widths = widths
         self.fail = fail
         self.fail_after_rounds = fail_after_rounds
+        self.fail_calls = fail_calls
         self.hold_after_rounds = hold_after_rounds
+        self.held = held if held is not None else threading.Event()
+        self.gate = gate if gate is not None else threading.Event()
         self.model_name = model_name
         self.drafter_name = drafter_name
-        self.calls: list[tuple[str, list[dict[str, str]]]] = []
-        self.threads: list[str] = []
-        self.turns: list[int] = []
+        self.notices: list[str] = []
+        self.log_path = log_path
+        self.calls = 0
         self.rounds_total = 0
-        self.held = threading.Event()  # set while a reply waits at hold_after_rounds
-        self.gate = threading.Event()  # set by a test to let a held reply go on
         self.closed = False
+        _log(log_path, {"event": "load", "pid": os.getpid()})
 
     # ------------------------------------------------------------------ ChatEngine interface
     def generate(self, conversation_id: str, messages: list[dict[str, str]], max_tokens: int = 512,
                  on_round: Callable[[RoundEvent], None] | None = None,
-                 cancel: threading.Event | None = None, turn: int = 0) -> ReplyResult:
+                 cancel: Any = None, turn: int = 0) -> ReplyResult:
         if self.closed:
             raise RuntimeError("engine is closed")
-        self.calls.append((conversation_id, [dict(m) for m in messages]))
-        self.turns.append(turn)
-        self.threads.append(threading.current_thread().name)
-        reply = self.replies[min(len(self.calls) - 1, len(self.replies) - 1)]
+        call = self.calls
+        self.calls += 1
+        _log(self.log_path, {"event": "generate", "conversation": conversation_id, "messages": messages,
+                             "turn": turn, "max_tokens": max_tokens, "pid": os.getpid(),
+                             "thread": threading.current_thread().name})
+        reply = self.replies[min(call, len(self.replies) - 1)]
         pieces = TOKEN_RE.findall(reply)[:max_tokens]
         context = sum(len(m["content"]) for m in messages) // 4 + 8
         emitted: list[str] = []
@@ -66,18 +112,18 @@ class ScriptedEngine:
         widths: dict[int, int] = {}
         rows: dict[str, int] = {"drafter": 0, "ngram": 0, "agreed": 0}
         accepted_src: dict[str, int] = {"drafter": 0, "ngram": 0, "agreed": 0}
+        fails = self.fail is not None and (self.fail_calls is None or call in self.fail_calls)
         i = 0
         r = 0
         while i < len(pieces):
             if cancel is not None and cancel.is_set():
                 stopped = True
                 break
-            if self.fail is not None and r >= self.fail_after_rounds:
-                raise self.fail
+            if fails and r >= self.fail_after_rounds:
+                raise self.fail  # type: ignore[misc]
             if self.hold_after_rounds is not None and r == self.hold_after_rounds:
-                # Wait, as a slow round would, until the test releases the gate or the UI cancels.
                 self.held.set()
-                deadline = time.monotonic() + 10.0
+                deadline = time.monotonic() + 20.0
                 while not self.gate.is_set() and not (cancel is not None and cancel.is_set()):
                     if time.monotonic() > deadline:
                         raise RuntimeError("scripted engine held for a release that never came")
@@ -153,20 +199,62 @@ class ScriptedEngine:
 
     def close(self) -> None:
         self.closed = True
+        _log(self.log_path, {"event": "close", "pid": os.getpid()})
 
 
-async def wait_until(pilot: Any, predicate: Callable[[], Any], timeout: float = 5.0,
-                     interval: float = 0.01, what: str | None = None) -> None:
+def scripted(replies: list[str] | None = None, **kwargs: Any) -> Callable[[], ScriptedEngine]:
+    """A picklable factory the engine process calls to build a ScriptedEngine."""
+    return functools.partial(ScriptedEngine, replies, **kwargs)
+
+
+def _raise(error: BaseException) -> Any:
+    raise error
+
+
+def failing(error: BaseException) -> Callable[[], Any]:
+    """A factory whose engine fails to load with `error` (in the engine process)."""
+    return functools.partial(_raise, error)
+
+
+class RecordingEngine:
+    """The real engine (built by `factory` in the engine process), logging what it is asked."""
+
+    def __init__(self, factory: Callable[[], Any], log_path: str) -> None:
+        self._engine = factory()
+        self._log_path = log_path
+        _log(log_path, {"event": "load", "pid": os.getpid()})
+
+    def generate(self, conversation_id: str, messages: list[dict[str, str]], *args: Any, **kwargs: Any) -> Any:
+        _log(self._log_path, {"event": "generate", "conversation": conversation_id, "messages": messages,
+                              "pid": os.getpid(), "thread": threading.current_thread().name})
+        return self._engine.generate(conversation_id, messages, *args, **kwargs)
+
+    def close(self) -> None:
+        self._engine.close()  # the worker then closes the engine's store (found through __getattr__)
+        _log(self._log_path, {"event": "close", "pid": os.getpid()})
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._engine, name)
+
+
+def recording(factory: Callable[[], Any], log_path: str | os.PathLike) -> Callable[[], RecordingEngine]:
+    """A picklable factory: the real engine from `factory`, wrapped in a RecordingEngine."""
+    return functools.partial(RecordingEngine, factory, str(log_path))
+
+
+async def wait_until(pilot: Any, predicate: Callable[[], Any], timeout: float = 10.0,
+                     interval: float = 0.01, what: str | Callable[[], str] | None = None) -> None:
     """Poll `predicate` between Pilot pauses until it is truthy; fail after `timeout` seconds.
 
     Polling instead of bare `pilot.pause()` keeps tests fast when things are quick and patient
-    when the machine is slow.
+    when the machine is slow. `what` (or a function giving it, read at the timeout) names what
+    was awaited in the failure message.
     """
     deadline = time.monotonic() + timeout
     while True:
         if predicate():
             return
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what or predicate}")
+            said = what() if callable(what) else what
+            raise AssertionError(f"timed out after {timeout}s waiting for {said or predicate}")
         await pilot.pause(interval)
-

@@ -1,0 +1,120 @@
+"""p_src of Eq. (6): how often the n-gram source's first proposal is the token committed.
+
+A learner of the committed text: it takes (proposal, committed token) pairs and returns
+precisions, overall and per proposal class. The n-gram index (``engine.ngram.NgramIndex.extend``)
+feeds it one pair per committed token; the acceptance model reads ``value`` and ``for_class``.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import numpy as np
+
+from .acceptance import EVIDENCE_EDGES  # the per-class counts are shrunk toward the model's evidence bins
+from .constants import CLASS_PRIOR_WEIGHT, COPY_EVIDENCE_CAP
+from .kinds import NgramKind
+from .state import StateError, integer, integers, sequence, versioned
+
+STATE_VERSION = 1  # of state_dict's layout (learn/state.py); b9fbe7f's had no "version"
+
+# evidence classes 0..COPY_EVIDENCE_CAP -> the acceptance model's evidence bin
+_BIN_OF = np.maximum(np.searchsorted(EVIDENCE_EDGES, np.arange(COPY_EVIDENCE_CAP + 1), side="right") - 1, 0)
+_BIN_MATRIX = np.eye(len(EVIDENCE_EDGES), dtype=np.int64)[_BIN_OF]  # (classes, bins) one-hot
+
+
+class Proposal(Protocol):
+    """What the tracker reads of a proposal (``engine.ngram.NgramStep``)."""
+
+    token: int
+    kind: NgramKind
+    evidence: int
+
+
+class SourcePrecision:
+    """p_src of Eq. (6): the n-gram source's top-1 precision on the committed text.
+
+    Counts, over committed tokens where the index proposed something, how often the proposal
+    was the token committed; smoothed by a Beta(1, 1) prior, so it reads 0.5 before any
+    evidence. Positions with no proposal are not counted: p_src prices proposals that exist.
+
+    The same counts are also kept per proposal class, (kind, evidence) with evidence capped at
+    ``COPY_EVIDENCE_CAP``: a copy whose matched context is 32 tokens long is right far more often
+    than one that matched 4, and a chain node k steps below the anchor carries the evidence its
+    proposal would have at the anchor once those k tokens are committed. So ``for_class`` is the
+    precision of the index's first step at that class on this text: the measured price of a
+    chain node given its parent, for a counter per committed token. Every committed token feeds
+    one class, so classes fill fast; a sparse one is shrunk (``CLASS_PRIOR_WEIGHT`` pseudo-trials)
+    toward its evidence bin's value (the acceptance model's bins), and the bin toward the
+    overall value, so a class seen twice does not read 0 or 1.
+    """
+
+    __slots__ = ("hits", "trials", "_a", "_b", "class_hits", "class_trials")
+
+    def __init__(self, prior_hits: float = 1.0, prior_misses: float = 1.0) -> None:
+        self.hits = 0
+        self.trials = 0
+        self._a = float(prior_hits)
+        self._b = float(prior_misses)
+        # [NgramKind code][evidence 0..COPY_EVIDENCE_CAP]
+        self.class_hits = np.zeros((len(NgramKind), COPY_EVIDENCE_CAP + 1), dtype=np.int64)
+        self.class_trials = np.zeros((len(NgramKind), COPY_EVIDENCE_CAP + 1), dtype=np.int64)
+
+    def observe(self, predicted: Proposal | None, actual: int) -> None:
+        """Fold one committed token: ``predicted`` is ``first_step()`` taken before it (None: the
+        index proposed nothing there, which is not counted)."""
+        if predicted is None:
+            return
+        hit = int(predicted.token == int(actual))
+        self.trials += 1
+        self.hits += hit
+        k = int(predicted.kind)
+        e = min(max(int(predicted.evidence), 0), COPY_EVIDENCE_CAP)
+        self.class_trials[k, e] += 1
+        self.class_hits[k, e] += hit
+
+    @property
+    def value(self) -> float:
+        """Posterior mean precision (hits + 1) / (trials + 2) under Beta(1, 1)."""
+        return (self.hits + self._a) / (self.trials + self._a + self._b)
+
+    def for_class(self, kind: np.ndarray, evidence: np.ndarray) -> np.ndarray:
+        """Precision per proposal class: ``kind`` codes (1 copy, 2 follower; anything else reads
+        the overall value) and evidence; shrunk toward the bin, the bin toward ``value``."""
+        kind = np.asarray(kind, dtype=np.int64)
+        ev = np.minimum(np.maximum(np.asarray(evidence, dtype=np.int64), 0), COPY_EVIDENCE_CAP)
+        overall = self.value
+        w = CLASS_PRIOR_WEIGHT
+        ok = (kind == NgramKind.COPY) | (kind == NgramKind.FOLLOWER)
+        k = np.where(ok, kind, 0)
+        # per (kind, evidence bin): sums over the bin's evidence values, shrunk toward overall
+        bh = self.class_hits @ _BIN_MATRIX
+        bt = self.class_trials @ _BIN_MATRIX
+        b = _BIN_OF[ev]
+        prior = (bh[k, b] + w * overall) / (bt[k, b] + w)
+        est = (self.class_hits[k, ev] + w * prior) / (self.class_trials[k, ev] + w)
+        return np.where(ok, est, overall)
+
+    def state_dict(self) -> dict:
+        return {"version": STATE_VERSION, "hits": int(self.hits), "trials": int(self.trials),
+                "class_hits": self.class_hits.tolist(), "class_trials": self.class_trials.tolist()}
+
+    def load_state(self, state: dict, where: str = "precision") -> None:
+        """Restore from ``state_dict``; StateError (a ValueError naming the field) on a state of
+        another version or a malformed one, and then nothing is changed."""
+        s = versioned(state, where, STATE_VERSION, ("hits", "trials", "class_hits", "class_trials"))
+        hits, trials = integer(s["hits"], f"{where}.hits"), integer(s["trials"], f"{where}.trials")
+        if hits > trials:
+            raise StateError(f"{where}.hits: {hits} hits in {trials} trials")
+        rows, cols = self.class_hits.shape  # [NgramKind code][evidence 0..COPY_EVIDENCE_CAP]
+        counts = {}
+        for name in ("class_hits", "class_trials"):
+            table = sequence(s[name], f"{where}.{name}", rows)
+            counts[name] = np.array([integers(r, f"{where}.{name}[{k}]", cols) for k, r in enumerate(table)],
+                                    dtype=np.int64)
+        bad = np.argwhere(counts["class_hits"] > counts["class_trials"])
+        if bad.size:
+            k, e = (int(x) for x in bad[0])
+            raise StateError(f"{where}.class_hits[{k}][{e}]: more hits than trials")
+        self.hits, self.trials = hits, trials
+        self.class_hits, self.class_trials = counts["class_hits"], counts["class_trials"]

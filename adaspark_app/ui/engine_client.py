@@ -1,0 +1,336 @@
+"""The engine process, seen from the UI: start it, send it replies to make, stop, restart, close.
+
+`EngineClient` spawns `adaspark_app.engine.worker.serve` with the "spawn" context and owns one
+thread, `engine-io`, that starts each engine process and then reads its event pipe, turning
+each message into a Textual message posted to the app (`post_message` is thread-safe). The UI
+thread only writes commands to the other pipe and sets the shared cancel flag: it never waits
+on the engine and never imports llama_cpp.
+
+Priority: on Linux a thread's nice value is its own and a child inherits its creator's, so the
+io thread is made before the UI lowers its priority (`lower_ui_priority`) and every engine
+process, restarts included, is spawned from it at the priority the user started with.
+"""
+
+from __future__ import annotations
+
+import itertools
+import multiprocessing
+import os
+import signal
+import sys
+import threading
+from typing import Any, Callable
+
+from textual.message import Message
+
+from ..engine.events import ReplyResult, RoundEvent
+from ..engine.worker import CancelFlag, serve
+
+UI_NICE = 19  # the UI's niceness while it runs: see lower_ui_priority
+NICE_ENV = "ADASPARK_UI_NICE"  # override (an integer; 0 leaves the priority alone)
+
+
+class EngineLoaded(Message):
+    """The engine process has built its engine."""
+
+    def __init__(self, model_name: str | None, drafter_name: str | None, notices: list[str],
+                 gauges: dict[str, Any] | None, pid: int, restarted: bool) -> None:
+        super().__init__()
+        self.model_name = model_name
+        self.drafter_name = drafter_name
+        self.notices = notices
+        self.gauges = gauges
+        self.pid = pid
+        self.restarted = restarted
+
+
+class EngineLoadFailed(Message):
+    """Building the engine failed; `error` is the one-line message for the user."""
+
+    def __init__(self, error: str, restarted: bool) -> None:
+        super().__init__()
+        self.error = error
+        self.restarted = restarted
+
+
+class EngineRounds(Message):
+    """A batch of a reply's rounds: events in round order, the monotonic time of each."""
+
+    def __init__(self, request_id: int, events: list[RoundEvent], times: list[float],
+                 gauges: dict[str, Any] | None) -> None:
+        super().__init__()
+        self.request_id = request_id
+        self.events = events
+        self.times = times
+        self.gauges = gauges
+
+
+class EngineDone(Message):
+    """A reply ended (complete, at the token cap, or stopped by the user)."""
+
+    def __init__(self, request_id: int, result: ReplyResult, gauges: dict[str, Any] | None) -> None:
+        super().__init__()
+        self.request_id = request_id
+        self.result = result
+        self.gauges = gauges
+
+
+class EngineStopped(Message):
+    """A reply was cancelled before it started (no token was generated)."""
+
+    def __init__(self, request_id: int) -> None:
+        super().__init__()
+        self.request_id = request_id
+
+
+class EngineReplyFailed(Message):
+    """The engine raised while making a reply; the engine process goes on."""
+
+    def __init__(self, request_id: int, error: str) -> None:
+        super().__init__()
+        self.request_id = request_id
+        self.error = error
+
+
+class EngineDied(Message):
+    """The engine process ended without being asked to (a crash, or killed)."""
+
+    def __init__(self, exitcode: int | None, pid: int | None) -> None:
+        super().__init__()
+        self.exitcode = exitcode
+        self.pid = pid
+
+
+def lower_ui_priority(nice: int | None = None) -> int:
+    """Lower the calling thread's CPU priority (Linux: the nice value is per thread) so the OS
+    gives llama.cpp's threads the cores; threads it creates later inherit it. Returns the
+    increment applied (0 off Linux, or when `ADASPARK_UI_NICE=0`).
+
+    Why 19: on two cores with two llama.cpp threads every slice the UI runs preempts a verify,
+    and the decode runs at the speed of its slowest thread. At nice 19 the UI paints in the gaps
+    and in its small share; the panel shows how far the display trails the engine.
+    """
+    if nice is None:
+        try:
+            nice = int(os.environ.get(NICE_ENV, UI_NICE))
+        except ValueError:
+            nice = UI_NICE
+    if nice <= 0 or not sys.platform.startswith("linux"):
+        return 0  # elsewhere the nice value is the process's, and the engine would inherit it
+    try:
+        os.nice(nice)
+    except OSError:
+        return 0
+    return nice
+
+
+class EngineClient:
+    """One engine process at a time, restartable; requests are numbered so late messages of an
+    abandoned reply (after a restart) are recognised and dropped by the UI."""
+
+    def __init__(self, factory: Callable[[], Any], post: Callable[[Message], Any], *,
+                 log_path: str | None = None) -> None:
+        self._factory = factory
+        self._post = post
+        self.log_path = log_path  # where the engine process writes what it prints
+        self._ctx = multiprocessing.get_context("spawn")
+        self._ids = itertools.count(1)
+        self._wake = threading.Event()
+        self._lock = threading.Lock()
+        self._closing = False
+        self._starts = 0
+        self._commands: Any = None  # the UI's end of the command pipe (None while no process)
+        self._process: Any = None
+        self.cancel_flag: CancelFlag | None = None
+        self.ready = False  # the current process has loaded its engine
+        self.error: str | None = None  # the last load error
+        self.pid: int | None = None
+        self.loads = 0  # engines loaded so far (1 + successful restarts)
+        self.pending: int | None = None  # request id of the reply in progress
+        self._queued: tuple | None = None  # a generate command waiting for the process to exist
+        self._cancel_queued = False
+        # multiprocessing's resource tracker is started with the stderr fd it finds; started later,
+        # inside the running app, that would be Textual's stand-in for stderr, which has no fd.
+        try:
+            from multiprocessing import resource_tracker
+
+            resource_tracker.ensure_running()
+        except Exception:
+            pass
+        # Made now, before the UI lowers its priority: engine processes inherit the io thread's.
+        self._thread = threading.Thread(target=self._io_loop, name="engine-io", daemon=True)
+        self._thread.start()
+
+    # ------------------------------------------------------------------ UI thread API
+    @property
+    def alive(self) -> bool:
+        p = self._process
+        return p is not None and p.is_alive()
+
+    def start(self) -> None:
+        """Start (or restart) the engine process; returns at once, `EngineLoaded` follows."""
+        with self._lock:
+            if self._closing:
+                return
+            self.ready = False
+            self.error = None
+            self._starts += 1
+        self._wake.set()
+
+    def generate(self, conversation_id: str, messages: list[dict[str, str]], max_tokens: int, turn: int,
+                 sampling: Any = None) -> int:
+        """Ask for a reply; returns its request id. A request made while the model loads (or
+        while a restart spawns the process) waits and is answered once the engine is there.
+        Raises RuntimeError if the client is closed or was never started."""
+        with self._lock:
+            if self._closing or self._starts == 0:
+                raise RuntimeError("the engine is not running")
+            request_id = next(self._ids)
+            command = ("generate", request_id, conversation_id, messages, max_tokens, turn, sampling)
+            self.pending = request_id
+            if self._commands is None or self.cancel_flag is None:
+                self._queued = command  # sent by the io thread as soon as the process exists
+                self._cancel_queued = False
+                return request_id
+            self.cancel_flag.clear()  # the previous reply has ended: its stop must not stop this one
+            try:
+                self._commands.send(command)
+            except (OSError, ValueError) as err:
+                self.pending = None
+                raise RuntimeError(f"the engine is not running ({err})") from None
+        return request_id
+
+    def cancel(self) -> None:
+        """Stop the reply in progress after its current round (never blocks)."""
+        with self._lock:
+            if self._queued is not None:
+                self._cancel_queued = True
+                return
+            flag = self.cancel_flag
+        if flag is not None:
+            flag.set()
+
+    def reply_ended(self, request_id: int) -> None:
+        if self.pending == request_id:
+            self.pending = None
+
+    def kill(self) -> None:
+        """Kill the engine process (tests; a crash looks the same to the UI)."""
+        p = self._process
+        if p is not None and p.pid and p.exitcode is None:
+            try:
+                os.kill(p.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+    def close(self, timeout: float = 10.0) -> bool:
+        """Stop a running reply, ask the engine to close, and wait for it (then kill it).
+        Returns False if it had to be killed. Safe to call twice and from any thread."""
+        with self._lock:
+            self._closing = True
+            commands, process = self._commands, self._process
+        self.cancel()
+        self._wake.set()
+        clean = True
+        if process is not None:
+            try:
+                commands.send(("close",))
+            except (OSError, ValueError, AttributeError):
+                pass
+            process.join(timeout)
+            if process.is_alive():
+                clean = False
+                process.kill()
+                process.join(2.0)
+        self._thread.join(timeout)
+        return clean
+
+    @property
+    def exitcode(self) -> int | None:
+        p = self._process
+        return None if p is None else p.exitcode
+
+    # ------------------------------------------------------------------ the io thread
+    def _io_loop(self) -> None:
+        """Thread boundary: spawns engine processes and reads their events; touches no widget."""
+        while True:
+            self._wake.wait()
+            with self._lock:
+                self._wake.clear()
+                if self._closing:
+                    return
+                restarted = self._starts > 1
+            self._run_one(restarted)
+            with self._lock:
+                if self._closing:
+                    return
+
+    def _run_one(self, restarted: bool) -> None:
+        ctx = self._ctx
+        cmd_recv, cmd_send = ctx.Pipe(duplex=False)
+        ev_recv, ev_send = ctx.Pipe(duplex=False)
+        flag = CancelFlag(ctx)
+        process = ctx.Process(target=serve, args=(cmd_recv, ev_send, flag, self._factory, self.log_path),
+                              name="adaspark-engine", daemon=True)
+        try:
+            process.start()
+        except Exception as err:
+            self._post(EngineLoadFailed(f"could not start the engine process: {err}", restarted))
+            return
+        cmd_recv.close()
+        ev_send.close()
+        with self._lock:
+            self._process, self._commands, self.cancel_flag = process, cmd_send, flag
+            self.pid = process.pid
+            closing = self._closing
+            queued, self._queued = self._queued, None
+            if queued is not None and self._cancel_queued:
+                flag.set()  # stopped while it waited: the engine answers "stopped"
+            try:
+                if queued is not None:
+                    cmd_send.send(queued)
+                if closing:
+                    cmd_send.send(("close",))
+            except OSError:
+                pass  # the process died at once: the read below sees it
+        asked_to_close = False
+        try:
+            while True:
+                try:
+                    msg = ev_recv.recv()
+                except (EOFError, OSError):
+                    break
+                kind = msg[0]
+                if kind == "rounds":
+                    self._post(EngineRounds(msg[1], msg[2], msg[3], msg[4]))
+                elif kind == "done":
+                    self._post(EngineDone(msg[1], msg[2], msg[3]))
+                elif kind == "loaded":
+                    info = msg[1]
+                    self.ready = True
+                    self.loads += 1
+                    self._post(EngineLoaded(info["model_name"], info["drafter_name"], info["notices"],
+                                            info["gauges"], info["pid"], restarted))
+                elif kind == "stopped":
+                    self._post(EngineStopped(msg[1]))
+                elif kind == "failed":
+                    self._post(EngineReplyFailed(msg[1], msg[2]))
+                elif kind == "load_failed":
+                    self.error = msg[1]
+                    asked_to_close = True  # the process exits by itself after a failed load
+                    self._post(EngineLoadFailed(msg[1], restarted))
+                elif kind == "closed":
+                    asked_to_close = True
+        finally:
+            ev_recv.close()
+            process.join(5.0)
+            with self._lock:
+                self.ready = False
+                self._commands = None
+                closing = self._closing
+            try:
+                cmd_send.close()
+            except OSError:
+                pass
+        if not closing and not asked_to_close:
+            self._post(EngineDied(process.exitcode, process.pid))

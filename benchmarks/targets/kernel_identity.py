@@ -1,0 +1,114 @@
+"""Per ggml weight type: is a batched mul_mat column bit-identical to the same column alone?
+
+Calls ggml itself (through ctypes, the libggml-base / libggml-cpu that llama_cpp loads, so after
+``native.activate()`` the patched Q4_1 kernels too): random weights W (K x M) quantized to each
+type with ggml_quantize_chunk, activations X (K x N); Y = mul_mat(W, X) over all N columns at
+once and over each column alone, compared bit for bit. A one-column product takes ggml's vec_dot
+kernel; N >= 2 may take llamafile's tinyBLAS (F32, F16, BF16, Q8_0, Q4_0, Q5_0, IQ4_NL and
+AdaSpark's Q4_1), so a type whose two kernels sum differently shows here.
+
+    python benchmarks/targets/kernel_identity.py [--types Q4_K,Q6_K,Q5_0,Q8_0,Q4_1,Q5_1] [--k 896] [--m 128] [--n 8]
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+GGML_TYPES = {"F32": 0, "F16": 1, "Q4_0": 2, "Q4_1": 3, "Q5_0": 6, "Q5_1": 7, "Q8_0": 8,
+              "Q4_K": 12, "Q5_K": 13, "Q6_K": 14, "BF16": 30}
+
+
+class _InitParams(ctypes.Structure):
+    _fields_ = [("mem_size", ctypes.c_size_t), ("mem_buffer", ctypes.c_void_p), ("no_alloc", ctypes.c_bool)]
+
+
+def _libs():
+    from adaspark_app import native
+
+    native.activate()
+    import llama_cpp  # noqa: F401  (loads the libraries from LLAMA_CPP_LIB_PATH, if set)
+
+    lib_dir = Path(os.environ.get("LLAMA_CPP_LIB_PATH") or Path(llama_cpp.__file__).parent / "lib")
+    base = ctypes.CDLL(str(lib_dir / "libggml-base.so"), mode=ctypes.RTLD_GLOBAL)
+    cpu = ctypes.CDLL(str(lib_dir / "libggml-cpu.so"), mode=ctypes.RTLD_GLOBAL)
+    vp, i64 = ctypes.c_void_p, ctypes.c_int64
+    base.ggml_init.restype, base.ggml_init.argtypes = vp, [_InitParams]
+    base.ggml_free.argtypes = [vp]
+    base.ggml_new_tensor_2d.restype, base.ggml_new_tensor_2d.argtypes = vp, [vp, ctypes.c_int, i64, i64]
+    base.ggml_get_data.restype, base.ggml_get_data.argtypes = vp, [vp]
+    base.ggml_mul_mat.restype, base.ggml_mul_mat.argtypes = vp, [vp, vp, vp]
+    base.ggml_new_graph.restype, base.ggml_new_graph.argtypes = vp, [vp]
+    base.ggml_build_forward_expand.argtypes = [vp, vp]
+    base.ggml_quantize_chunk.restype = ctypes.c_size_t
+    base.ggml_quantize_chunk.argtypes = [ctypes.c_int, vp, vp, i64, i64, i64, vp]
+    base.ggml_row_size.restype, base.ggml_row_size.argtypes = ctypes.c_size_t, [ctypes.c_int, i64]
+    cpu.ggml_cpu_init.argtypes = []
+    cpu.ggml_cpu_init()
+    cpu.ggml_graph_compute_with_ctx.restype = ctypes.c_int
+    cpu.ggml_graph_compute_with_ctx.argtypes = [vp, vp, ctypes.c_int]
+    return base, cpu, native.status()
+
+
+def mul_mat(base, cpu, qtype: int, w: np.ndarray, x: np.ndarray, threads: int) -> np.ndarray:
+    """ggml mul_mat of W (M rows of K, quantized to qtype) by X (N rows of K): Y as N x M float32."""
+    m, k = w.shape
+    n = x.shape[0]
+    ctx = base.ggml_init(_InitParams(64 << 20, None, False))
+    try:
+        tw = base.ggml_new_tensor_2d(ctx, qtype, k, m)
+        w32 = np.ascontiguousarray(w, dtype=np.float32)
+        base.ggml_quantize_chunk(qtype, w32.ctypes.data, base.ggml_get_data(tw), 0, m, k, None)
+        tx = base.ggml_new_tensor_2d(ctx, 0, k, n)
+        ctypes.memmove(base.ggml_get_data(tx), np.ascontiguousarray(x, dtype=np.float32).ctypes.data, x.nbytes)
+        ty = base.ggml_mul_mat(ctx, tw, tx)
+        gf = base.ggml_new_graph(ctx)
+        base.ggml_build_forward_expand(gf, ty)
+        if cpu.ggml_graph_compute_with_ctx(ctx, gf, threads) != 0:
+            raise RuntimeError("ggml_graph_compute_with_ctx failed")
+        out = np.ctypeslib.as_array(ctypes.cast(base.ggml_get_data(ty), ctypes.POINTER(ctypes.c_float)),
+                                    shape=(n, m)).copy()
+    finally:
+        base.ggml_free(ctx)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    """CLI entry point: 0 when every type is bit-identical, else 1."""
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--types", default="Q4_K,Q6_K,Q5_0,Q8_0,Q4_0,Q4_1,Q5_1,F16,F32")
+    ap.add_argument("--k", type=int, default=896 * 2 + 256 * 0 + 256)  # a multiple of 256 (K-quants)
+    ap.add_argument("--m", type=int, default=128)
+    ap.add_argument("--n", type=int, default=8)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args(argv)
+    base, cpu, status = _libs()
+    rng = np.random.default_rng(args.seed)
+    w = rng.standard_normal((args.m, args.k)).astype(np.float32) * 0.05
+    x = rng.standard_normal((args.n, args.k)).astype(np.float32)
+    print(f"kernels: {status}; W {args.m}x{args.k}, {args.n} columns, {args.threads} threads")
+    ok = True
+    for name in args.types.split(","):
+        qt = GGML_TYPES[name]
+        batched = mul_mat(base, cpu, qt, w, x, args.threads)
+        alone = np.stack([mul_mat(base, cpu, qt, w, x[j:j + 1], args.threads)[0] for j in range(args.n)])
+        same = np.array_equal(batched, alone)
+        ok &= same
+        diff = np.abs(batched - alone)
+        print(f"{name:5s} batched == alone: {same}; elements differing {int((diff > 0).sum())}/{diff.size}, "
+              f"max |diff| {diff.max():.3g}")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

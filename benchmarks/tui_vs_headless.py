@@ -1,0 +1,291 @@
+"""Does the TUI slow decoding? `adaspark chat` in a real terminal against `adaspark run`, same turns.
+
+For each scripted conversation (short chat from MT-Bench, long pastes from ShareGPT), in turn:
+
+- TUI: `adaspark chat --temperature 0 --store FRESH.db --max-tokens N` (greedy, as `run`) runs in
+  tmux at 160x48; each user turn is
+  pasted (tmux bracketed paste) and sent with Enter, and the reply is awaited by polling the
+  store's `messages` table. Its speed is the `tokens_per_s` the app records in the assistant
+  row's `meta`: n_tokens / decode_s measured in the engine process as `adaspark run` measures it.
+- headless: `adaspark run CONV.jsonl --max-tokens N --fresh-store --out OUT.jsonl`.
+
+The two run back to back per conversation, alternating which goes first, each on a fresh store.
+Reported: the speed ratio TUI / headless per reply, and overall the geometric mean with a 95%
+bootstrap interval over conversations (adaspark_app/bench/stats.py), the display's own speed
+(`shown_tokens_per_s`), and whether the texts are identical. Usage:
+
+    python benchmarks/tui_vs_headless.py [--chat 6] [--paste 4] [--max-tokens 256]
+        [--out benchmarks/results/tui-vs-headless] [--ui-nice N] [--adaspark "adaspark"]
+
+Needs tmux. Run it on a quiet machine: both arms share its cores with anything else running.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import shlex
+import shutil
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+from adaspark_app.bench.stats import bootstrap_interval, geometric_mean
+
+ROOT = Path(__file__).resolve().parent
+CORPORA = ROOT / "corpora"
+SIZE = (160, 48)
+READY_TIMEOUT_S = 120.0  # the app up and the model loaded
+REPLY_TIMEOUT_S = 600.0
+
+
+@dataclass
+class Reply:
+    arm: str  # "tui" | "headless"
+    conversation: str
+    turn: int
+    category: str
+    text: str
+    n_tokens: int
+    decode_s: float
+    tokens_per_s: float
+    looped: bool
+    shown_tokens_per_s: float | None = None
+    first: bool = False  # this arm ran first for the conversation
+
+
+def load_conversations(n_chat: int, n_paste: int) -> list[dict]:
+    """The first `n_chat` MT-Bench conversations (two turns) and `n_paste` long pastes (one), turns
+    stripped: the chat sends what was typed without surrounding blanks, so both arms get that."""
+    def take(name: str, n: int) -> list[dict]:
+        rows = [json.loads(line) for line in (CORPORA / name).read_text().splitlines() if line.strip()]
+        return [{"id": r["id"], "category": r.get("category") or name, "turns": [t.strip() for t in r["turns"]]}
+                for r in rows[:n]]
+    return take("mtbench.jsonl", n_chat) + take("longpaste.jsonl", n_paste)
+
+
+# ---------------------------------------------------------------------------- the TUI arm
+TMUX_SOCKET = f"adaspark-bench-{os.getpid()}"  # a private tmux server: it starts with this process's env
+
+
+def tmux(*args: str, check: bool = True) -> str:
+    return subprocess.run(["tmux", "-L", TMUX_SOCKET, *args], check=check, capture_output=True, text=True).stdout
+
+
+def assistant_rows(db: Path) -> list[tuple[str, dict]]:
+    """The assistant messages stored so far (read-only; the app writes in WAL mode)."""
+    if not db.exists():
+        return []
+    try:
+        conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5)
+        try:
+            rows = conn.execute("select content, meta from messages where role = 'assistant' order by id").fetchall()
+        finally:
+            conn.close()
+    except sqlite3.Error:
+        return []
+    return [(c, json.loads(m) if m else {}) for c, m in rows]
+
+
+def user_rows(db: Path) -> list[str]:
+    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5)
+    try:
+        return [r[0] for r in conn.execute("select content from messages where role = 'user' order by id")]
+    finally:
+        conn.close()
+
+
+def run_tui(conv: dict, adaspark: list[str], max_tokens: int, work: Path, session: str,
+            ui_nice: int | None = None) -> list[Reply]:
+    db = work / f"tui-{conv['id']}.db"
+    env = ["env", "-u", "COLUMNS", "-u", "LINES"]  # the terminal's own size, not an inherited one
+    if ui_nice is not None:
+        env.append(f"ADASPARK_UI_NICE={ui_nice}")
+    cmd = " ".join(shlex.quote(a) for a in [*env, *adaspark, "chat", "--temperature", "0", "--store", str(db),
+                                             "--max-tokens", str(max_tokens)])
+    tmux("kill-session", "-t", session, check=False)
+    tmux("new-session", "-d", "-s", session, "-x", str(SIZE[0]), "-y", str(SIZE[1]), cmd)
+    try:
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while "Ready." not in tmux("capture-pane", "-p", "-t", session, check=False):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"adaspark chat did not become ready:\n{tmux('capture-pane', '-p', '-t', session, check=False)}")
+            time.sleep(0.2)
+        replies = []
+        for turn, text in enumerate(conv["turns"]):
+            before = len(assistant_rows(db))
+            buf = work / "turn.txt"
+            buf.write_text(text, encoding="utf-8")
+            tmux("load-buffer", "-b", "turn", str(buf))
+            tmux("paste-buffer", "-p", "-r", "-d", "-b", "turn", "-t", session)  # bracketed, LFs kept
+            time.sleep(0.3 + len(text) / 20000)  # let the app take the paste in before Enter
+            tmux("send-keys", "-t", session, "Enter")
+            deadline = time.monotonic() + REPLY_TIMEOUT_S
+            while len(rows := assistant_rows(db)) <= before:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"no reply to turn {turn} of {conv['id']}")
+                time.sleep(0.1)
+            content, meta = rows[-1]
+            replies.append(Reply("tui", conv["id"], turn, conv["category"], content, int(meta["n_tokens"]),
+                                 float(meta["decode_s"]), float(meta["tokens_per_s"]), bool(meta.get("looped")),
+                                 meta.get("shown_tokens_per_s")))
+            time.sleep(0.5)  # the app finishes drawing the reply before the next paste
+        sent = user_rows(db)
+        if sent != conv["turns"]:
+            raise RuntimeError(f"the chat received other text than the script's turns for {conv['id']}")
+        return replies
+    finally:
+        tmux("send-keys", "-t", session, "C-q", check=False)
+        deadline = time.monotonic() + 15
+        while session in tmux("ls", check=False) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        tmux("kill-session", "-t", session, check=False)
+
+
+# ---------------------------------------------------------------------------- the headless arm
+def run_headless(conv: dict, adaspark: list[str], max_tokens: int, work: Path) -> list[Reply]:
+    script = work / f"run-{conv['id']}.jsonl"
+    out = work / f"run-{conv['id']}.out.jsonl"
+    script.write_text(json.dumps({"id": conv["id"], "turns": conv["turns"]}) + "\n", encoding="utf-8")
+    subprocess.run([*adaspark, "run", str(script), "--max-tokens", str(max_tokens), "--fresh-store",
+                    "--out", str(out)], check=True, stdin=subprocess.DEVNULL)
+    replies = []
+    for line in out.read_text().splitlines():
+        d = json.loads(line)
+        replies.append(Reply("headless", conv["id"], int(d["turn"]), conv["category"], d["text"],
+                             int(d["n_tokens"]), float(d["decode_s"]), float(d["tokens_per_s"]), bool(d["looped"])))
+    return replies
+
+
+# ---------------------------------------------------------------------------- report
+def summarize(pairs: list[tuple[Reply, Reply]]) -> dict:
+    by_conv: dict[str, list[float]] = {}
+    for tui, run in pairs:
+        if tui.tokens_per_s > 0 and run.tokens_per_s > 0:
+            by_conv.setdefault(tui.conversation, []).append(math.log(tui.tokens_per_s / run.tokens_per_s))
+    ratios = [math.exp(x) for v in by_conv.values() for x in v]
+    out = {"replies": len(pairs), "with_speed": len(ratios), "conversations": len(by_conv),
+           "identical": sum(t.text == r.text for t, r in pairs)}
+    if ratios:
+        out["geomean_ratio"] = geometric_mean(ratios)
+        out["ci95"] = list(bootstrap_interval(by_conv))
+        out["min_ratio"] = min(ratios)
+        out["replies_at_or_above_0.95"] = sum(x >= 0.95 for x in ratios)
+    return out
+
+
+def cpu_model() -> str:
+    try:
+        for line in subprocess.run(["lscpu"], capture_output=True, text=True).stdout.splitlines():
+            if line.startswith("Model name:"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def write_report(outdir: Path, command: str, pairs: list[tuple[Reply, Reply]], meta: dict) -> str:
+    s = summarize(pairs)
+    nice_label = ("the app's default (nice 19 on Linux)" if meta["ui_nice"] is None
+                  else f"ADASPARK_UI_NICE={meta['ui_nice']}")
+    lines = ["# TUI against headless: does `adaspark chat` decode at `adaspark run` speed?", "",
+             f"- command: `{command}`",
+             f"- CPU: {meta['cpu']} ({meta['cores']} cores), {meta['platform']}, Python {meta['python']}, "
+             f"kernels {meta['kernels']}",
+             f"- load average at start {meta['load_start']} / at end {meta['load_end']}",
+             f"- TUI: tmux {SIZE[0]}x{SIZE[1]}, `adaspark chat --temperature 0 --store FRESH.db "
+             f"--max-tokens {meta['max_tokens']}`, "
+             "speed = `tokens_per_s` from the assistant row's meta (engine n_tokens / decode_s)",
+             f"- UI priority: {nice_label}",
+             f"- headless: `adaspark run CONV.jsonl --max-tokens {meta['max_tokens']} --fresh-store`",
+             "- order: per conversation, alternating which arm runs first; fresh stores in both",
+             f"- generated {meta['generated']}, elapsed {meta['elapsed_s']:.0f} s", ""]
+    if "geomean_ratio" in s:
+        lines += [f"**TUI / headless: {s['geomean_ratio']:.3f}x [{s['ci95'][0]:.3f}, {s['ci95'][1]:.3f}]** "
+                  f"(geometric mean over {s['with_speed']} replies, 95% bootstrap interval over "
+                  f"{s['conversations']} conversations); lowest reply {s['min_ratio']:.3f}x; "
+                  f"{s['replies_at_or_above_0.95']}/{s['with_speed']} replies at 0.95x or more; "
+                  f"identical texts {s['identical']}/{s['replies']}.", ""]
+    lines += ["| conversation | turn | category | tokens | headless tok/s | TUI tok/s | TUI / headless | "
+              "on screen tok/s | first | identical |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for tui, run in pairs:
+        ratio = tui.tokens_per_s / run.tokens_per_s if run.tokens_per_s > 0 and tui.tokens_per_s > 0 else None
+        shown = f"{tui.shown_tokens_per_s:.1f}" if tui.shown_tokens_per_s else "-"
+        first = "TUI" if tui.first else "headless"
+        cap = " (cap)" if tui.looped or run.looped else ""
+        lines.append(f"| {tui.conversation} | {tui.turn} | {tui.category} | {tui.n_tokens}{cap} | "
+                     f"{run.tokens_per_s:.1f} | {tui.tokens_per_s:.1f} | "
+                     f"{'-' if ratio is None else f'{ratio:.3f}'} | {shown} | {first} | "
+                     f"{'yes' if tui.text == run.text else 'NO'} |")
+    text = "\n".join(lines) + "\n"
+    outdir.mkdir(parents=True, exist_ok=True)
+    (outdir / "report.md").write_text(text, encoding="utf-8")
+    with open(outdir / "replies.jsonl", "w", encoding="utf-8") as f:
+        for tui, run in pairs:
+            f.write(json.dumps(asdict(tui)) + "\n")
+            f.write(json.dumps(asdict(run)) + "\n")
+    (outdir / "report.json").write_text(json.dumps({"summary": s, "meta": meta}, indent=2) + "\n")
+    return text
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--chat", type=int, default=6, help="MT-Bench conversations (two turns each)")
+    ap.add_argument("--paste", type=int, default=4, help="long-paste conversations (one turn each)")
+    ap.add_argument("--max-tokens", type=int, default=256)
+    ap.add_argument("--out", default=str(ROOT / "results" / "tui-vs-headless"))
+    ap.add_argument("--ui-nice", type=int, default=None,
+                    help="ADASPARK_UI_NICE for the chat (default: the app's own choice, 19; 0 leaves it alone)")
+    ap.add_argument("--adaspark", default=None,
+                    help="how to invoke adaspark (default: the `adaspark` command, else python -m adaspark_app.cli)")
+    args = ap.parse_args(argv)
+    if shutil.which("tmux") is None:
+        print("tui_vs_headless: tmux is needed", file=sys.stderr)
+        return 2
+    adaspark = shlex.split(args.adaspark) if args.adaspark else (
+        ["adaspark"] if shutil.which("adaspark") else [sys.executable, "-m", "adaspark_app.cli"])
+    convs = load_conversations(args.chat, args.paste)
+    command = "python benchmarks/tui_vs_headless.py " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
+    from adaspark_app import native
+
+    meta = {"cpu": cpu_model(), "cores": os.cpu_count(), "platform": platform.platform(),
+            "python": platform.python_version(), "kernels": native.activate(), "max_tokens": args.max_tokens,
+            "load_start": [round(x, 2) for x in os.getloadavg()], "conversations": [c["id"] for c in convs],
+            "ui_nice": args.ui_nice}
+    t0 = time.monotonic()
+    pairs: list[tuple[Reply, Reply]] = []
+    with tempfile.TemporaryDirectory(prefix="adaspark-tui-bench-") as tmp:
+        work = Path(tmp)
+        for i, conv in enumerate(convs):
+            tui_first = i % 2 == 0
+            arms = ("tui", "headless") if tui_first else ("headless", "tui")
+            got: dict[str, list[Reply]] = {}
+            for arm in arms:
+                if arm == "tui":
+                    got[arm] = run_tui(conv, adaspark, args.max_tokens, work, session="chat", ui_nice=args.ui_nice)
+                else:
+                    got[arm] = run_headless(conv, adaspark, args.max_tokens, work)
+            for tui, run in zip(got["tui"], got["headless"]):
+                tui.first, run.first = tui_first, not tui_first
+                pairs.append((tui, run))
+                r = tui.tokens_per_s / run.tokens_per_s if run.tokens_per_s > 0 else float("nan")
+                print(f"{conv['id']} turn {tui.turn}: headless {run.tokens_per_s:.1f} tok/s, TUI {tui.tokens_per_s:.1f} "
+                      f"tok/s, ratio {r:.3f}, identical {tui.text == run.text}", flush=True)
+    tmux("kill-server", check=False)
+    meta["load_end"] = [round(x, 2) for x in os.getloadavg()]
+    meta["elapsed_s"] = time.monotonic() - t0
+    meta["generated"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    print(write_report(Path(args.out), command, pairs, meta))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
