@@ -73,11 +73,17 @@ def load_conversations(n_chat: int, n_paste: int) -> list[dict]:
 
 
 # ---------------------------------------------------------------------------- the TUI arm
-TMUX_SOCKET = f"adaspark-bench-{os.getpid()}"  # a private tmux server: it starts with this process's env
+_TMUX_SOCKET: list[str] = []  # made on first use: a private tmux server started with this process's env
+
+
+def tmux_socket() -> str:
+    if not _TMUX_SOCKET:
+        _TMUX_SOCKET.append(str(Path(tempfile.mkdtemp(prefix="adaspark-bench-tmux-")) / "tmux.sock"))
+    return _TMUX_SOCKET[0]
 
 
 def tmux(*args: str, check: bool = True) -> str:
-    return subprocess.run(["tmux", "-L", TMUX_SOCKET, *args], check=check, capture_output=True, text=True).stdout
+    return subprocess.run(["tmux", "-S", tmux_socket(), *args], check=check, capture_output=True, text=True).stdout
 
 
 def assistant_rows(db: Path) -> list[tuple[str, dict]]:
@@ -262,24 +268,27 @@ def main(argv: list[str] | None = None) -> int:
             "ui_nice": args.ui_nice}
     t0 = time.monotonic()
     pairs: list[tuple[Reply, Reply]] = []
-    with tempfile.TemporaryDirectory(prefix="adaspark-tui-bench-") as tmp:
-        work = Path(tmp)
-        for i, conv in enumerate(convs):
-            tui_first = i % 2 == 0
-            arms = ("tui", "headless") if tui_first else ("headless", "tui")
-            got: dict[str, list[Reply]] = {}
-            for arm in arms:
-                if arm == "tui":
-                    got[arm] = run_tui(conv, adaspark, args.max_tokens, work, session="chat", ui_nice=args.ui_nice)
-                else:
-                    got[arm] = run_headless(conv, adaspark, args.max_tokens, work)
-            for tui, run in zip(got["tui"], got["headless"]):
-                tui.first, run.first = tui_first, not tui_first
-                pairs.append((tui, run))
-                r = tui.tokens_per_s / run.tokens_per_s if run.tokens_per_s > 0 else float("nan")
-                print(f"{conv['id']} turn {tui.turn}: headless {run.tokens_per_s:.1f} tok/s, TUI {tui.tokens_per_s:.1f} "
-                      f"tok/s, ratio {r:.3f}, identical {tui.text == run.text}", flush=True)
-    tmux("kill-server", check=False)
+    try:
+        with tempfile.TemporaryDirectory(prefix="adaspark-tui-bench-") as tmp:
+            work = Path(tmp)
+            for i, conv in enumerate(convs):
+                tui_first = i % 2 == 0
+                arms = ("tui", "headless") if tui_first else ("headless", "tui")
+                got: dict[str, list[Reply]] = {}
+                for arm in arms:
+                    if arm == "tui":
+                        got[arm] = run_tui(conv, adaspark, args.max_tokens, work, session="chat", ui_nice=args.ui_nice)
+                    else:
+                        got[arm] = run_headless(conv, adaspark, args.max_tokens, work)
+                for tui, run in zip(got["tui"], got["headless"]):
+                    tui.first, run.first = tui_first, not tui_first
+                    pairs.append((tui, run))
+                    r = tui.tokens_per_s / run.tokens_per_s if run.tokens_per_s > 0 else float("nan")
+                    print(f"{conv['id']} turn {tui.turn}: headless {run.tokens_per_s:.1f} tok/s, TUI "
+                          f"{tui.tokens_per_s:.1f} tok/s, ratio {r:.3f}, identical {tui.text == run.text}", flush=True)
+    finally:  # no chat left running in a tmux server, whatever happened
+        tmux("kill-server", check=False)
+        shutil.rmtree(Path(tmux_socket()).parent, ignore_errors=True)
     meta["load_end"] = [round(x, 2) for x in os.getloadavg()]
     meta["elapsed_s"] = time.monotonic() - t0
     meta["generated"] = datetime.now(timezone.utc).isoformat(timespec="seconds")

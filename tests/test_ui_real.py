@@ -247,12 +247,12 @@ def test_adaspark_chat_in_a_terminal_runs_llama_cpp_only_in_the_engine_process(t
     import sqlite3
 
     db = tmp_path / "chat.db"
-    sock = f"adaspark-test-{os.getpid()}"
+    sock = str(tmp_path / "tmux.sock")  # a private tmux server, started with this test's environment
     env_cmd = ["env", "-u", "ADASPARK_FORBID_MODEL", "-u", "COLUMNS", "-u", "LINES", sys.executable, "-m", "adaspark_app.cli", "chat",
                "--temperature", "0", "--store", str(db), "--max-tokens", "16"]
 
     def tmux(*args: str) -> str:
-        return subprocess.run(["tmux", "-L", sock, *args], capture_output=True, text=True).stdout
+        return subprocess.run(["tmux", "-S", sock, *args], capture_output=True, text=True).stdout
 
     tmux("new-session", "-d", "-s", "t", "-x", "160", "-y", "48", " ".join(env_cmd))
     try:

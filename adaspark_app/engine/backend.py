@@ -42,9 +42,17 @@ _backend_lock = threading.Lock()
 _backend_ready = False
 
 
+#: ggml's "tiled" CPU matmul takes every Q2_K..Q6_K product of 8+ rows and sums in another order
+#: than the one-row vec_dot kernel, so a row verified in a wide batch differed from plain decode on
+#: Q4_K_M targets (Qwen2.5-Coder-0.5B: 5 of 8 rows identical at 300 tokens, 2 of 8 at 700; with it
+#: off 8 of 8; benchmarks/results/real-targets/identity.md). Off unless the user set it.
+TILED_MM_ENV = "GGML_CPU_TILED_MM"
+
+
 def _llama():
     """Import llama_cpp lazily (its import loads the shared library) and silence its logging."""
     global _backend_ready
+    os.environ.setdefault(TILED_MM_ENV, "0")  # before the first decode: bit-identical verify rows
     import llama_cpp
 
     with _backend_lock:

@@ -121,6 +121,8 @@ def lower_ui_priority(nice: int | None = None) -> int:
         os.nice(nice)
     except OSError:
         return 0
+    if os.environ.get("ADASPARK_UI_IDLE") and hasattr(os, "SCHED_IDLE"):  # experiment
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
     return nice
 
 

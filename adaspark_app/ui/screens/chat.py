@@ -32,6 +32,7 @@ from ...errors import AdaSparkError
 from ..export import conversation_markdown, export_path
 from ..stats import EngineGauges, SpecStats, gauges_from
 from ..widgets import ChatMessage, ChatView, ConversationSidebar, PromptInput, SpecPanel
+from ..widgets.chat_view import WARM_LANGUAGES, warm_up
 from .dialogs import ConfirmScreen, RenameScreen
 
 if TYPE_CHECKING:
@@ -126,6 +127,19 @@ class ChatScreen(Screen):
         self.query_one(PromptInput).focus()
         self.set_status()
         self.adaspark.start_engine_load()
+        self._warm = list(WARM_LANGUAGES)
+        self.set_timer(0.2, self._warm_next)
+
+    def _warm_next(self) -> None:
+        """One highlighter per tick while the model loads, so the UI stays responsive; none once a
+        reply runs (its cost would be taken from the decode)."""
+        if not self._warm:
+            return
+        if self.generating:
+            self.set_timer(1.0, self._warm_next)
+            return
+        warm_up(self._warm.pop(0))
+        self.set_timer(0.02, self._warm_next)
 
     @property
     def chat_view(self) -> ChatView:
