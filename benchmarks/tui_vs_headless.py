@@ -15,7 +15,7 @@ bootstrap interval over conversations (adaspark_app/bench/stats.py), the display
 (`shown_tokens_per_s`), and whether the texts are identical. Usage:
 
     python benchmarks/tui_vs_headless.py [--chat 6] [--paste 4] [--max-tokens 256]
-        [--out benchmarks/results/tui-vs-headless] [--ui-nice N] [--adaspark "adaspark"]
+        [--out benchmarks/results/tui-vs-headless] [--ui-priority low|idle|normal] [--adaspark "adaspark"]
 
 Needs tmux. Run it on a quiet machine: both arms share its cores with anything else running.
 """
@@ -110,11 +110,11 @@ def user_rows(db: Path) -> list[str]:
 
 
 def run_tui(conv: dict, adaspark: list[str], max_tokens: int, work: Path, session: str,
-            ui_nice: int | None = None) -> list[Reply]:
+            ui_priority: str | None = None) -> list[Reply]:
     db = work / f"tui-{conv['id']}.db"
     env = ["env", "-u", "COLUMNS", "-u", "LINES"]  # the terminal's own size, not an inherited one
-    if ui_nice is not None:
-        env.append(f"ADASPARK_UI_NICE={ui_nice}")
+    if ui_priority is not None:
+        env.append(f"ADASPARK_UI_PRIORITY={ui_priority}")
     cmd = " ".join(shlex.quote(a) for a in [*env, *adaspark, "chat", "--temperature", "0", "--store", str(db),
                                              "--max-tokens", str(max_tokens)])
     tmux("kill-session", "-t", session, check=False)
@@ -200,8 +200,8 @@ def cpu_model() -> str:
 
 def write_report(outdir: Path, command: str, pairs: list[tuple[Reply, Reply]], meta: dict) -> str:
     s = summarize(pairs)
-    nice_label = ("the app's default (nice 19 on Linux)" if meta["ui_nice"] is None
-                  else f"ADASPARK_UI_NICE={meta['ui_nice']}")
+    nice_label = ("the app's default" if meta["ui_priority"] is None
+                  else f"ADASPARK_UI_PRIORITY={meta['ui_priority']}")
     lines = ["# TUI against headless: does `adaspark chat` decode at `adaspark run` speed?", "",
              f"- command: `{command}`",
              f"- CPU: {meta['cpu']} ({meta['cores']} cores), {meta['platform']}, Python {meta['python']}, "
@@ -248,8 +248,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--paste", type=int, default=4, help="long-paste conversations (one turn each)")
     ap.add_argument("--max-tokens", type=int, default=256)
     ap.add_argument("--out", default=str(ROOT / "results" / "tui-vs-headless"))
-    ap.add_argument("--ui-nice", type=int, default=None,
-                    help="ADASPARK_UI_NICE for the chat (default: the app's own choice, 19; 0 leaves it alone)")
+    ap.add_argument("--ui-priority", choices=("low", "idle", "normal"), default=None,
+                    help="ADASPARK_UI_PRIORITY for the chat (default: the app's own choice)")
     ap.add_argument("--adaspark", default=None,
                     help="how to invoke adaspark (default: the `adaspark` command, else python -m adaspark_app.cli)")
     args = ap.parse_args(argv)
@@ -265,7 +265,7 @@ def main(argv: list[str] | None = None) -> int:
     meta = {"cpu": cpu_model(), "cores": os.cpu_count(), "platform": platform.platform(),
             "python": platform.python_version(), "kernels": native.activate(), "max_tokens": args.max_tokens,
             "load_start": [round(x, 2) for x in os.getloadavg()], "conversations": [c["id"] for c in convs],
-            "ui_nice": args.ui_nice}
+            "ui_priority": args.ui_priority}
     t0 = time.monotonic()
     pairs: list[tuple[Reply, Reply]] = []
     try:
@@ -277,7 +277,7 @@ def main(argv: list[str] | None = None) -> int:
                 got: dict[str, list[Reply]] = {}
                 for arm in arms:
                     if arm == "tui":
-                        got[arm] = run_tui(conv, adaspark, args.max_tokens, work, session="chat", ui_nice=args.ui_nice)
+                        got[arm] = run_tui(conv, adaspark, args.max_tokens, work, session="chat", ui_priority=args.ui_priority)
                     else:
                         got[arm] = run_headless(conv, adaspark, args.max_tokens, work)
                 for tui, run in zip(got["tui"], got["headless"]):

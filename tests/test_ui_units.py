@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import multiprocessing
+import os
 import pickle
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 from rich.console import Console
@@ -247,3 +252,55 @@ def test_markdown_export_has_every_message_and_reply_figures(tmp_path):
     p2 = export_path(tmp_path, "Sum question?", now=0)
     assert p1.name.startswith("adaspark-sum-question-") and p2 != p1
     assert slug("!!!") == "conversation"
+
+
+PRIORITY_SCRIPT = """
+import json, multiprocessing, os, sys, threading
+from adaspark_app.ui.engine_client import lower_ui_priority
+
+def child(q):
+    q.put((os.nice(0), os.sched_getscheduler(0)))
+
+if __name__ == "__main__":
+    ctx = multiprocessing.get_context("spawn")
+    go, done = threading.Event(), {}
+
+    def early():  # made before the priority drops, like the engine-io thread
+        go.wait()
+        q = ctx.Queue()
+        p = ctx.Process(target=child, args=(q,))
+        p.start()
+        done["early_child"] = q.get(timeout=60)
+        p.join()
+        done["early"] = (os.nice(0), os.sched_getscheduler(0))
+
+    t = threading.Thread(target=early)
+    t.start()
+    applied = lower_ui_priority(sys.argv[1])
+    later = {}
+    u = threading.Thread(target=lambda: later.update(v=(os.nice(0), os.sched_getscheduler(0))))
+    u.start(); u.join()
+    go.set(); t.join()
+    print(json.dumps({"applied": applied, "main": [os.nice(0), os.sched_getscheduler(0)],
+                      "later": later["v"], "early": done["early"], "early_child": done["early_child"],
+                      "idle": getattr(os, "SCHED_IDLE", None), "other": os.SCHED_OTHER}))
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="per-thread priorities are Linux's")
+@pytest.mark.parametrize("priority", ["low", "idle"])
+def test_the_ui_lowers_only_its_own_threads_and_the_engine_keeps_normal_priority(tmp_path, priority):
+    """What the chat relies on: lowering the UI thread's priority reaches threads it makes later,
+    not the io thread made before, nor the engine processes that thread spawns."""
+    script = tmp_path / "prio.py"
+    script.write_text(PRIORITY_SCRIPT)
+    proc = subprocess.run([sys.executable, str(script), priority], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    base = os.nice(0)
+    policy = out["idle"] if priority == "idle" else out["other"]
+    assert out["applied"] == priority
+    assert out["main"] == [min(base + 19, 19), policy] and out["later"] == out["main"]
+    assert out["early"] == [base, out["other"]]
+    assert out["early_child"] == [base, out["other"]]

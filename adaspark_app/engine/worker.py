@@ -44,7 +44,7 @@ from typing import Any, Callable
 from ..errors import AdaSparkError
 from .events import RoundEvent
 
-BATCH_INTERVAL_S = 0.05  # at most ~20 messages a second to the UI: it repaints at ~10 Hz anyway
+BATCH_INTERVAL_S = 0.1  # at most ~10 messages a second to the UI: it repaints at 10 Hz at most
 GAUGE_INTERVAL_S = 0.5  # the panel's learned figures change slowly; reading them costs engine time
 
 

@@ -27,7 +27,8 @@ from ..engine.events import ReplyResult, RoundEvent
 from ..engine.worker import CancelFlag, serve
 
 UI_NICE = 19  # the UI's niceness while it runs: see lower_ui_priority
-NICE_ENV = "ADASPARK_UI_NICE"  # override (an integer; 0 leaves the priority alone)
+PRIORITY_ENV = "ADASPARK_UI_PRIORITY"  # "low" (the default), "idle" or "normal": see lower_ui_priority
+PRIORITIES = ("low", "idle", "normal")
 
 
 class EngineLoaded(Message):
@@ -101,29 +102,34 @@ class EngineDied(Message):
         self.pid = pid
 
 
-def lower_ui_priority(nice: int | None = None) -> int:
-    """Lower the calling thread's CPU priority (Linux: the nice value is per thread) so the OS
-    gives llama.cpp's threads the cores; threads it creates later inherit it. Returns the
-    increment applied (0 off Linux, or when `ADASPARK_UI_NICE=0`).
+def lower_ui_priority(priority: str | None = None) -> str:
+    """Lower the calling thread's CPU priority so the OS gives llama.cpp's threads the cores;
+    threads it creates later inherit it (on Linux both the nice value and the policy belong to
+    the thread, so the engine processes, spawned from the io thread made earlier, keep theirs).
+    Returns what was applied: "low" (nice 19), "idle" (nice 19 and SCHED_IDLE) or "normal".
 
-    Why 19: on two cores with two llama.cpp threads every slice the UI runs preempts a verify,
-    and the decode runs at the speed of its slowest thread. At nice 19 the UI paints in the gaps
-    and in its small share; the panel shows how far the display trails the engine.
+    Why: on two cores with two llama.cpp threads every slice the UI runs preempts a verify, and
+    the decode runs at the speed of its slowest thread. At nice 19 the UI gets a small share and
+    the gaps; SCHED_IDLE also lets a waking llama.cpp thread preempt it at once. Off Linux the
+    nice value is the process's, which the engine would inherit, so nothing is changed there.
+    `ADASPARK_UI_PRIORITY` chooses; the default is "low".
     """
-    if nice is None:
-        try:
-            nice = int(os.environ.get(NICE_ENV, UI_NICE))
-        except ValueError:
-            nice = UI_NICE
-    if nice <= 0 or not sys.platform.startswith("linux"):
-        return 0  # elsewhere the nice value is the process's, and the engine would inherit it
+    if priority is None:
+        priority = os.environ.get(PRIORITY_ENV, "low").strip().lower() or "low"
+    if priority not in PRIORITIES:
+        priority = "low"
+    if priority == "normal" or not sys.platform.startswith("linux"):
+        return "normal"
     try:
-        os.nice(nice)
+        os.nice(UI_NICE)
     except OSError:
-        return 0
-    if os.environ.get("ADASPARK_UI_IDLE") and hasattr(os, "SCHED_IDLE"):  # experiment
-        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
-    return nice
+        return "normal"
+    if priority == "idle":
+        try:
+            os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+        except (OSError, AttributeError):
+            return "low"
+    return priority
 
 
 class EngineClient:

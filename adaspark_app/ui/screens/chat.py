@@ -7,9 +7,10 @@ Threading: everything here runs on the UI thread. The engine lives in another pr
 Rendering a growing reply is kept cheap, because on a small machine every cycle the UI spends
 is taken from the decode (issue 17: a repaint of this screen costs ~10-20 ms of Python, most of
 it Textual's compositor re-assembling the scrolled chat column): the text of the rounds that
-arrived is appended to the reply (Textual's Markdown re-parses only from its last block) at
-most TEXT_INTERVAL_S apart, so a burst of rounds costs one repaint, and the panel is redrawn in
-those same frames at a lower rate still (SpecPanel.REDRAW_S).
+arrived is appended to the reply (Textual's Markdown re-parses only from its last block) in one
+frame, frames are at least TEXT_INTERVAL_S apart and further apart when they cost more, so the
+UI stays within FRAME_CPU_BUDGET of a core, and the panel is redrawn in those same frames at a
+lower rate still (SpecPanel.REDRAW_S).
 """
 
 from __future__ import annotations
@@ -41,6 +42,11 @@ if TYPE_CHECKING:
 
 MAX_TOKENS = 512  # per reply; the engine stops earlier at the end-of-generation token
 TEXT_INTERVAL_S = 0.1  # streamed text is appended at most ~10 times a second
+# While a reply streams the UI thread may use at most this share of one core: after each frame
+# the next waits until the CPU it used since the previous one fits the budget (a 10 ms repaint
+# of a 160x48 screen -> 4 frames a second). On two cores every UI cycle is taken from a verify.
+FRAME_CPU_BUDGET = 0.04
+MAX_FRAME_GAP_S = 0.5  # text shows at least twice a second, whatever a repaint costs
 
 
 def title_from(text: str) -> str:
@@ -100,6 +106,8 @@ class ChatScreen(Screen):
         self._received_tokens = 0
         self._flush_timer: Timer | None = None  # the next frame (see _frame)
         self._last_flush = 0.0
+        self._frame_gap = TEXT_INTERVAL_S  # the wait before the next frame (see _frame)
+        self._frame_cpu: float | None = None  # UI thread CPU seconds when the last frame began
         self._panel_stale = False  # the panel's figures changed since it was drawn
         # Per reply, (monotonic time the round ended in the engine process, the round): lets a
         # test (and a curious reader) count the rounds that ran after Esc.
@@ -285,6 +293,7 @@ class ChatScreen(Screen):
         self._pending = (user_msg, reply_msg)
         self._request = request
         self._received, self._unshown, self._received_tokens = [], [], 0
+        self._frame_gap, self._frame_cpu = TEXT_INTERVAL_S, None
         self.round_log = []
         self.cancel_requested_at = None
         self.stats.start_reply()
@@ -326,7 +335,7 @@ class ChatScreen(Screen):
             self.stats.set_gauges(gauges)
         self._panel_stale = True
         if self._flush_timer is None:
-            wait = TEXT_INTERVAL_S - (time.monotonic() - self._last_flush)
+            wait = self._frame_gap - (time.monotonic() - self._last_flush)
             if wait <= 0:
                 await self._frame()
             else:
@@ -339,6 +348,12 @@ class ChatScreen(Screen):
         self._flush_timer = None
         now = time.monotonic()
         self._last_flush = now
+        # The CPU this thread used since the last frame began (that frame's layout and paint,
+        # and the rounds handled since) sets the gap to the next one.
+        cpu = time.thread_time()
+        if self._frame_cpu is not None:
+            self._frame_gap = min(MAX_FRAME_GAP_S, max(TEXT_INTERVAL_S, (cpu - self._frame_cpu) / FRAME_CPU_BUDGET))
+        self._frame_cpu = cpu
         if self._pending is not None and self._unshown:
             text = "".join(self._unshown)
             self._unshown = []
@@ -355,7 +370,7 @@ class ChatScreen(Screen):
                 self._panel_stale = False
                 self.panel.show()
             elif self._flush_timer is None:
-                self._flush_timer = self.set_timer(max(panel_wait, TEXT_INTERVAL_S), self._frame)
+                self._flush_timer = self.set_timer(max(panel_wait, self._frame_gap), self._frame)
 
     async def _flush_text(self) -> None:
         """Show every text received so far now (at the end of a reply)."""
