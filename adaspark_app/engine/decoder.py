@@ -256,7 +256,8 @@ class Decoder:
 
     def _finish(self, r: RoundStart, gate: DraftDecision, out: RoundOutcome) -> RoundOutcome:
         self.policy.after_round(self, r, gate, len(out.new_tokens))
-        out.trace = {**_trace(None, gate), **out.trace}
+        if not out.trace:  # a plain round: only the gates' part of the trace (a tree round has it all)
+            out.trace = _trace(None, gate)
         return out
 
     # ------------------------------------------------------------------ line 5-6: price
