@@ -21,7 +21,7 @@ from .decoder import Decoder, RoundOutcome, run_reply
 from .detok import StreamDecoder
 from .events import ReplyResult, RoundEvent
 from .sampling import GREEDY, SamplingSettings
-from .template import ChatTemplate
+from .template import ChatTemplate, chat_template_for, turn_format_notice  # noqa: F401
 
 VALID_ROLES = ("system", "user", "assistant")
 
@@ -52,10 +52,13 @@ class ChatEngine:
         if drafter_path is not None:
             self.drafter = self._load_drafter(drafter_path)
         self.decoder = Decoder(b, self.arm, drafter=self.drafter, self_check=self_check)
-        bos = b.detokenize([b.bos_token()]) if b.bos_token() >= 0 else ""
-        eos = b.token_bytes(b.eos_token(), special=True).decode("utf-8", "replace") if b.eos_token() >= 0 else ""
-        self.template = ChatTemplate(b.meta("tokenizer.chat_template"), bos_token=bos, eos_token=eos)
-        self.model_name = self._model_label()
+        # The GGUF's template; a base model (none) gets its family's built-in turn format
+        self.template = chat_template_for(b)
+        self.turn_format = self.template.turn_format
+        note = turn_format_notice(self.turn_format, b.meta("general.architecture"))
+        if note:
+            self.notices.append(note)
+        self.model_name = self._model_label() + (" · base model" if self.turn_format.base_model else "")
         self.drafter_name = Path(self.drafter_path).name if self.drafter_path else None
         self.store = store
         self.store_key = None

@@ -1,0 +1,183 @@
+"""Base models' turn formats: the mapping from general.architecture to llama.cpp's built-in
+templates, checked against the vocabulary, and the strings llama.cpp renders for them.
+
+No model is loaded: llama.cpp's template functions need none. The Gemma-3-270M base model end
+to end is in tests/test_base_model_target.py (opt-in).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from adaspark_app.engine.template import (
+    FAMILY_FORMATS,
+    FORMAT_MARKERS,
+    PLAIN,
+    BuiltinTemplate,
+    ChatTemplate,
+    PlainTemplate,
+    TurnFormat,
+    apply_builtin,
+    builtin_template_names,
+    chat_template_for,
+    turn_format_for,
+)
+from adaspark_app.errors import ModelLoadError
+
+GEMMA_TOKENS = {"<start_of_turn>", "<end_of_turn>"}
+LLAMA3_TOKENS = {"<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"}
+CHATML_TOKENS = {"<|im_start|>", "<|im_end|>"}
+PHI3_TOKENS = {"<|user|>", "<|assistant|>", "<|end|>"}
+
+CONVERSATION = [
+    {"role": "system", "content": "Be brief."},
+    {"role": "user", "content": "Hi"},
+    {"role": "assistant", "content": "Hello!"},
+    {"role": "user", "content": "What is the capital of France?"},
+]
+
+
+def vocab(tokens: set[str]):
+    return lambda marker: marker in tokens
+
+
+@pytest.mark.parametrize("arch, tokens, expected", [
+    ("gemma", GEMMA_TOKENS, "gemma"),
+    ("gemma2", GEMMA_TOKENS, "gemma"),
+    ("gemma3", GEMMA_TOKENS, "gemma"),
+    ("llama", LLAMA3_TOKENS, "llama3"),
+    ("llama", CHATML_TOKENS, "chatml"),  # SmolLM-style: llama architecture trained on ChatML
+    ("llama", set(), "llama2"),  # Llama 2 / Mistral: [INST] is ordinary text
+    ("qwen2", CHATML_TOKENS, "chatml"),
+    ("qwen3", CHATML_TOKENS, "chatml"),
+    ("phi3", PHI3_TOKENS, "phi3"),
+])
+def test_family_format_by_architecture(arch, tokens, expected):
+    fmt = turn_format_for(None, arch, vocab(tokens))
+    assert fmt == TurnFormat("builtin", expected)
+    assert fmt.base_model and "base model" in fmt.label()
+
+
+def test_llama3_preferred_over_chatml_when_both_exist():
+    assert turn_format_for(None, "llama", vocab(LLAMA3_TOKENS | CHATML_TOKENS)).name == "llama3"
+
+
+@pytest.mark.parametrize("arch, tokens", [
+    ("gemma3", set()),  # a gemma whose vocabulary lacks the markers: they would be plain text
+    ("qwen2", {"<|im_start|>"}),  # half the markers is not the format
+    ("gpt2", CHATML_TOKENS),  # a family with no built-in turn format
+    ("starcoder2", set()),
+    (None, CHATML_TOKENS),
+])
+def test_plain_completion_where_no_format_fits(arch, tokens):
+    fmt = turn_format_for(None, arch, vocab(tokens))
+    assert fmt == TurnFormat(PLAIN)
+    assert fmt.label() == "base model, plain completion"
+
+
+def test_a_gguf_template_wins():
+    fmt = turn_format_for("{{ messages }}", "gemma3", vocab(GEMMA_TOKENS))
+    assert fmt == TurnFormat("gguf") and not fmt.base_model
+
+
+def test_every_mapped_format_is_a_llama_cpp_builtin():
+    names = set(builtin_template_names())
+    assert {"gemma", "llama3", "chatml", "phi3"} <= names
+    mapped = {name for names_ in FAMILY_FORMATS.values() for name in names_}
+    assert mapped - names == set()
+    assert set(FORMAT_MARKERS) - names == set()
+
+
+# The turn formats as each family's model card writes them (the strings the models were trained
+# on); llama.cpp's built-in rendering must produce exactly these.
+EXPECTED = {
+    "gemma": ("<start_of_turn>user\nBe brief.\n\nHi<end_of_turn>\n<start_of_turn>model\nHello!<end_of_turn>\n"
+              "<start_of_turn>user\nWhat is the capital of France?<end_of_turn>\n<start_of_turn>model\n"),
+    "llama3": ("<|start_header_id|>system<|end_header_id|>\n\nBe brief.<|eot_id|>"
+               "<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"
+               "<|start_header_id|>assistant<|end_header_id|>\n\nHello!<|eot_id|>"
+               "<|start_header_id|>user<|end_header_id|>\n\nWhat is the capital of France?<|eot_id|>"
+               "<|start_header_id|>assistant<|end_header_id|>\n\n"),
+    "chatml": ("<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
+               "<|im_start|>assistant\nHello!<|im_end|>\n<|im_start|>user\nWhat is the capital of France?"
+               "<|im_end|>\n<|im_start|>assistant\n"),
+    "phi3": ("<|system|>\nBe brief.<|end|>\n<|user|>\nHi<|end|>\n<|assistant|>\nHello!<|end|>\n"
+             "<|user|>\nWhat is the capital of France?<|end|>\n<|assistant|>\n"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_builtin_rendering_matches_the_family_format(name):
+    assert apply_builtin(name, CONVERSATION) == EXPECTED[name]
+    assert BuiltinTemplate(name, "<bos>").render(CONVERSATION) == "<bos>" + EXPECTED[name]
+
+
+def test_builtin_rendering_without_generation_prompt_ends_after_the_last_turn():
+    text = apply_builtin("gemma", CONVERSATION[:3], add_generation_prompt=False)
+    assert text.endswith("Hello!<end_of_turn>\n")
+
+
+def test_the_chatml_builtin_equals_the_old_chatml_jinja():
+    """The engine's former fallback and llama.cpp's chatml agree (no change for ChatML models)."""
+    assert ChatTemplate(None).render(CONVERSATION) == apply_builtin("chatml", CONVERSATION)
+
+
+def test_unknown_builtin_is_a_clear_error():
+    with pytest.raises(ModelLoadError, match="no built-in chat template"):
+        apply_builtin("no-such-format", CONVERSATION)
+
+
+def test_plain_completion_is_the_text_of_the_turns():
+    assert PlainTemplate().render(CONVERSATION) == ("Be brief.\n\nHi\n\nHello!\n\n"
+                                                    "What is the capital of France?\n\n")
+    assert PlainTemplate("<s>").render(CONVERSATION[1:2], add_generation_prompt=False) == "<s>Hi"
+
+
+class VocabBackend:
+    """The few backend calls chat_template_for makes, over a stated vocabulary (no model here)."""
+
+    vocab = None  # no llama.cpp vocabulary: the BOS rule comes from the metadata
+
+    def __init__(self, meta: dict[str, str], specials: set[str]) -> None:
+        self._meta, self._specials = meta, specials
+
+    def meta(self, key: str) -> str | None:
+        return self._meta.get(key)
+
+    def bos_token(self) -> int:
+        return 2
+
+    def eos_token(self) -> int:
+        return 1
+
+    def token_bytes(self, token: int, special: bool = False) -> bytes:
+        return {2: b"<bos>", 1: b"<eos>"}[token] if special else b""
+
+    def detokenize(self, tokens) -> str:
+        return ""
+
+    def tokenize(self, text: str, add_special: bool = False, parse_special: bool = True) -> list[int]:
+        return [7] if text in self._specials else [ord(c) for c in text]
+
+
+def test_engine_template_for_a_gemma_base_model_is_the_gemma_builtin_with_bos():
+    b = VocabBackend({"general.architecture": "gemma3", "tokenizer.ggml.add_bos_token": "true"}, GEMMA_TOKENS)
+    tmpl = chat_template_for(b)
+    assert isinstance(tmpl, BuiltinTemplate) and tmpl.turn_format.name == "gemma"
+    text = tmpl.render(CONVERSATION[3:])
+    assert text == "<bos><start_of_turn>user\nWhat is the capital of France?<end_of_turn>\n<start_of_turn>model\n"
+    assert "<|im_start|>" not in text
+
+
+def test_engine_template_for_an_unknown_base_model_is_plain():
+    b = VocabBackend({"general.architecture": "gpt2", "tokenizer.ggml.add_bos_token": "false"}, set())
+    tmpl = chat_template_for(b)
+    assert isinstance(tmpl, PlainTemplate)
+    assert tmpl.render(CONVERSATION[3:]) == "What is the capital of France?\n\n"
+
+
+def test_engine_template_with_a_gguf_template_is_jinja():
+    b = VocabBackend({"general.architecture": "gemma3",
+                      "tokenizer.chat_template": "{{ bos_token }}{{ messages[0]['content'] }}"}, GEMMA_TOKENS)
+    tmpl = chat_template_for(b)
+    assert isinstance(tmpl, ChatTemplate) and not tmpl.turn_format.base_model
