@@ -70,7 +70,7 @@ def _check_numbers(args: argparse.Namespace) -> None:
 def build_parser() -> argparse.ArgumentParser:
     p = OneLineParser(prog="adaspark", description="Terminal chat with lossless speculative decoding "
                       "on llama.cpp, scheduled by AdaSpark.")
-    sub = p.add_subparsers(dest="command", metavar="{chat,run,bench,bench-corpus,store,drafter,explain}",
+    sub = p.add_subparsers(dest="command", metavar="{chat,run,bench,bench-corpus,store,drafter,explain,models}",
                            parser_class=OneLineParser)
     sub.required = True
 
@@ -109,6 +109,9 @@ def build_parser() -> argparse.ArgumentParser:
     bench_commands.add_corpus_parser(sub)
     drafter_init.add_parser(sub)
     explain.add_parser(sub)
+    from .models import command as models_command
+
+    models_command.add_parser(sub)
     return p
 
 

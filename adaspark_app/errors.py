@@ -35,3 +35,7 @@ class StoreError(AdaSparkError):
 
 class BindingError(AdaSparkError):
     """The installed llama-cpp-python lacks a symbol this build needs."""
+
+
+class ConfigError(AdaSparkError):
+    """The config file is not valid TOML, or a key in it is unknown, of the wrong type or out of range."""
