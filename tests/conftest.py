@@ -43,6 +43,8 @@ def pytest_runtest_protocol(item, nextitem):
 def _isolated_store(tmp_path, monkeypatch):
     """Every test gets its own store file through ADASPARK_STORE: nothing touches the user's."""
     monkeypatch.setenv("ADASPARK_STORE", str(tmp_path / "adaspark-test.db"))
+    # nor the user's config file (adaspark_app/config.py): none, unless a test writes this one
+    monkeypatch.setenv("ADASPARK_CONFIG", str(tmp_path / "adaspark-test-config.toml"))
 
 
 @pytest.fixture(scope="session")

@@ -48,6 +48,8 @@ class AdaSparkApp(App[int]):
         Binding("question_mark", "help", "Help", show=False, id="help_question_mark",
                 tooltip="Show every key and action (when not typing)"),
         Binding("ctrl+q", "quit", "Quit", id="quit", priority=True, tooltip="Quit AdaSpark"),
+        Binding("ctrl+t", "pick_model", "Model", id="pick_model", show=False,
+                tooltip="Choose a model (those `adaspark models` lists): a new conversation starts on it"),
     ]
 
     def __init__(self, engine_factory: Callable[[], Any], store: Any, model_label: str = BUNDLED_MODEL_LABEL,
@@ -58,6 +60,8 @@ class AdaSparkApp(App[int]):
         (an `EngineConfig`, or a module-level callable): it crosses a "spawn" process start."""
         super().__init__()
         self.engine = EngineClient(engine_factory, self.post_message, log_path=engine_log)
+        self.engine_factory = engine_factory  # what the engine process is built from (the picker swaps it)
+        self.switching_to: str | None = None  # the model the picker asked for, until it has loaded
         self.deaths_in_a_row = 0
         self.store = store
         self.model_label = model_label
@@ -105,7 +109,10 @@ class AdaSparkApp(App[int]):
         if message.drafter_name:
             self.drafter_label = message.drafter_name
         self._update_subtitle()
-        if message.restarted:
+        if self.switching_to is not None:
+            self.switching_to = None
+            self.notify(f"{self.model_label}: a new conversation starts on it.", title="Model loaded")
+        elif message.restarted:
             self.notify("The engine is running again.", title="Engine")
         for note in message.notices:
             self.notify(note, title="Engine", severity="warning", timeout=10)
@@ -117,6 +124,7 @@ class AdaSparkApp(App[int]):
     @on(EngineLoadFailed)
     def _engine_failed(self, message: EngineLoadFailed) -> None:
         self.load_error = message.error
+        self.switching_to = None  # a picked model that fails: said below; Ctrl+T picks another
         if self.exit_on_load_error and not message.restarted:
             self.exit(2, return_code=2, message=f"error: {message.error}")
             return
@@ -221,8 +229,59 @@ class AdaSparkApp(App[int]):
             return
         self.push_screen(HelpScreen(self.key_bindings()))
 
+    # ------------------------------------------------------------------ the model picker
+    def action_pick_model(self) -> None:
+        """Open the model picker (screens/model_picker.py); the chosen model gets a new conversation."""
+        from ..config import load_config
+        from .screens.model_picker import ModelPickerScreen
+
+        if isinstance(self.screen, ModelPickerScreen):
+            return
+        try:
+            folders = [str(f) for f in load_config().folders()]
+        except AdaSparkError as err:
+            self.notify(f"{err}; its model folders are not searched.", title="Config", severity="warning")
+            folders = []
+        store_path = getattr(self.store, "path", None)
+        picker = ModelPickerScreen(getattr(self, "model_path", None), folders,
+                                   str(store_path) if store_path else None)
+        self.push_screen(picker, callback=self._model_picked)
+
+    async def _model_picked(self, entry: Any) -> None:
+        if entry is not None:
+            await self.switch_model(entry.path, entry.name)
+
+    async def switch_model(self, path: str, label: str) -> bool:
+        """Run the model at `path` from now on: the engine process is restarted with it (its
+        learned state is the store's for that model) and a new conversation starts. False (and a
+        notification) while a reply runs, or if this app's engine cannot change models."""
+        try:
+            chat = self.chat_screen
+        except LookupError:
+            return False
+        if chat.generating:
+            self.notify("A reply is being generated; Esc stops it, then choose the model again.",
+                        severity="warning")
+            return False
+        factory = factory_with_model(self.engine_factory, path)
+        if factory is None:
+            self.notify("This engine cannot change models.", title="Model", severity="error")
+            return False
+        self.engine_factory = factory
+        self.model_path, self.model_label = path, label
+        self.load_error = None
+        self.deaths_in_a_row = 0
+        self.switching_to = label
+        self.engine.switch(factory)
+        await chat.new_conversation()  # its settings name the new model (default_settings)
+        self._update_subtitle()
+        chat.set_status()
+        return True
+
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
         yield from super().get_system_commands(screen)
+        yield SystemCommand("Model", "Choose a model: a new conversation starts on it (ctrl+t)",
+                            self.action_pick_model)
         try:
             chat = self.chat_screen
         except LookupError:
@@ -236,6 +295,27 @@ class AdaSparkApp(App[int]):
             yield SystemCommand(b.tooltip or b.description, f"{b.description} ({keys})",
                                 getattr(chat, f"action_{b.action}"))
         yield SystemCommand("Help", "Every key and action (f1)", self.action_help)
+
+
+def factory_with_model(factory: Any, path: str) -> Any:
+    """`factory` building the engine on the model at `path` instead: an EngineConfig with another
+    model_path, also inside a functools.partial (the tests' recording wrapper); None if the
+    factory holds no EngineConfig."""
+    import dataclasses
+    import functools
+
+    from ..engine.worker import EngineConfig
+
+    if isinstance(factory, EngineConfig):
+        return dataclasses.replace(factory, model_path=path)
+    if isinstance(factory, functools.partial):
+        args, changed = [], False
+        for a in factory.args:
+            new = factory_with_model(a, path) if isinstance(a, (EngineConfig, functools.partial)) else None
+            changed = changed or new is not None
+            args.append(a if new is None else new)
+        return functools.partial(factory.func, *args, **factory.keywords) if changed else None
+    return None
 
 
 def _store_label(store: Any, store_path: str | None) -> str:
@@ -279,6 +359,14 @@ def run_chat(model: str | None, drafter: str | None, store_path: str | None, max
         store_label=_store_label(store, store_path),
         max_tokens=max_tokens, engine_log=engine_log_path(), sampling=sampling,
     )
+    from ..config import load_config
+
+    try:
+        theme = load_config().theme  # checked by the CLI already: a Textual theme name, or None
+    except AdaSparkError:
+        theme = None  # the file changed since: the CLI said what was wrong with it
+    if theme:
+        app.theme = theme
     lower_ui_priority()  # after the app made its engine io thread, which keeps the priority
     try:
         app.run()

@@ -157,6 +157,7 @@ class EngineClient:
         self.pending: int | None = None  # request id of the reply in progress
         self._queued: tuple | None = None  # a generate command waiting for the process to exist
         self._cancel_queued = False
+        self._superseded: Any = None  # the process `switch` replaced, while it closes
         # multiprocessing's resource tracker is started with the stderr fd it finds; started later,
         # inside the running app, that would be Textual's stand-in for stderr, which has no fd.
         try:
@@ -221,6 +222,29 @@ class EngineClient:
     def reply_ended(self, request_id: int) -> None:
         if self.pending == request_id:
             self.pending = None
+
+    def switch(self, factory: Callable[[], Any]) -> None:
+        """Replace the engine process by one built from `factory` (the model picker: another
+        model). The current process is asked to close (it saves nothing more: no reply runs);
+        the io thread, made before the UI lowered its priority, then spawns the new one, so it
+        runs at the user's priority as the first did. `EngineLoaded` (restarted) follows."""
+        with self._lock:
+            if self._closing:
+                return
+            self._factory = factory
+            self.ready = False
+            self.pending = None
+            self._queued = None
+            commands = self._commands
+            self._superseded = self._process  # its late "loaded" must not announce the old model
+            # a reply asked for from now on waits for the new process (the io thread sends it)
+            self._commands, self.cancel_flag = None, None
+        if commands is not None:
+            try:
+                commands.send(("close",))
+            except (OSError, ValueError):
+                pass  # already gone: the io thread sees it and starts the new one
+        self.start()
 
     def kill(self) -> None:
         """Kill the engine process (tests; a crash looks the same to the UI)."""
@@ -309,6 +333,9 @@ class EngineClient:
                 except (EOFError, OSError):
                     break
                 kind = msg[0]
+                if process is self._superseded:  # replaced by `switch`: nothing it says concerns the UI
+                    asked_to_close = asked_to_close or kind in ("closed", "load_failed")
+                    continue
                 if kind == "rounds":
                     self._post(EngineRounds(msg[1], msg[2], msg[3], msg[4]))
                 elif kind == "done":
@@ -340,5 +367,5 @@ class EngineClient:
                 cmd_send.close()
             except OSError:
                 pass
-        if not closing and not asked_to_close:
+        if not closing and not asked_to_close and process is not self._superseded:
             self._post(EngineDied(process.exitcode, process.pid))

@@ -1,0 +1,124 @@
+"""The model picker: the models `adaspark models` lists, in the same columns; choosing one starts
+a new conversation on it (the app restarts the engine process with that model, and the learned
+state, keyed by model in the store, follows). Broken entries are shown with their reason and
+cannot be chosen.
+
+Discovery reads file headers (a few ms each, more on a slow disk), so it runs in a thread
+(`asyncio.to_thread`); the table is filled on the UI thread when it is done.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from typing import Callable, Sequence
+
+from rich.text import Text
+from textual import on
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Vertical
+from textual.screen import ModalScreen
+from textual.widgets import DataTable, Label, Static
+
+from ...models.command import COLUMNS, row_cells
+from ...models.entry import ModelEntry
+
+CURRENT_MARK = "● "  # in front of the model the engine runs now
+
+
+def _discover(folders: Sequence[str], store_path: str | None) -> list[ModelEntry]:
+    from ...models import discover_models
+
+    return discover_models(list(folders), store_path=store_path)
+
+
+class ModelPickerScreen(ModalScreen[ModelEntry | None]):
+    """Lists the models found; dismisses with the chosen entry, or None (Esc)."""
+
+    DEFAULT_CSS = """
+    ModelPickerScreen { align: center middle; }
+    ModelPickerScreen > Vertical {
+        width: 95%; height: 80%; padding: 1 2;
+        border: thick $primary; background: $surface;
+    }
+    ModelPickerScreen DataTable { height: 1fr; }
+    ModelPickerScreen #picker-status { height: auto; color: $text-muted; margin-bottom: 1; }
+    """
+    BINDINGS = [Binding("escape", "cancel", "Cancel", id="picker_cancel", tooltip="Close the model list")]
+
+    def __init__(self, current_path: str | None = None, folders: Sequence[str] = (),
+                 store_path: str | None = None,
+                 discover: Callable[[Sequence[str], str | None], list[ModelEntry]] = _discover) -> None:
+        super().__init__()
+        self.current_path = current_path
+        self.folders = list(folders)
+        self.store_path = store_path
+        self._discover = discover
+        self.entries: list[ModelEntry] = []
+        self.loaded = False
+
+    def compose(self) -> ComposeResult:
+        with Vertical():
+            yield Label("Choose a model: a new conversation starts on it (Enter), Esc closes")
+            yield Static("Looking for models…", id="picker-status")
+            yield DataTable(id="models", cursor_type="row", zebra_stripes=True)
+
+    @property
+    def table(self) -> DataTable:
+        return self.query_one("#models", DataTable)
+
+    def on_mount(self) -> None:
+        self.table.add_columns(*COLUMNS)
+        self.table.focus()
+        self.run_worker(self._load(), exclusive=True, group="model-discovery")
+
+    async def _load(self) -> None:
+        entries = await asyncio.to_thread(self._discover, self.folders, self.store_path)
+        self.show(entries)
+
+    def show(self, entries: list[ModelEntry]) -> None:
+        """Fill the table (UI thread): usable models first in the list's order, broken after."""
+        self.entries = sorted(entries, key=lambda e: e.broken)  # stable: the list's order within
+        table = self.table
+        table.clear()
+        current_row = 0
+        for i, e in enumerate(self.entries):
+            cells = row_cells(e)
+            if self._is_current(e):
+                cells[0] = CURRENT_MARK + cells[0]
+                current_row = i
+            style = "dim" if e.broken else ""
+            table.add_row(*(Text(c, style=style) for c in cells), key=str(i))
+        usable = sum(not e.broken for e in self.entries)
+        status = f"{usable} usable, {len(self.entries) - usable} broken (listed with the reason)."
+        if not self.entries:
+            status = "No GGUF files found (see `adaspark models` for where they are looked for)."
+        self.query_one("#picker-status", Static).update(status)
+        if self.entries:
+            table.move_cursor(row=current_row)
+        self.loaded = True
+
+    def _is_current(self, e: ModelEntry) -> bool:
+        if self.current_path is None:
+            return e.source == "bundled"
+        try:
+            return os.path.samefile(e.path, self.current_path)
+        except OSError:
+            return False
+
+    @on(DataTable.RowSelected)
+    def _chosen(self, event: DataTable.RowSelected) -> None:
+        self.choose(int(event.row_key.value))
+
+    def choose(self, index: int) -> bool:
+        """Choose entry `index`: dismisses with it, or says why a broken one cannot be used."""
+        e = self.entries[index]
+        if e.broken:
+            self.notify(f"{e.name} cannot be used: {e.problem}", title="Model", severity="warning")
+            return False
+        self.dismiss(e)
+        return True
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)
