@@ -145,3 +145,10 @@ def test_resolve_model_refuses_a_broken_entry(cfg_file, tmp_path):
     ollama_tree(tmp_path / "home" / ".ollama" / "models")
     with pytest.raises(Exception, match="cannot be used: not a GGUF file"):
         config_mod.resolve_model("junk:latest")
+
+
+def test_chat_model_option_takes_a_discovered_name_and_wins_over_the_config(cfg_file, tmp_path, started):
+    files = ollama_tree(tmp_path / "home" / ".ollama" / "models")
+    cfg_file.write_text('model = "tiny:latest"\n')
+    assert main(["chat", "--model", "someone/tiny:q8"]) == 0
+    assert started["model"] == str(files["user"])
