@@ -69,9 +69,14 @@ class ChatEngine:
 
     # ------------------------------------------------------------------ setup
     def _model_label(self) -> str:
+        from ..store.fingerprint import model_fingerprint
+
         b = self.backend
-        desc = b.description
-        quant = desc.split()[-1] if desc else ""
+        try:  # general.file_type's name (Q4_K_M); llama.cpp's description ends in "Q4_K - Medium"
+            quant = model_fingerprint(b.model_path)["quantisation"] or ""
+        except ModelLoadError:
+            desc = b.description
+            quant = desc.split()[-1] if desc else ""
         return f"{b.name} ({quant})" if quant else b.name
 
     def _load_drafter(self, drafter_path: str):
