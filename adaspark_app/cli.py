@@ -79,6 +79,9 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--drafter", help="DSpark drafter GGUF, or 'default'")
     c.add_argument("--store", help="learned-state database (default: user data dir, or $ADASPARK_STORE)")
     c.add_argument("--max-tokens", default=512, help="tokens per reply at most (default 512)")
+    c.add_argument("--n-ctx", default=None,
+                   help="context size in tokens (default: the model's training context, capped so the KV "
+                        "cache takes at most half the free memory, and at 32768)")
     _add_sampling(c)
 
     r = sub.add_parser("run", help="headless scripted conversations")
@@ -157,17 +160,24 @@ def cmd_run(args: argparse.Namespace) -> int:
                             TimeRemainingColumn(), transient=True)
         progress.start()
         task = progress.add_task(f"run {args.arm}", total=total_turns)
+
+    def write(conv, res) -> None:
+        # each reply as it completes, flushed: an error or a crash in a later turn loses none
+        row = res.to_json()
+        row.pop("tokens", None)
+        if conv.category:
+            row["category"] = conv.category
+        out.write(json.dumps(row) + "\n")
+        out.flush()
+        if log is not None:
+            log.flush()
+        if progress is not None:
+            progress.advance(task)
+
     try:
         for conv in convs:
-            for res in run_conversation(engine, conv, args.max_tokens, log_rounds=log, sampling=args.sampling):
-                row = res.to_json()
-                row.pop("tokens", None)
-                if conv.category:
-                    row["category"] = conv.category
-                out.write(json.dumps(row) + "\n")
-                out.flush()
-                if progress is not None:
-                    progress.advance(task)
+            run_conversation(engine, conv, args.max_tokens, log_rounds=log, sampling=args.sampling,
+                             on_reply=lambda res, conv=conv: write(conv, res))
             engine.reset_conversation()
     finally:
         if progress is not None:
@@ -196,9 +206,21 @@ def cmd_chat(args: argparse.Namespace) -> int:
     if args.drafter and args.drafter != "default":
         check_gguf_file(args.drafter, "drafter")
     args.max_tokens = limits.check_max_tokens(args.max_tokens)
+    args.n_ctx = _chat_n_ctx(args)
     from .ui.app import run_chat
 
-    return run_chat(args.model, args.drafter, args.store, max_tokens=args.max_tokens, sampling=sampling) or 0
+    return run_chat(args.model, args.drafter, args.store, max_tokens=args.max_tokens, sampling=sampling,
+                    n_ctx=args.n_ctx) or 0
+
+
+def _chat_n_ctx(args: argparse.Namespace) -> int:
+    """--n-ctx through engine/limits.py, or the model's default (engine/context_size.py)."""
+    if getattr(args, "n_ctx", None) is not None:
+        return limits.check_n_ctx(args.n_ctx)
+    from .engine.backend import default_model_path
+    from .engine.context_size import default_chat_n_ctx
+
+    return default_chat_n_ctx(args.model or default_model_path()).n_ctx
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -37,5 +37,15 @@ class BindingError(AdaSparkError):
     """The installed llama-cpp-python lacks a symbol this build needs."""
 
 
+class MessageTooLongError(ContextOverflowError):
+    """One message (with the system prompt) leaves no room for a reply in the context: not sent."""
+
+    def __init__(self, tokens: int, n_ctx: int, reply_min: int) -> None:
+        self.tokens, self.n_ctx, self.reply_min = tokens, n_ctx, reply_min
+        super().__init__(
+            f"message is {tokens} tokens (with the system prompt and the turn format); the context "
+            f"holds {n_ctx} and a reply needs at least {reply_min}: shorten the message or pass a larger --n-ctx")
+
+
 class ConfigError(AdaSparkError):
     """The config file is not valid TOML, or a key in it is unknown, of the wrong type or out of range."""

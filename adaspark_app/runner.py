@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, TextIO
 
 from .engine.events import ReplyResult, RoundEvent
-from .errors import ScriptError
+from .errors import MessageTooLongError, ScriptError
 
 
 @dataclass
@@ -20,6 +20,7 @@ class Conversation:
     system: str | None = None
     category: str | None = None
     line: int = 0
+    path: str = ""  # the script it came from (errors name the file and line)
 
 
 def parse_line(obj: Any, where: str) -> Conversation:
@@ -72,6 +73,7 @@ def load_script(path: str) -> list[Conversation]:
             raise ScriptError(f"{where}: duplicate conversation id {conv.id!r}")
         seen.add(conv.id)
         conv.line = n
+        conv.path = str(path)
         convs.append(conv)
     if not convs:
         raise ScriptError(f"{path}: the script has no conversations")
@@ -80,8 +82,15 @@ def load_script(path: str) -> list[Conversation]:
 
 def run_conversation(engine: Any, conv: Conversation, max_tokens: int,
                      on_round: Callable[[RoundEvent], None] | None = None,
-                     log_rounds: TextIO | None = None, sampling: Any = None) -> list[ReplyResult]:
+                     log_rounds: TextIO | None = None, sampling: Any = None,
+                     on_reply: Callable[[ReplyResult], None] | None = None) -> list[ReplyResult]:
     """Generate every turn of `conv`, carrying each reply as history for the next turn.
+
+    The whole history is passed each turn; the engine leaves out the oldest turns that no longer
+    fit its context (`dropped_turns` in each result), as the chat does. on_reply(result) runs as
+    each reply completes, so a caller writes it before the next turn starts (nothing is lost if a
+    later turn fails). A turn whose message alone is too long for the context raises ScriptError
+    naming the script line and the turn; the replies before it have gone to on_reply.
 
     sampling: the SamplingSettings of every reply (None: the engine's default, greedy)."""
     messages: list[dict[str, str]] = []
@@ -98,7 +107,13 @@ def run_conversation(engine: Any, conv: Conversation, max_tokens: int,
     for turn, user in enumerate(conv.turns):
         messages.append({"role": "user", "content": user})
         extra = {} if sampling is None else {"sampling": sampling}
-        res = engine.generate(conv.id, messages, max_tokens=max_tokens, on_round=cb, turn=turn, **extra)
+        try:
+            res = engine.generate(conv.id, messages, max_tokens=max_tokens, on_round=cb, turn=turn, **extra)
+        except MessageTooLongError as err:
+            where = f"{conv.path}:{conv.line}" if conv.path else f"line {conv.line}"
+            raise ScriptError(f"{where}: turn {turn + 1} of conversation {conv.id!r}: {err}") from None
         messages.append({"role": "assistant", "content": res.text})
         results.append(res)
+        if on_reply is not None:
+            on_reply(res)
     return results

@@ -17,6 +17,7 @@ from typing import Any, Callable
 from ..errors import ArgumentError, ModelLoadError
 from .arms import Arm, parse_arm
 from .backend import LlamaBackend, check_gguf_file, default_model_path
+from .context_window import Window, fit_messages
 from .decoder import Decoder, RoundOutcome, run_reply
 from .detok import StreamDecoder
 from .events import ReplyResult, RoundEvent
@@ -24,6 +25,12 @@ from .sampling import GREEDY, SamplingSettings
 from .template import ChatTemplate, chat_template_for, turn_format_notice  # noqa: F401
 
 VALID_ROLES = ("system", "user", "assistant")
+
+
+def _check_messages(messages: list[dict[str, str]]) -> None:
+    for i, m in enumerate(messages):
+        if not isinstance(m, dict) or m.get("role") not in VALID_ROLES or not isinstance(m.get("content"), str):
+            raise ArgumentError(f"message {i} must be {{'role': system|user|assistant, 'content': str}}")
 
 
 def _physical_threads() -> int:
@@ -151,11 +158,35 @@ class ChatEngine:
 
     def prompt_tokens(self, messages: list[dict[str, str]]) -> list[int]:
         """The prompt for `messages` through the GGUF's chat template, tokenised."""
-        for i, m in enumerate(messages):
-            if not isinstance(m, dict) or m.get("role") not in VALID_ROLES or not isinstance(m.get("content"), str):
-                raise ArgumentError(f"message {i} must be {{'role': system|user|assistant, 'content': str}}")
+        _check_messages(messages)
         text = self.template.render(messages, add_generation_prompt=True)
         return self.backend.tokenize(text, add_special=False, parse_special=True)
+
+    def fit_window(self, messages: list[dict[str, str]], max_tokens: int) -> tuple[Window, list[int]]:
+        """The messages that fit the context with a reply of up to `max_tokens`, and their prompt
+        tokens (engine/context_window.py: the oldest turns go first, the system prompt stays).
+
+        Raises MessageTooLongError when the newest message alone leaves no room for a reply.
+        A conversation that does not end with the user's message is taken whole."""
+        prompts: dict[int, list[int]] = {}  # messages kept -> prompt tokens: each count is reused
+
+        def count(kept: list[dict[str, str]]) -> int:
+            toks = self.prompt_tokens(kept)
+            prompts[len(kept)] = toks
+            return len(toks)
+
+        _check_messages(messages)  # every message, before any is left out
+        if not messages or messages[-1]["role"] != "user":
+            toks = self.prompt_tokens(messages)
+            room = max(1, min(max_tokens, self.backend.n_ctx - 1 - len(toks)))
+            return Window(list(messages), 0, len(toks), room, room < max_tokens), toks
+
+        def turn_size(turn: list[dict[str, str]]) -> int:
+            # the block edges only need a stable size: the turn's text, tokenised plainly
+            return sum(len(self.backend.tokenize(m["content"], parse_special=False)) + 4 for m in turn)
+
+        window = fit_messages(messages, count, self.backend.n_ctx, max_tokens, turn_size=turn_size)
+        return window, prompts[len(window.messages)]
 
     def generate(self, conversation_id: str, messages: list[dict[str, str]], max_tokens: int = 512,
                  on_round: Callable[[RoundEvent], None] | None = None,
@@ -167,8 +198,15 @@ class ChatEngine:
         target's processed distribution with the settings' seed (a random one if unset, recorded
         in the result), so the reply is the same whatever the arm.
 
-        Blocking: run it on the engine's worker thread. The KV cache is reused when `messages`
-        extends what is cached; only new tokens are prefilled. Learned state is saved to the store
+        Long conversations: when the history and a reply of `max_tokens` pass the context, the
+        oldest turns are left out of the prompt (engine/context_window.py; the system prompt and
+        the new message stay), counted in `dropped_turns`; if the new message alone leaves less
+        than max_tokens, the reply is capped to what fits (`capped_to`). A message that leaves
+        no room for a reply raises MessageTooLongError before anything is decoded.
+
+        Blocking: run it on the engine's worker thread. The KV cache is reused for the longest
+        prefix the new prompt shares with what is cached (after a drop: at least the system
+        prompt); only the tokens after it are prefilled. Learned state is saved to the store
         at the end of the reply.
         """
         if max_tokens < 1:
@@ -183,7 +221,8 @@ class ChatEngine:
                   sampling: SamplingSettings) -> ReplyResult:
         b = self.backend
         dec = self.decoder
-        prompt = self.prompt_tokens(messages)
+        window, prompt = self.fit_window(messages, max_tokens)
+        max_tokens = window.reply_tokens  # below the asked cap only when the context is that full
         settings = dec.set_sampling(sampling)
         sjson, seed = settings.to_json(), settings.seed if not settings.greedy else None
         first, n_prefill, prefill_s = dec.start_reply(prompt)
@@ -231,7 +270,8 @@ class ChatEngine:
             rows_by_source=stats["rows_by_source"], accepted_by_source=stats["accepted_by_source"],
             looped=stats["looped"], stopped=stats["stopped"], arm=str(self.arm), tokens=reply,
             ngram_rounds=stats["ngram_rounds"], drafter_rounds=stats["drafter_rounds"],
-            decided_by=stats["decided_by"], sampling=sjson, seed=seed)
+            decided_by=stats["decided_by"], sampling=sjson, seed=seed, dropped_turns=window.dropped_turns,
+            prompt_length=len(prompt), capped_to=window.reply_tokens if window.capped else None)
         self._save(result)
         return result
 

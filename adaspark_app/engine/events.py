@@ -87,6 +87,10 @@ class ReplyResult:
     decided_by: dict[str, int] = field(default_factory=dict)  # deciding layer -> rounds (adaspark explain)
     sampling: dict[str, Any] = field(default_factory=dict)  # SamplingSettings.to_json(); temperature 0: greedy
     seed: int | None = None  # the seed the reply was drawn with (None: greedy)
+    # --- the context window (engine/context_window.py) ---
+    dropped_turns: int = 0  # oldest turns left out of the prompt so history and reply fit
+    prompt_length: int = 0  # tokens of the whole prompt (prompt_tokens counts only the prefilled ones)
+    capped_to: int | None = None  # the reply's cap when the context left less than max_tokens
 
     @property
     def tokens_per_s(self) -> float:

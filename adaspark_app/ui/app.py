@@ -339,7 +339,7 @@ def engine_log_path() -> str | None:
 
 
 def run_chat(model: str | None, drafter: str | None, store_path: str | None, max_tokens: int = MAX_TOKENS,
-             sampling: Any = None) -> int:
+             sampling: Any = None, n_ctx: int = 4096) -> int:
     """Run `adaspark chat`; returns the exit code (2 with a one-line message on a user error)."""
     from ..engine.worker import EngineConfig
     from ..store import Store
@@ -351,7 +351,7 @@ def run_chat(model: str | None, drafter: str | None, store_path: str | None, max
         return err.exit_code
 
     # The engine process opens the same file for its learned state (WAL, busy timeout).
-    config = EngineConfig(model_path=model, drafter_path=drafter, store_path=str(store.path))
+    config = EngineConfig(model_path=model, drafter_path=drafter, store_path=str(store.path), n_ctx=n_ctx)
     app = AdaSparkApp(
         config, store,
         model_label=Path(model).name if model else BUNDLED_MODEL_LABEL,

@@ -1,0 +1,132 @@
+"""Long conversations on the real engine: the oldest turns leave the prompt, every turn answers,
+the KV cache is reused where the kept prefix allows, and a message too long for the context is refused."""
+
+from __future__ import annotations
+
+import pytest
+
+from adaspark_app.engine.context_window import MIN_REPLY_TOKENS
+from adaspark_app.errors import MessageTooLongError
+
+pytestmark = pytest.mark.model
+
+SYSTEM = ("You are a patient tutor. Answer in one or two short sentences, use plain words, and never "
+          "repeat the question back to the student before answering it.")
+QUESTIONS = [
+    "What is the boiling point of water at sea level, and why does it change on a mountain?",
+    "Name three planets of the solar system and say which one is the largest of them.",
+    "Why do leaves change colour in autumn in many temperate forests around the world?",
+    "How does a bicycle stay upright when it is moving forward at a steady speed?",
+    "What is the difference between weather and climate, in a sentence a child understands?",
+    "Explain what a prime number is and give the first five prime numbers in order.",
+    "Why is the sky blue during the day but red and orange at sunset over the sea?",
+    "What does a heart do in the human body, and how many chambers does it have?",
+    "How do bees make honey from the nectar they collect from flowers in a garden?",
+    "What is gravity, and why do objects fall towards the ground when you drop them?",
+]
+
+SHORT = ["Describe a colour.", "Describe a fruit.", "Describe a city.", "Describe an animal.",
+         "Describe a tree.", "Describe a river.", "Describe a metal.", "Describe a bird."]
+
+
+@pytest.fixture(scope="module")
+def engine():
+    from adaspark_app.engine.chat_engine import ChatEngine
+
+    eng = ChatEngine(n_ctx=512)
+    yield eng
+    eng.close()
+
+
+def system_prefix(eng) -> int:
+    """Tokens of the rendered system prompt alone: the part every kept window starts with."""
+    text = eng.template.render([{"role": "system", "content": SYSTEM}], add_generation_prompt=False)
+    return len(eng.backend.tokenize(text, add_special=False, parse_special=True))
+
+
+def test_conversation_past_the_context_answers_every_turn_and_reuses_the_cache(engine):
+    eng = engine
+    eng.reset_conversation()
+    assert eng.backend.n_ctx == 512
+    s_len = system_prefix(eng)
+    assert s_len > 30
+    msgs = [{"role": "system", "content": SYSTEM}]
+    results = []
+    # short turns (about 30 tokens) against blocks of 512 // 8 = 64 tokens: the window moves
+    # about every other turn, and stays still in between
+    for turn in range(22):
+        msgs.append({"role": "user", "content": SHORT[turn % len(SHORT)]})
+        r = eng.generate("long", msgs, max_tokens=16, turn=turn)
+        assert r.n_tokens > 0 and r.text.strip(), turn
+        assert r.prompt_length + 16 <= eng.backend.n_ctx - 1
+        assert r.capped_to is None
+        # the kept window is what the rule gives for this history, and it is what was prefilled
+        window, prompt = eng.fit_window(msgs, 16)
+        assert (window.dropped_turns, len(prompt)) == (r.dropped_turns, r.prompt_length)
+        results.append(r)
+        msgs.append({"role": "assistant", "content": r.text})
+    dropped = [r.dropped_turns for r in results]
+    assert dropped == sorted(dropped) and dropped[-1] >= 2, dropped
+    assert dropped[0] == 0
+    for prev, r in zip(results, results[1:]):
+        if r.dropped_turns == prev.dropped_turns:
+            # the window did not move: only the new turn's tokens are prefilled
+            assert r.prompt_tokens < 30, (r.turn, r.prompt_tokens)
+            assert r.prompt_length - r.prompt_tokens >= prev.prompt_length
+        else:
+            # the window moved: the system prompt part stays cached, the rest is prefilled again
+            assert r.prompt_tokens <= r.prompt_length - s_len, (r.turn, r.prompt_tokens, r.prompt_length)
+            assert r.prompt_tokens > 50
+    # blocks of history: at least one drop kept the window still for the next turn
+    assert any(a.dropped_turns == b.dropped_turns > 0 for a, b in zip(results, results[1:])), dropped
+
+
+def test_dropping_turns_keeps_replies_identical_to_ar(model_path):
+    """Lossless with a moving window: both arms build the same prompt, so the same replies."""
+    from adaspark_app.engine.chat_engine import ChatEngine
+
+    texts = {}
+    for arm in ("ar", "adaspark"):
+        with ChatEngine(model_path, arm=arm, n_ctx=256) as eng:
+            msgs: list[dict[str, str]] = []
+            out = []
+            for turn, q in enumerate(QUESTIONS[:7]):
+                msgs.append({"role": "user", "content": q})
+                r = eng.generate("ar-vs", msgs, max_tokens=16, turn=turn)
+                out.append((r.text, r.dropped_turns))
+                msgs.append({"role": "assistant", "content": r.text})
+            texts[arm] = out
+    assert texts["ar"] == texts["adaspark"]
+    assert texts["ar"][-1][1] > 0  # the window did move
+
+
+def test_a_message_too_long_is_refused_and_the_engine_goes_on(engine):
+    eng = engine
+    eng.reset_conversation()
+    msgs = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": QUESTIONS[0]}]
+    first = eng.generate("refuse", msgs, max_tokens=8)
+    msgs.append({"role": "assistant", "content": first.text})
+    huge = " ".join(f"word{i}" for i in range(600))
+    with pytest.raises(MessageTooLongError) as info:
+        eng.generate("refuse", [*msgs, {"role": "user", "content": huge}], max_tokens=8)
+    assert info.value.tokens > eng.backend.n_ctx and "the context holds 512" in str(info.value)
+    # nothing was sent: the cache still holds the conversation, the next turn prefills only itself
+    r = eng.generate("refuse", [*msgs, {"role": "user", "content": QUESTIONS[1]}], max_tokens=8, turn=1)
+    assert r.n_tokens > 0 and r.dropped_turns == 0
+    assert r.prompt_tokens < 40
+
+
+def test_a_message_that_leaves_less_than_max_tokens_gets_a_capped_reply(engine):
+    eng = engine
+    eng.reset_conversation()
+    n = len(eng.prompt_tokens([{"role": "user", "content": QUESTIONS[2]}]))
+    # a message that leaves 16..200 tokens, and a reply asked for more: capped to the room, no error
+    long_text = " ".join(["and so on"] * ((eng.backend.n_ctx - n - MIN_REPLY_TOKENS - 40) // 3))
+    msgs = [{"role": "user", "content": QUESTIONS[2] + " " + long_text}]
+    n = len(eng.prompt_tokens(msgs))
+    room = eng.backend.n_ctx - 1 - n
+    assert MIN_REPLY_TOKENS <= room < 200
+    r = eng.generate("capped", msgs, max_tokens=400)
+    assert r.capped_to == room
+    assert 0 < r.n_tokens <= room
+    assert r.prompt_length == n and r.context <= eng.backend.n_ctx - 1
