@@ -159,3 +159,47 @@ async def test_picker_switches_model_with_a_new_conversation_and_its_learned_sta
     with Store.open(learned) as store:
         names = [r["model_name"] for r in store.list_learned()]
     assert any("Pickme2" in n for n in names), names  # learned under the picked model's key
+
+
+@pytest.mark.model
+async def test_a_picked_model_that_fails_to_load_leaves_the_app_running(tmp_path, monkeypatch):
+    """A file whose header passes but that llama.cpp cannot load (tensors missing): the chat says
+    so and stays open (as `adaspark chat` runs it, exit_on_load_error on), and another pick works."""
+    from model_trees import write_gguf
+
+    write_gguf(tmp_path / "folder" / "hollow.gguf")  # a llama header with 2 of its tensors
+    monkeypatch.setenv("ADASPARK_MODELS", str(tmp_path / "folder"))
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "no-hub"))
+    monkeypatch.setenv("OLLAMA_MODELS", str(tmp_path / "no-ollama"))
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    chats = Store.open(tmp_path / "chats.db")
+    app = AdaSparkApp(EngineConfig(store_path=str(tmp_path / "learned.db"), n_ctx=1024), chats,
+                      store_label="chats.db", export_dir=tmp_path, max_tokens=8, exit_on_load_error=True,
+                      engine_log=str(tmp_path / "engine.log"))
+
+    async def pick(pilot, name: str) -> None:
+        await pilot.press("ctrl+t")
+        await wait_until(pilot, lambda: isinstance(app.screen, ModelPickerScreen) and app.screen.loaded,
+                         what="the picker")
+        picker = app.screen
+        picker.table.move_cursor(row=[e.name for e in picker.entries].index(name))
+        await pilot.press("enter")
+
+    try:
+        async with app.run_test(size=SIZE) as pilot:
+            chat = app.chat_screen
+            await wait_until(pilot, lambda: app.engine.ready, timeout=REPLY_TIMEOUT, what="the first engine")
+            await pick(pilot, "hollow.gguf")
+            await wait_until(pilot, lambda: app.load_error is not None, timeout=REPLY_TIMEOUT,
+                             what="the failed load")
+            assert app.is_running and app.return_code is None
+            assert any("failed to load" in (n.title or "") for n in app._notifications)
+            assert not await chat.send("hello")  # refused with a notification, not sent to nobody
+            await pick(pilot, "SmolLM2-135M-Instruct (bundled)")
+            await wait_until(pilot, lambda: app.engine.ready and app.load_error is None, timeout=REPLY_TIMEOUT,
+                             what="the bundled model again")
+            assert await chat.send("What is the capital of France?")
+            await wait_until(pilot, lambda: not chat.generating, timeout=REPLY_TIMEOUT, what="the reply")
+            assert chat.chat_view.messages()[-1].text.strip()
+    finally:
+        chats.close()
