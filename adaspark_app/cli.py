@@ -78,7 +78,13 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--model", help="target GGUF (default: the bundled SmolLM2-135M-Instruct)")
     c.add_argument("--drafter", help="DSpark drafter GGUF, or 'default'")
     c.add_argument("--store", help="learned-state database (default: user data dir, or $ADASPARK_STORE)")
-    c.add_argument("--max-tokens", default=512, help="tokens per reply at most (default 512)")
+    c.add_argument("--max-tokens", default=None,
+                   help="tokens per reply at most (default 512; with --continue, the conversation's)")
+    c.add_argument("--system", default=None, metavar="TEXT",
+                   help="system prompt of a new conversation (with --continue: replaces the conversation's)")
+    c.add_argument("--continue", dest="continue_last", action="store_true",
+                   help="resume the most recent conversation with its stored settings (options given "
+                        "here replace them)")
     c.add_argument("--n-ctx", default=None,
                    help="context size in tokens (default: the model's training context, capped so the KV "
                         "cache takes at most half the free memory, and at 32768)")
@@ -196,21 +202,41 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def cmd_chat(args: argparse.Namespace) -> int:
     from .engine.backend import check_gguf_file
-    from .engine.sampling import chat_defaults
+    from .ui.chat_settings import SAMPLING_FIELDS, default_settings, resume_last
+    from .config import load_config, resolve_model
 
+    # the config file's defaults (a bad file: one line, exit 2); options given here win
+    cfg = load_config()
+    if args.model or (cfg.model and not args.continue_last):
+        args.model = resolve_model(args.model or cfg.model, cfg.folders())
+    values = {name: getattr(args, name, None) for name in SAMPLING_FIELDS}
+    resume = None
+    if args.continue_last:
+        from .store import Store
+
+        with Store.open(args.store) as store:
+            cid, resumed, problems = resume_last(store, model=args.model, system=args.system,
+                                                 max_tokens=args.max_tokens, sampling=values)
+        for problem in problems:
+            sys.stderr.write(f"adaspark: note: the conversation's stored settings: {problem} (default used)\n")
+        resume = (cid, resumed)
+        args.model = resumed.model_path
     if args.model:
         check_gguf_file(args.model, "model")
     # chat samples by default: the GGUF's recommended settings where present, else llama.cpp's;
-    # an unset seed stays unset, so each reply draws (and records) a fresh one
-    sampling = _check_sampling(args, chat_defaults(args.model), resolve_seed=False)
+    # an unset seed stays unset, so each reply draws (and records) a fresh one. A config file's
+    # chat defaults go in as `config=` (keys: system, max_tokens and the sampling field names).
+    settings = default_settings(args.model, system=args.system, max_tokens=args.max_tokens, sampling=values,
+                                config=cfg.chat_defaults())
+    sampling = args.sampling = settings.sampling
     if args.drafter and args.drafter != "default":
         check_gguf_file(args.drafter, "drafter")
-    args.max_tokens = limits.check_max_tokens(args.max_tokens)
+    args.max_tokens = settings.max_tokens
     args.n_ctx = _chat_n_ctx(args)
     from .ui.app import run_chat
 
     return run_chat(args.model, args.drafter, args.store, max_tokens=args.max_tokens, sampling=sampling,
-                    n_ctx=args.n_ctx) or 0
+                    n_ctx=args.n_ctx, system=settings.system, resume_id=resume[0] if resume else None) or 0
 
 
 def _chat_n_ctx(args: argparse.Namespace) -> int:

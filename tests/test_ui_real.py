@@ -14,10 +14,12 @@ import subprocess
 import sys
 import textwrap
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+from adaspark_app.engine.sampling import SamplingSettings
 from adaspark_app.engine.worker import EngineConfig
 from adaspark_app.store import Store
 from adaspark_app.ui.app import AdaSparkApp
@@ -44,9 +46,9 @@ def chats(tmp_path):
     store.close()
 
 
-def make_app(factory, store, tmp_path, max_tokens: int = MAX_TOKENS) -> AdaSparkApp:
+def make_app(factory, store, tmp_path, max_tokens: int = MAX_TOKENS, **kwargs) -> AdaSparkApp:
     return AdaSparkApp(factory, store, store_label="chats.db", export_dir=tmp_path, max_tokens=max_tokens,
-                       exit_on_load_error=False, engine_log=str(tmp_path / "engine.log"))
+                       exit_on_load_error=False, engine_log=str(tmp_path / "engine.log"), **kwargs)
 
 
 async def send(pilot, text: str) -> None:
@@ -172,12 +174,125 @@ async def test_real_engine_killed_mid_reply_then_the_next_message_works(learned,
         await wait_until(pilot, lambda: app.engine.ready and app.engine.loads == 2, timeout=REPLY_TIMEOUT,
                          what="the restarted engine")
         assert app.engine.pid != first_pid
-        app.max_tokens = MAX_TOKENS
+        chat.apply_settings(replace(chat.settings, max_tokens=MAX_TOKENS))  # the conversation's own cap
         await send(pilot, "Give the dragon a name.")
         await finished(pilot)
         texts = [m.text for m in chat.chat_view.messages()]
         assert texts[:3] == [STORY, reply.text, "Give the dragon a name."] and texts[3].strip()
         assert chats.list_conversations()[0]["n_messages"] == 4
+
+
+# ---------------------------------------------------------------------------- per-conversation settings
+SMOL_DEFAULT_SYSTEM = "named SmolLM"  # what SmolLM2's template says when no system prompt is given
+
+
+async def test_real_system_prompt_from_the_settings_dialog_reaches_the_template(learned, chats, tmp_path):
+    from adaspark_app.ui.screens import SettingsScreen
+
+    log = tmp_path / "calls.jsonl"
+    app = make_app(recording(EngineConfig(store_path=learned), log), chats, tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("f3")
+        await wait_until(pilot, lambda: isinstance(app.screen, SettingsScreen))
+        app.screen.query_one("#system").text = "You are a pirate. Always say arr."
+        app.screen.query_one("#max_tokens").value = "12"
+        app.screen.query_one("#max_tokens").focus()
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: not isinstance(app.screen, SettingsScreen))
+        assert "system prompt" in app.sub_title and "no system prompt" not in app.sub_title
+        await send(pilot, "Who are you?")
+        await finished(pilot)
+        (call,) = read_log(log, "generate")
+        assert call["messages"][0] == {"role": "system", "content": "You are a pirate. Always say arr."}
+        # The GGUF's own template put it first, in place of the template's default system prompt.
+        assert call["prompt_text"].startswith("<|im_start|>system\nYou are a pirate. Always say arr.<|im_end|>")
+        assert SMOL_DEFAULT_SYSTEM not in call["prompt_text"]
+        assert call["prompt_text"].endswith("<|im_start|>user\nWho are you?<|im_end|>\n<|im_start|>assistant\n")
+        assert call["max_tokens"] == 12
+        (conv,) = chats.list_conversations()
+        row = chats.get_conversation(conv["id"])
+        assert row["system"] == "You are a pirate. Always say arr." and row["settings"]["max_tokens"] == 12
+        assert 0 < chats.get_messages(conv["id"])[1]["meta"]["n_tokens"] <= 12
+
+
+async def test_real_regenerate_draws_a_new_seed_and_keeps_the_history(learned, chats, tmp_path):
+    log = tmp_path / "calls.jsonl"
+    app = make_app(recording(EngineConfig(store_path=learned), log), chats, tmp_path,
+                   sampling=SamplingSettings(temperature=0.8, seed=11))
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, "Name a colour.")
+        chat = await finished(pilot)
+        await send(pilot, "Write a short poem about it.")
+        await finished(pilot)
+        before = [m.text for m in chat.chat_view.messages()]
+        cid = chat.conversation_id
+        first = chats.get_messages(cid)[-1]
+        await pilot.press("f5")
+        await finished(pilot)
+        after = [m.text for m in chat.chat_view.messages()]
+        assert after[:3] == before[:3] and len(after) == 4 and after[3].strip()
+        assert after[3] != before[3]  # seed 12 instead of 11: another draw
+        stored = chats.get_messages(cid)
+        assert [m["content"] for m in stored] == after
+        assert first["meta"]["seed"] == 11 and stored[-1]["meta"]["seed"] == 12
+        calls = read_log(log, "generate")
+        assert calls[-1]["messages"] == calls[-2]["messages"] and calls[-1]["sampling"]["seed"] == 12
+        # The prompt was in the KV cache already: only its last token was decoded again.
+        assert stored[-1]["meta"]["prompt_tokens"] == 1
+
+
+async def test_real_edit_and_resend_rebuilds_from_the_edited_turn_reusing_the_cache(learned, chats, tmp_path):
+    log = tmp_path / "calls.jsonl"
+    app = make_app(recording(EngineConfig(store_path=learned), log), chats, tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, "What is the capital of France?")
+        chat = await finished(pilot)
+        await send(pilot, "And of Spain?")
+        await finished(pilot)
+        a1 = chat.history[1]["content"]
+        await pilot.press("ctrl+up")
+        assert chat.prompt.text == "And of Spain?"
+        chat.prompt.text = "Tell me about Italy."
+        await pilot.press("enter")
+        await finished(pilot)
+        texts = [m.text for m in chat.chat_view.messages()]
+        assert texts[:3] == ["What is the capital of France?", a1, "Tell me about Italy."] and len(texts) == 4
+        stored = chats.get_messages(chat.conversation_id)
+        assert [m["content"] for m in stored] == texts
+        call = read_log(log, "generate")[-1]
+        assert call["messages"] == [{"role": "user", "content": "What is the capital of France?"},
+                                    {"role": "assistant", "content": a1},
+                                    {"role": "user", "content": "Tell me about Italy."}]
+        # The KV cache is reused up to the edited turn: only the edited message (and the
+        # generation prompt) is prefilled, not the first turn again.
+        prefilled = stored[-1]["meta"]["prompt_tokens"]
+        assert 0 < prefilled <= call["n_prompt"] - call["n_before_last"]
+        assert prefilled < call["n_prompt"] // 2
+
+
+async def test_real_continue_resumes_with_the_stored_settings(learned, chats, tmp_path):
+    from adaspark_app.ui.chat_settings import ChatSettings, resume_last
+
+    cid = chats.create_conversation("Colours", "SmolLM2", system="Answer in one word.",
+                                    settings=ChatSettings(max_tokens=8).to_json())
+    chats.add_message(cid, "user", "Name a colour.")
+    chats.add_message(cid, "assistant", "Blue.")
+    resumed, settings, problems = resume_last(chats)  # what `adaspark chat --continue` does first
+    assert resumed == cid and problems == [] and settings.max_tokens == 8
+    log = tmp_path / "calls.jsonl"
+    app = make_app(recording(EngineConfig(store_path=learned), log), chats, tmp_path, max_tokens=64,
+                   resume_id=resumed)
+    async with app.run_test(size=SIZE) as pilot:
+        chat = app.chat_screen
+        await wait_until(pilot, lambda: chat.conversation_id == cid)
+        assert "max 8 tok" in app.sub_title
+        await send(pilot, "Name another one.")
+        await finished(pilot)
+        (call,) = read_log(log, "generate")
+        assert call["prompt_text"].startswith("<|im_start|>system\nAnswer in one word.<|im_end|>")
+        assert call["max_tokens"] == 8
+        assert [m["role"] for m in call["messages"]] == ["system", "user", "assistant", "user"]
+        assert 0 < chats.get_messages(cid)[-1]["meta"]["n_tokens"] <= 8
 
 
 UI_PROCESS_SCRIPT = textwrap.dedent("""

@@ -95,14 +95,17 @@ class ScriptedEngine:
     # ------------------------------------------------------------------ ChatEngine interface
     def generate(self, conversation_id: str, messages: list[dict[str, str]], max_tokens: int = 512,
                  on_round: Callable[[RoundEvent], None] | None = None,
-                 cancel: Any = None, turn: int = 0) -> ReplyResult:
+                 cancel: Any = None, turn: int = 0, sampling: Any = None) -> ReplyResult:
         if self.closed:
             raise RuntimeError("engine is closed")
         call = self.calls
         self.calls += 1
+        # A sampled reply's seed, as the real engine reports it: the given one, else a random one.
+        resolved = sampling.resolved() if sampling is not None and not sampling.greedy else None
         _log(self.log_path, {"event": "generate", "conversation": conversation_id, "messages": messages,
                              "turn": turn, "max_tokens": max_tokens, "pid": os.getpid(),
-                             "thread": threading.current_thread().name})
+                             "thread": threading.current_thread().name,
+                             "sampling": sampling.to_json() if sampling is not None else None})
         reply = self.replies[min(call, len(self.replies) - 1)]
         pieces = TOKEN_RE.findall(reply)[:max_tokens]
         context = sum(len(m["content"]) for m in messages) // 4 + 8
@@ -169,7 +172,8 @@ class ScriptedEngine:
             decode_s=seconds, prefill_s=0.001, prompt_tokens=context, context=context + len(emitted),
             rounds=sum(widths.values()), widths=widths, measure_rounds=min(self.rounds_total, 2),
             rows_by_source=rows, accepted_by_source=accepted_src, looped=len(pieces) >= max_tokens,
-            stopped=stopped, arm="adaspark")
+            stopped=stopped, arm="adaspark", sampling=resolved.to_json() if resolved is not None else {},
+            seed=resolved.seed if resolved is not None else None)
 
     @staticmethod
     def _sources(width: int, accepted: int) -> tuple[dict[str, int], dict[str, int]]:
@@ -225,8 +229,19 @@ class RecordingEngine:
         _log(log_path, {"event": "load", "pid": os.getpid()})
 
     def generate(self, conversation_id: str, messages: list[dict[str, str]], *args: Any, **kwargs: Any) -> Any:
+        # What the template made of the messages, and the prompt's length in tokens with and
+        # without the last message (a test of KV reuse compares the prefill with them).
+        e = self._engine
+        sampling = kwargs.get("sampling")
         _log(self._log_path, {"event": "generate", "conversation": conversation_id, "messages": messages,
-                              "pid": os.getpid(), "thread": threading.current_thread().name})
+                              "pid": os.getpid(), "thread": threading.current_thread().name,
+                              "prompt_text": e.template.render(messages, add_generation_prompt=True),
+                              "n_prompt": len(e.prompt_tokens(messages)),
+                              "n_before_last": len(e.backend.tokenize(
+                                  e.template.render(messages[:-1], add_generation_prompt=False),
+                                  add_special=False, parse_special=True)) if len(messages) > 1 else 0,
+                              "sampling": sampling.to_json() if sampling is not None else None,
+                              "max_tokens": kwargs.get("max_tokens")})
         return self._engine.generate(conversation_id, messages, *args, **kwargs)
 
     def close(self) -> None:

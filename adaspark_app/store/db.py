@@ -577,40 +577,48 @@ class Store:
 
     # -- conversations ---------------------------------------------------------------------------
 
-    def create_conversation(self, title: str, model: str, system: str | None = None) -> str:
-        """Create a conversation; return its id (uuid hex)."""
+    def create_conversation(self, title: str, model: str, system: str | None = None,
+                            settings: dict | None = None) -> str:
+        """Create a conversation; return its id (uuid hex). ``settings``: its own settings as a
+        JSON-able dict (the chat app's max tokens, sampling and model path)."""
         cid = uuid.uuid4().hex
         now = now_iso()
+        settings_json = dumps_compact(settings) if settings is not None else None
         with self._write() as conn:
             conn.execute(
-                "insert into conversations (id, title, model, system, created, updated) "
-                "values (?, ?, ?, ?, ?, ?)",
-                (cid, title_from(title), model, system, now, now),
+                "insert into conversations (id, title, model, system, settings, created, updated) "
+                "values (?, ?, ?, ?, ?, ?, ?)",
+                (cid, title_from(title), model, system, settings_json, now, now),
             )
         return cid
+
+    def set_conversation_settings(self, conversation_id: str, system: str | None,
+                                  settings: dict | None, model: str | None = None) -> None:
+        """Replace a conversation's system prompt and settings (and its model label, if given).
+        Does not touch ``updated``: the list orders conversations by their last message."""
+        settings_json = dumps_compact(settings) if settings is not None else None
+        with self._write() as conn:
+            if model is None:
+                cur = conn.execute("update conversations set system = ?, settings = ? where id = ?",
+                                   (system, settings_json, conversation_id))
+            else:
+                cur = conn.execute(
+                    "update conversations set system = ?, settings = ?, model = ? where id = ?",
+                    (system, settings_json, model, conversation_id))
+            if cur.rowcount == 0:
+                raise StoreError(f"no conversation {conversation_id!r} in {self.path}")
+
+    def last_conversation(self) -> dict | None:
+        """The most recently updated conversation (as `get_conversation`), or None."""
+        with self._read() as conn:
+            rows = self._rows(conn, "select id from conversations order by updated desc, rowid desc limit 1")
+        return self.get_conversation(rows[0]["id"]) if rows else None
 
     def add_message(
         self, conversation_id: str, role: str, content: str, meta: dict | None = None
     ) -> int:
         """Append a message; return its id. Touches the conversation's `updated`."""
-        if role not in ROLES:
-            raise StoreError(f"unknown message role {role!r} (expected one of {', '.join(ROLES)})")
-        if not isinstance(content, str):
-            raise StoreError("message content must be a string")
-        meta_json = dumps_compact(meta) if meta is not None else None
-        now = now_iso()
-        with self._write() as conn:
-            cur = conn.execute(
-                "update conversations set updated = ? where id = ?", (now, conversation_id)
-            )
-            if cur.rowcount == 0:
-                raise StoreError(f"no conversation {conversation_id!r} in {self.path}")
-            cur = conn.execute(
-                "insert into messages (conversation_id, role, content, meta, created) "
-                "values (?, ?, ?, ?, ?)",
-                (conversation_id, role, content, meta_json, now),
-            )
-            return int(cur.lastrowid)
+        return self.replace_messages_from(conversation_id, None, [(role, content, meta)])[0]
 
     def list_conversations(self, search: str | None = None) -> list[dict]:
         """Conversations, most recently updated first; ``search`` matches titles and messages."""
@@ -633,11 +641,31 @@ class Store:
             return self._rows(conn, sql, params)
 
     def get_conversation(self, conversation_id: str) -> dict | None:
+        """The conversation's row: id, title, model, system, settings, created, updated.
+
+        ``settings`` is the stored dict, or None; a stored value that is not a JSON object (a
+        damaged or hand-edited store) is None too, with the reason in ``settings_error``, so the
+        conversation still opens (the chat app falls back to its defaults and says so)."""
         with self._read() as conn:
             rows = self._rows(
                 conn, "select * from conversations where id = ?", (conversation_id,)
             )
-        return rows[0] if rows else None
+        if not rows:
+            return None
+        row = rows[0]
+        raw = row.get("settings")
+        row["settings"] = None
+        if raw is not None:
+            try:
+                value = json.loads(raw)
+            except (TypeError, ValueError) as exc:
+                row["settings_error"] = f"its stored settings are not JSON ({exc})"
+            else:
+                if isinstance(value, dict):
+                    row["settings"] = value
+                else:
+                    row["settings_error"] = "its stored settings are not a JSON object"
+        return row
 
     def get_messages(self, conversation_id: str) -> list[dict]:
         """The conversation's messages in order: id, role, content, meta, created."""
@@ -651,6 +679,37 @@ class Store:
         for r in rows:
             r["meta"] = _loads(r["meta"], f"message {r['id']} metadata")
         return rows
+
+    def replace_messages_from(self, conversation_id: str, first_id: int | None,
+                              messages: list[tuple[str, str, dict | None]]) -> list[int]:
+        """Drop the conversation's messages from id ``first_id`` on (None: drop none) and append
+        ``messages`` ((role, content, meta) each), in one transaction: a regenerated reply or an
+        edited turn replaces the old ones, or nothing changes. Returns the new messages' ids."""
+        for role, content, _meta in messages:
+            if role not in ROLES:
+                raise StoreError(f"unknown message role {role!r} (expected one of {', '.join(ROLES)})")
+            if not isinstance(content, str):
+                raise StoreError("message content must be a string")
+        now = now_iso()
+        ids: list[int] = []
+        with self._write() as conn:
+            cur = conn.execute(
+                "update conversations set updated = ? where id = ?", (now, conversation_id)
+            )
+            if cur.rowcount == 0:
+                raise StoreError(f"no conversation {conversation_id!r} in {self.path}")
+            if first_id is not None:
+                conn.execute("delete from messages where conversation_id = ? and id >= ?",
+                             (conversation_id, int(first_id)))
+            for role, content, meta in messages:
+                cur = conn.execute(
+                    "insert into messages (conversation_id, role, content, meta, created) "
+                    "values (?, ?, ?, ?, ?)",
+                    (conversation_id, role, content,
+                     dumps_compact(meta) if meta is not None else None, now),
+                )
+                ids.append(int(cur.lastrowid))
+        return ids
 
     def rename_conversation(self, conversation_id: str, title: str) -> None:
         with self._write() as conn:

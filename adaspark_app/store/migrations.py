@@ -196,3 +196,10 @@ def m003_learned_quarantine(db: Database) -> None:
         not_null={"key_id", "state"},
     )
     db["learned_quarantine"].create_index(["key_id", "id"], index_name="idx_quarantine_key")
+
+
+@migration
+def m004_conversation_settings(db: Database) -> None:
+    """Each conversation's own settings (JSON: max tokens, sampling, model path) beside its
+    system prompt and model label, so a resumed conversation replies as it did."""
+    db["conversations"].add_column("settings", str)

@@ -18,7 +18,9 @@ from textual.app import App, SystemCommand
 from textual.binding import Binding
 from textual.screen import Screen
 
+from ..engine.sampling import GREEDY
 from ..errors import AdaSparkError
+from .chat_settings import ChatSettings
 from .engine_client import (EngineClient, EngineDied, EngineDone, EngineLoaded, EngineLoadFailed,
                             EngineReplyFailed, EngineRounds, EngineStopped, lower_ui_priority)
 from .screens import ChatScreen, HelpScreen
@@ -55,9 +57,14 @@ class AdaSparkApp(App[int]):
     def __init__(self, engine_factory: Callable[[], Any], store: Any, model_label: str = BUNDLED_MODEL_LABEL,
                  drafter_label: str | None = None, store_label: str = "", *, export_dir: Path | None = None,
                  max_tokens: int = MAX_TOKENS, exit_on_load_error: bool = True,
-                 engine_log: str | None = None, sampling: Any = None) -> None:
+                 engine_log: str | None = None, sampling: Any = None, system: str | None = None,
+                 model_path: str | None = None, resume_id: str | None = None) -> None:
         """`engine_factory` builds the engine inside the engine process, so it must be picklable
-        (an `EngineConfig`, or a module-level callable): it crosses a "spawn" process start."""
+        (an `EngineConfig`, or a module-level callable): it crosses a "spawn" process start.
+
+        max_tokens, sampling and system are the settings a new conversation starts with (each
+        conversation then keeps its own: `ChatScreen.settings`); resume_id opens that stored
+        conversation at start (`chat --continue`)."""
         super().__init__()
         self.engine = EngineClient(engine_factory, self.post_message, log_path=engine_log)
         self.engine_factory = engine_factory  # what the engine process is built from (the picker swaps it)
@@ -69,7 +76,10 @@ class AdaSparkApp(App[int]):
         self.store_label = store_label
         self.export_dir = export_dir or Path.cwd()
         self.max_tokens = max_tokens
-        self.sampling = sampling  # SamplingSettings from the CLI for every reply (None: greedy)
+        self.sampling = sampling  # SamplingSettings of a new conversation (None: greedy)
+        self.system = system  # system prompt of a new conversation (None: none)
+        self.model_path = model_path  # the GGUF the engine loads (None: the bundled model)
+        self.resume_id = resume_id
         self.exit_on_load_error = exit_on_load_error
         self.load_error: str | None = None
         self._load_started = False
@@ -87,11 +97,23 @@ class AdaSparkApp(App[int]):
                 return screen
         raise LookupError("the chat screen is not mounted")
 
+    def default_settings(self) -> ChatSettings:
+        """The settings a new conversation starts with (from the options, see run_chat)."""
+        return ChatSettings(system=self.system, max_tokens=self.max_tokens, sampling=self.sampling or GREEDY,
+                            model=self.model_label, model_path=self.model_path)
+
+    def settings_changed(self) -> None:
+        """The open conversation's settings changed (opened, edited, new): the header follows."""
+        self._update_subtitle()
+
     def _update_subtitle(self) -> None:
         drafter = self.drafter_label or "none (n-gram drafts)"
-        self.sub_title = f"model {self.model_label} · drafter {drafter} · store {self.store_label}"
-        if getattr(self, "sampling", None) is not None:
-            self.sub_title += f" · {self.sampling.label()}"
+        try:
+            settings = self.chat_screen.settings
+        except Exception:  # before the chat screen exists: what a new conversation gets
+            settings = self.default_settings()
+        self.sub_title = (f"model {self.model_label} · {settings.label()} · drafter {drafter} · "
+                          f"store {self.store_label}")
 
     def start_engine_load(self) -> None:
         """Start the engine process (once); the chat screen calls it when it has mounted."""
@@ -339,8 +361,12 @@ def engine_log_path() -> str | None:
 
 
 def run_chat(model: str | None, drafter: str | None, store_path: str | None, max_tokens: int = MAX_TOKENS,
-             sampling: Any = None, n_ctx: int = 4096) -> int:
-    """Run `adaspark chat`; returns the exit code (2 with a one-line message on a user error)."""
+             sampling: Any = None, n_ctx: int = 4096, system: str | None = None,
+             resume_id: str | None = None) -> int:
+    """Run `adaspark chat`; returns the exit code (2 with a one-line message on a user error).
+
+    max_tokens, sampling and system: a new conversation's settings; resume_id: the stored
+    conversation to open at start (`--continue`), which keeps its own."""
     from ..engine.worker import EngineConfig
     from ..store import Store
 
@@ -358,6 +384,7 @@ def run_chat(model: str | None, drafter: str | None, store_path: str | None, max
         drafter_label=Path(drafter).name if drafter else None,
         store_label=_store_label(store, store_path),
         max_tokens=max_tokens, engine_log=engine_log_path(), sampling=sampling,
+        system=system, model_path=model, resume_id=resume_id,
     )
     from ..config import load_config
 

@@ -16,10 +16,11 @@ lower rate still (SpecPanel.REDRAW_S).
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from markdown_it import MarkdownIt
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -29,18 +30,21 @@ from textual.timer import Timer
 from textual.widgets import Footer, Header, Static
 
 from ...engine.events import ReplyResult, RoundEvent
+from ...engine.sampling import SamplingSettings
 from ...errors import AdaSparkError
-from ..export import conversation_markdown, export_path
+from ..chat_settings import DEFAULT_MAX_TOKENS, ChatSettings
+from ..export import conversation_markdown, export_path, slug
 from ..stats import EngineGauges, SpecStats, gauges_from
 from ..widgets import ChatMessage, ChatView, ConversationSidebar, PromptInput, SpecPanel
 from ..widgets.chat_view import WARM_LANGUAGES, warm_up
-from .dialogs import ConfirmScreen, RenameScreen
+from .dialogs import ConfirmScreen, RenameScreen, SaveFileScreen
+from .settings import SettingsScreen
 
 if TYPE_CHECKING:
     from ..app import AdaSparkApp
     from ..engine_client import EngineDone, EngineRounds
 
-MAX_TOKENS = 512  # per reply; the engine stops earlier at the end-of-generation token
+MAX_TOKENS = DEFAULT_MAX_TOKENS  # per reply; the engine stops earlier at the end-of-generation token
 TEXT_INTERVAL_S = 0.1  # streamed text is appended at most ~10 times a second
 # While a reply streams the UI thread may use at most this share of one core: after each frame
 # the next waits until the CPU it used since the previous one fits the budget (a 10 ms repaint
@@ -60,12 +64,27 @@ class ReplyRequest:
     """One reply in flight; built on the UI thread."""
 
     conversation_id: str
-    messages: list[dict[str, str]]  # history + the new user message
+    messages: list[dict[str, str]]  # what the engine is sent: system prompt, kept turns, the new user message
     prompt: str
     turn: int
     created_conversation: bool  # the conversation was created for this prompt
     max_tokens: int = MAX_TOKENS
     request_id: int = 0  # the engine client's number for it
+    base: list[dict[str, str]] = field(default_factory=list)  # the turns kept before this one
+    regenerate: bool = False  # a new reply to the last user message (no new user message)
+    replace_from: int | None = None  # store id of the first message this reply replaces
+    hidden: list[ChatMessage] = field(default_factory=list)  # the replaced turns' widgets, hidden meanwhile
+    edit_index: int | None = None  # the history index of the edited user message
+    sampling: SamplingSettings | None = None  # the settings (and seed, if fixed) of this reply
+
+
+@dataclass
+class Shown:
+    """What the screen knows of one turn of `ChatScreen.history`: its store id, widget and meta."""
+
+    id: int | None
+    widget: ChatMessage
+    meta: dict[str, Any] | None = None
 
 
 class ChatScreen(Screen):
@@ -84,6 +103,19 @@ class ChatScreen(Screen):
         Binding("ctrl+s", "export_chat", "Export", id="export_chat", priority=True,
                 tooltip="Export the conversation as a Markdown file"),
         Binding("ctrl+o", "copy_reply", "Copy", id="copy_reply", tooltip="Copy the last reply to the clipboard"),
+        Binding("f3", "settings", "Settings", id="settings",
+                tooltip="Conversation settings: system prompt, max tokens, sampling"),
+        Binding("f5", "regenerate", "Regenerate", id="regenerate",
+                tooltip="Regenerate the last reply with a new seed (earlier turns are kept)"),
+        Binding("f4,ctrl+up", "edit_previous", "Edit", id="edit_previous",
+                tooltip="Edit an earlier message: the last one, then earlier ones on each press; "
+                        "Enter resends it and drops the turns after it, Esc cancels"),
+        Binding("ctrl+down", "edit_next", "Edit next", id="edit_next", show=False,
+                tooltip="While editing, move to the next (later) message; past the last, stop editing"),
+        Binding("f9", "copy_code", "Copy code", id="copy_code", show=False,
+                tooltip="Copy the code block under the mouse pointer, else the last code block"),
+        Binding("f12", "save_reply", "Save reply", id="save_reply", show=False,
+                tooltip="Save the last reply as a Markdown file"),
         Binding("ctrl+b", "toggle_sidebar", "Chats", id="toggle_sidebar",
                 tooltip="Show or hide the conversations sidebar"),
         Binding("ctrl+g", "toggle_panel", "Panel", id="toggle_panel",
@@ -98,6 +130,10 @@ class ChatScreen(Screen):
         self.conversation_id: str | None = None
         self.history: list[dict[str, str]] = []
         self.last_reply: str = ""
+        self._shown: list[Shown] = []  # parallel to `history`
+        self.settings: ChatSettings = ChatSettings()  # the open conversation's (set on mount)
+        self.editing: int | None = None  # the history index of the user message being edited
+        self._draft = ""  # the message box's text before editing began
         self.generating = False
         self._request: ReplyRequest | None = None
         self._pending: tuple[ChatMessage, ChatMessage] | None = None  # (user, assistant) in flight
@@ -130,13 +166,22 @@ class ChatScreen(Screen):
             yield SpecPanel(self.stats, id="panel")
         yield Footer()
 
-    def on_mount(self) -> None:
+    DEFAULT_CSS = """
+    ChatView > ChatMessage.editing { background: $warning 15%; border-left: thick $warning; }
+    """
+
+    async def on_mount(self) -> None:
+        self.settings = self.adaspark.default_settings()
         self.refresh_conversations()
         self.query_one(PromptInput).focus()
         self.set_status()
         self.adaspark.start_engine_load()
         self._warm = list(WARM_LANGUAGES)
         self.set_timer(0.2, self._warm_next)
+        resume = getattr(self.adaspark, "resume_id", None)
+        if resume:
+            await self.open_conversation(resume)
+        self.adaspark.settings_changed()
 
     def _warm_next(self) -> None:
         """One highlighter per tick while the model loads, so the UI stays responsive; none once a
@@ -219,19 +264,40 @@ class ChatScreen(Screen):
         except AdaSparkError as err:
             self.notify(str(err), title="Store", severity="error")
             return
+        self._stop_editing(restore=False)
+        # The turns only: the system prompt is the conversation's setting, sent first by
+        # ChatSettings.messages.
         history: list[dict[str, str]] = []
-        if conv and conv.get("system"):
-            history.append({"role": "system", "content": conv["system"]})
+        shown: list[Shown] = []
         view = self.chat_view
         await view.clear()
         for m in rows:
             if m["role"] not in ("system", "user", "assistant"):
                 continue
             history.append({"role": m["role"], "content": m["content"]})
-            await view.add_message(m["role"], m["content"], note=reply_note(m.get("meta")) if m["role"] == "assistant" else "")
+            meta = m.get("meta") if isinstance(m.get("meta"), dict) else None
+            widget = await view.add_message(m["role"], m["content"],
+                                            note=reply_note(meta) if m["role"] == "assistant" else "")
+            if meta and (meta.get("dropped_turns") or meta.get("capped_to")):
+                dropped, capped = meta.get("dropped_turns"), meta.get("capped_to")
+                await view.mark_context(widget, dropped if isinstance(dropped, int) else 0,
+                                        capped if isinstance(capped, int) else None)
+            shown.append(Shown(m["id"], widget, meta))
         self.conversation_id = conversation_id
         self.history = history
+        self._shown = shown
         self.last_reply = next((m["content"] for m in reversed(history) if m["role"] == "assistant"), "")
+        self.settings, problems = ChatSettings.from_stored(conv, self.adaspark.default_settings())
+        if problems:
+            self.notify("This conversation's stored settings were partly unusable; the defaults apply "
+                        "instead: " + "; ".join(problems), title="Settings", severity="warning", timeout=10)
+        loaded = getattr(self.adaspark, "model_path", None)
+        if conv and conv.get("settings") and self.settings.model_path != loaded:
+            held = self.settings.model or self.settings.model_path or "the bundled model"
+            self.notify(f"This conversation was held with {held}; replies now come from "
+                        f"{self.adaspark.model_label} (Ctrl+T picks a model).",
+                        title="Model", severity="warning", timeout=10)
+        self.adaspark.settings_changed()
         view.scroll_end(animate=False)
         self.refresh_conversations()
         self.prompt.focus()
@@ -240,9 +306,13 @@ class ChatScreen(Screen):
         if self.generating:
             self.notify("A reply is being generated; Esc stops it.", severity="warning")
             return
+        self._stop_editing(restore=False)
         self.conversation_id = None
         self.history = []
+        self._shown = []
         self.last_reply = ""
+        self.settings = self.adaspark.default_settings()
+        self.adaspark.settings_changed()
         await self.chat_view.clear()
         self.refresh_conversations()
         self.prompt.focus()
@@ -259,10 +329,42 @@ class ChatScreen(Screen):
         await self.send(event.text)
 
     async def send(self, text: str) -> bool:
-        """Send a prompt: show it, and ask the engine for a reply. False if nothing was sent."""
+        """Send a prompt: show it, and ask the engine for a reply. False if nothing was sent.
+
+        While a message is being edited (`editing`), the prompt replaces that message: it and
+        every later turn are dropped (no branch is kept) once the new reply is recorded."""
         prompt = text.strip()
         if not prompt:
             return False
+        if not self._can_start():
+            return False
+        app = self.adaspark
+        created = False
+        if self.conversation_id is None:
+            try:
+                self.conversation_id = app.store.create_conversation(
+                    title_from(prompt), app.model_label, system=self.settings.system,
+                    settings=self.settings.to_json())
+            except AdaSparkError as err:
+                self.notify(str(err), title="Store", severity="error")
+                return False
+            created = True
+        keep, edit_index = len(self.history), None
+        if self.editing is not None and self.editing < len(self.history):
+            keep = edit_index = self.editing
+        base = self.history[:keep]
+        messages = self.settings.messages([*base, {"role": "user", "content": prompt}])
+        request = ReplyRequest(self.conversation_id, messages, prompt,
+                               turn=sum(1 for m in messages if m["role"] == "user") - 1,
+                               created_conversation=created, max_tokens=self.settings.max_tokens,
+                               base=base, replace_from=self._first_id(keep), edit_index=edit_index,
+                               hidden=[t.widget for t in self._shown[keep:]],
+                               sampling=self.settings.reply_sampling())
+        self._stop_editing(restore=False)
+        self.prompt.clear()
+        return await self._start(request)
+
+    def _can_start(self) -> bool:
         if self.generating:
             self.notify("A reply is being generated; Esc stops it.", severity="warning")
             return False
@@ -270,22 +372,21 @@ class ChatScreen(Screen):
         if app.load_error is not None:
             self.notify(f"The model failed to load: {app.load_error}", severity="error")
             return False
-        created = False
-        if self.conversation_id is None:
-            try:
-                self.conversation_id = app.store.create_conversation(title_from(prompt), app.model_label)
-            except AdaSparkError as err:
-                self.notify(str(err), title="Store", severity="error")
-                return False
-            created = True
-        messages = [*self.history, {"role": "user", "content": prompt}]
-        request = ReplyRequest(self.conversation_id, messages, prompt,
-                               turn=sum(1 for m in messages if m["role"] == "user") - 1,
-                               created_conversation=created, max_tokens=app.max_tokens)
-        self.prompt.clear()
+        return True
+
+    def _first_id(self, index: int) -> int | None:
+        """The store id of the first of the turns from `index` on that has one (None: none has)."""
+        ids = [t.id for t in self._shown[index:] if t.id is not None]
+        return min(ids) if ids else None
+
+    async def _start(self, request: ReplyRequest) -> bool:
+        """Show the request's turns and ask the engine for its reply."""
+        app = self.adaspark
         view = self.chat_view
         view.following = True
-        user_msg = await view.add_message("user", prompt)
+        for widget in request.hidden:
+            widget.display = False  # removed once the new reply is recorded, shown again if it fails
+        user_msg = None if request.regenerate else await view.add_message("user", request.prompt)
         reply_msg = await view.add_message("assistant", "")
         reply_msg.set_note("…")
         # No await from here on until the request is sent: the engine's answer is handled by the
@@ -302,7 +403,7 @@ class ChatScreen(Screen):
         try:
             request.request_id = app.engine.generate(request.conversation_id, request.messages,
                                                      request.max_tokens, request.turn,
-                                                     sampling=getattr(app, "sampling", None))
+                                                     sampling=request.sampling)
         except RuntimeError as err:
             self._pending = None
             await self._withdraw(request, user_msg, reply_msg)
@@ -311,9 +412,43 @@ class ChatScreen(Screen):
             return False
         self.set_status()
         self.panel.show()
-        if created:
+        if request.created_conversation:
             self.refresh_conversations()
         return True
+
+    async def regenerate(self) -> bool:
+        """A new reply to the last user message, with a new seed; the turns before it are kept
+        (the KV cache holds them: only the reply is new). False if nothing was started."""
+        if not self._can_start():
+            return False
+        if self.conversation_id is None or not self.history:
+            self.notify("No reply to regenerate yet.", severity="warning")
+            return False
+        self._stop_editing(restore=True)
+        n = len(self.history)
+        previous_seed = None
+        if self.history[-1]["role"] == "assistant":
+            keep = n - 1
+            meta = self._shown[-1].meta or {}
+            previous_seed = meta.get("seed") if isinstance(meta.get("seed"), int) else None
+        else:
+            keep = n  # a user message with no reply (e.g. an imported conversation): answer it
+        if keep == 0 or self.history[keep - 1]["role"] != "user":
+            self.notify("The last reply does not follow a message of yours; nothing to regenerate.",
+                        severity="warning")
+            return False
+        if self.settings.sampling.greedy:
+            self.notify("Temperature is 0 (greedy): the same reply comes back. Raise it in the "
+                        "settings (F3) for a different one.", severity="warning")
+        base = self.history[:keep]
+        messages = self.settings.messages(base)
+        request = ReplyRequest(self.conversation_id, messages, base[-1]["content"],
+                               turn=sum(1 for m in messages if m["role"] == "user") - 1,
+                               created_conversation=False, max_tokens=self.settings.max_tokens,
+                               base=base, regenerate=True, replace_from=self._first_id(keep),
+                               hidden=[t.widget for t in self._shown[keep:]],
+                               sampling=self.settings.regenerate_sampling(previous_seed))
+        return await self._start(request)
 
     def _is_current(self, request_id: int) -> bool:
         return self._request is not None and self._request.request_id == request_id
@@ -403,7 +538,7 @@ class ChatScreen(Screen):
             if result.stopped and not result.text.strip():
                 # Nothing was generated: as if the prompt had not been sent.
                 await self._withdraw(request, user_msg, reply_msg)
-                self.notify("Stopped before the first token; your message is back in the box.")
+                self.notify("Stopped before the first token; " + _given_back(request))
                 return
             shown = "".join(self._received)
             if result.text.startswith(shown) and len(result.text) > len(shown):
@@ -411,24 +546,40 @@ class ChatScreen(Screen):
             # Record first (history, store), then finish the display: nothing is lost if the
             # app is closed while the last fragments render.
             meta = reply_meta(result, self.adaspark.model_label, self.stats.shown_rate)
-            self._record(request, result.text, meta)
+            self._record(request, result.text, meta, user_msg, reply_msg)
+            await self._drop_replaced(request)
             await reply_msg.finish(reply_note(meta))
+            await self.chat_view.mark_context(reply_msg, result.dropped_turns, result.capped_to)
             self.refresh_conversations()
             if result.stopped:
                 self.notify(f"Stopped: kept {result.n_tokens} tokens.")
         finally:
             self._end_generation()
 
-    def _record(self, request: ReplyRequest, text: str, meta: dict[str, Any]) -> None:
-        """The turn joins the history and the store."""
-        self.history = [*request.messages, {"role": "assistant", "content": text}]
+    def _record(self, request: ReplyRequest, text: str, meta: dict[str, Any],
+                user_msg: ChatMessage | None, reply_msg: ChatMessage) -> None:
+        """The turn joins the history and the store; the turns it replaces (a regenerated reply,
+        an edited message and what followed it) leave both, in the same store transaction."""
+        new: list[tuple[str, str, dict[str, Any] | None]] = []
+        if not request.regenerate:
+            new.append(("user", request.prompt, None))
+        new.append(("assistant", text, meta))
+        keep = len(request.base)
+        self.history = [*request.base, *({"role": r, "content": c} for r, c, _ in new)]
         self.last_reply = text
+        ids: list[int | None] = [None] * len(new)
         try:
-            store = self.adaspark.store
-            store.add_message(request.conversation_id, "user", request.prompt)
-            store.add_message(request.conversation_id, "assistant", text, meta=meta)
+            ids = list(self.adaspark.store.replace_messages_from(request.conversation_id, request.replace_from, new))
         except AdaSparkError as err:
             self.notify(f"The reply was not saved: {err}", title="Store", severity="error")
+        widgets = [w for w in (user_msg, reply_msg) if w is not None]
+        self._shown = [*self._shown[:keep], *(Shown(i, w, m) for i, w, (_, _, m) in zip(ids, widgets, new))]
+
+    async def _drop_replaced(self, request: ReplyRequest) -> None:
+        """Remove the widgets of the turns a recorded reply replaced."""
+        for widget in request.hidden:
+            await widget.remove()
+        request.hidden = []
 
     async def reply_stopped_early(self, request_id: int) -> None:
         """Esc before the engine had started the reply (it was still loading)."""
@@ -438,7 +589,7 @@ class ChatScreen(Screen):
         try:
             if pending is not None and request is not None:
                 await self._withdraw(request, *pending)
-                self.notify("Stopped before the first token; your message is back in the box.")
+                self.notify("Stopped before the first token; " + _given_back(request))
         finally:
             self._end_generation()
 
@@ -451,7 +602,7 @@ class ChatScreen(Screen):
         try:
             if pending is not None and request is not None:
                 await self._withdraw(request, *pending)
-            self.notify(f"{error}\nYour message is back in the box.", title="Reply failed",
+            self.notify(f"{error}\n" + _given_back(request).capitalize(), title="Reply failed",
                         severity="error", timeout=10)
         finally:
             self._end_generation()
@@ -470,14 +621,17 @@ class ChatScreen(Screen):
         try:
             if not text.strip():
                 await self._withdraw(request, user_msg, reply_msg)
-                return "Your message is back in the box. "
+                return _given_back(request).capitalize() + " "
             rest, self._unshown = "".join(self._unshown), []
             last = self.round_log[-1][1] if self.round_log else None
             meta = {"model": self.adaspark.model_label, "n_tokens": self._received_tokens,
                     "decode_s": round(last.reply_seconds, 4) if last else 0.0,
                     "tokens_per_s": round(self.stats.reply_rate or 0.0, 2), "stopped": True,
                     "engine_died": True}
-            self._record(request, text, meta)
+            if request.sampling is not None and request.sampling.seed is not None and not request.sampling.greedy:
+                meta["seed"] = request.sampling.seed
+            self._record(request, text, meta, user_msg, reply_msg)
+            await self._drop_replaced(request)
             await reply_msg.write(rest)
             await reply_msg.finish(reply_note(meta))
             self.refresh_conversations()
@@ -485,11 +639,21 @@ class ChatScreen(Screen):
         finally:
             self._end_generation()
 
-    async def _withdraw(self, request: ReplyRequest, user_msg: ChatMessage, reply_msg: ChatMessage) -> None:
-        """Undo a send: remove its messages, restore the prompt, drop a conversation made for it."""
-        await user_msg.remove()
+    async def _withdraw(self, request: ReplyRequest, user_msg: ChatMessage | None, reply_msg: ChatMessage) -> None:
+        """Undo a send: remove its messages, show the turns it would have replaced again, restore
+        the prompt (an edit goes back to editing its message), drop a conversation made for it."""
+        if user_msg is not None:
+            await user_msg.remove()
         await reply_msg.remove()
-        self.prompt.restore(request.prompt)
+        for widget in request.hidden:
+            widget.display = True
+        request.hidden = []
+        if not request.regenerate:
+            if request.edit_index is not None and request.edit_index < len(self.history) \
+                    and not self.prompt.text.strip():
+                self._begin_editing(request.edit_index, text=request.prompt)
+            else:
+                self.prompt.restore(request.prompt)
         self.prompt.focus()
         self._drop_conversation(request)
 
@@ -523,10 +687,160 @@ class ChatScreen(Screen):
         self.set_status("Stopping…")
         return True
 
+    # ------------------------------------------------------------------ editing an earlier message
+    def _user_indices(self) -> list[int]:
+        return [i for i, m in enumerate(self.history) if m["role"] == "user"]
+
+    def _begin_editing(self, index: int, text: str | None = None) -> None:
+        """Select the user message at history `index` for editing: its text goes in the box."""
+        if self.editing is None:
+            self._draft = self.prompt.text
+        elif 0 <= self.editing < len(self._shown):
+            self._shown[self.editing].widget.remove_class("editing")
+        self.editing = index
+        widget = self._shown[index].widget
+        widget.add_class("editing")
+        widget.scroll_visible(animate=False)
+        later = len(self.history) - index - 1
+        self.prompt.text = self.history[index]["content"] if text is None else text
+        self.prompt.move_cursor(self.prompt.document.end)
+        self.prompt.border_title = (f"Editing message {self._user_indices().index(index) + 1} of "
+                                    f"{len(self._user_indices())}")
+        self.prompt.border_subtitle = (f"Enter resends, dropping the {later} later message"
+                                       f"{'s' if later != 1 else ''} · Ctrl+Up/Down other message · Esc cancels"
+                                       if later else "Enter resends · Ctrl+Up earlier message · Esc cancels")
+        self.prompt.focus()
+        self.set_status("Editing an earlier message: Enter resends it and replaces what followed it.")
+
+    def _stop_editing(self, restore: bool) -> None:
+        """Leave editing; `restore` puts back what the box held before it began."""
+        if self.editing is None:
+            return
+        if 0 <= self.editing < len(self._shown):
+            self._shown[self.editing].widget.remove_class("editing")
+        self.editing = None
+        if restore:
+            self.prompt.text = self._draft
+            self.prompt.move_cursor(self.prompt.document.end)
+        self._draft = ""
+        self.prompt.border_title = "Message"
+        self.prompt.border_subtitle = "Enter send · Ctrl+J new line · Esc stop"
+        self.set_status()
+
+    def action_edit_previous(self) -> None:
+        """Start editing the last user message, or move to the one before the one being edited."""
+        if self.generating:
+            self.notify("A reply is being generated; Esc stops it.", severity="warning")
+            return
+        users = self._user_indices()
+        if not users:
+            self.notify("No message of yours to edit yet.", severity="warning")
+            return
+        if self.editing is None:
+            self._begin_editing(users[-1])
+            return
+        earlier = [i for i in users if i < self.editing]
+        if not earlier:
+            self.notify("This is your first message.")
+            return
+        self._begin_editing(earlier[-1])
+
+    def action_edit_next(self) -> None:
+        """While editing, move to the next user message; past the last one, stop editing."""
+        if self.editing is None:
+            return
+        later = [i for i in self._user_indices() if i > self.editing]
+        if later:
+            self._begin_editing(later[0])
+        else:
+            self._stop_editing(restore=True)
+
     # ------------------------------------------------------------------ actions
     def action_stop_reply(self) -> None:
-        if not self.stop_reply():
-            self.prompt.focus()
+        if self.stop_reply():
+            return
+        if self.editing is not None:
+            self._stop_editing(restore=True)
+        self.prompt.focus()
+
+    async def action_regenerate(self) -> None:
+        await self.regenerate()
+
+    def action_settings(self) -> None:
+        """The settings dialog for the open conversation (or the next new one)."""
+        where = "this conversation" if self.conversation_id else "the new conversation"
+        self.app.push_screen(SettingsScreen(self.settings, where), self.apply_settings)
+
+    def apply_settings(self, settings: ChatSettings | None) -> None:
+        """Use `settings` for the open conversation from its next reply on, and store them."""
+        if settings is None:
+            return
+        if self.conversation_id is not None:
+            try:
+                self.adaspark.store.set_conversation_settings(self.conversation_id, settings.system,
+                                                              settings.to_json())
+            except AdaSparkError as err:
+                self.notify(f"The settings were not saved: {err}", title="Store", severity="error")
+                return
+        self.settings = settings
+        self.adaspark.settings_changed()
+        when = " from the next reply on" if self.generating else ""
+        self.notify(f"Settings saved{when}: {settings.label()}.", title="Settings")
+
+    def code_blocks(self) -> list[str]:
+        """Every fenced code block of the conversation's messages, in order."""
+        parser = MarkdownIt("gfm-like")
+        out: list[str] = []
+        for m in self.history:
+            out += [t.content for t in parser.parse(m["content"]) if t.type == "fence" and t.content.strip()]
+        return out
+
+    def _code_under_pointer(self) -> str | None:
+        """The code of the fenced block under the mouse pointer, if there is one."""
+        from textual.widgets.markdown import MarkdownFence
+
+        try:
+            widget, _ = self.get_widget_at(*self.app.mouse_position)
+        except Exception:  # the pointer is off the screen or over nothing
+            return None
+        node: Any = widget
+        while node is not None and not isinstance(node, MarkdownFence):
+            node = node.parent
+        return node.code if node is not None and node.code.strip() else None
+
+    def action_copy_code(self) -> None:
+        code = self._code_under_pointer()
+        which = "the code block under the pointer"
+        if code is None:
+            blocks = self.code_blocks()
+            if not blocks:
+                self.notify("No code block in this conversation.", severity="warning")
+                return
+            code, which = blocks[-1], "the last code block"
+        code = code.rstrip("\n")  # no final line break: pasted into a shell, it would run at once
+        self.app.copy_to_clipboard(code)
+        lines = code.count("\n") + 1
+        self.notify(f"Copied {which} ({lines} line{'s' if lines != 1 else ''}).")
+
+    def action_save_reply(self) -> None:
+        """Save the last reply as a Markdown file (a dialog asks where)."""
+        if not self.last_reply:
+            self.notify("No reply to save yet.", severity="warning")
+            return
+        text = self.last_reply if self.last_reply.endswith("\n") else self.last_reply + "\n"
+        app = self.adaspark
+        title = (self.sidebar.title_of(self.conversation_id) if self.conversation_id else None) or "reply"
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        default = Path(f"reply-{slug(title)}-{stamp}.md")
+
+        def write(path: Path) -> None:
+            path.write_text(text, encoding="utf-8")
+
+        def done(path: Path | None) -> None:
+            if path is not None:
+                self.notify(f"Saved the reply to {path}", title="Save reply")
+
+        app.push_screen(SaveFileScreen("Save the last reply as Markdown", default, write, base=app.export_dir), done)
 
     async def action_new_chat(self) -> None:
         await self.new_conversation()
@@ -629,6 +943,13 @@ class ChatScreen(Screen):
             self.adaspark.engine.cancel()
 
 
+def _given_back(request: ReplyRequest) -> str:
+    """The end of a notice that a reply did not happen."""
+    if request.regenerate:
+        return "the previous reply is kept."
+    return "your message is back in the box."
+
+
 def reply_meta(result: ReplyResult, model: str, shown_rate: float | None = None) -> dict[str, Any]:
     """What is stored with an assistant message (and shown under it).
 
@@ -643,6 +964,17 @@ def reply_meta(result: ReplyResult, model: str, shown_rate: float | None = None)
     }
     if shown_rate is not None:
         meta["shown_tokens_per_s"] = round(shown_rate, 2)
+    # What the reply was drawn with (a regenerate needs the seed to pick a new one) and how much
+    # of the prompt was prefilled (the rest came from the KV cache).
+    if result.sampling:
+        meta["sampling"] = {k: v for k, v in result.sampling.items() if k != "seed"}
+    if result.seed is not None:
+        meta["seed"] = result.seed
+    meta["prompt_tokens"] = result.prompt_tokens
+    if result.dropped_turns:  # the marker above the reply, shown again when the chat is reopened
+        meta["dropped_turns"] = result.dropped_turns
+    if result.capped_to is not None:
+        meta["capped_to"] = result.capped_to
     return meta
 
 
