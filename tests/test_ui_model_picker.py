@@ -203,3 +203,16 @@ async def test_a_picked_model_that_fails_to_load_leaves_the_app_running(tmp_path
             assert chat.chat_view.messages()[-1].text.strip()
     finally:
         chats.close()
+
+
+async def test_the_highlighted_row_shows_its_file_and_why_it_is_broken():
+    app = Host()
+    async with app.run_test(size=SIZE) as pilot:
+        picker = app.screen
+        await wait_until(pilot, lambda: picker.loaded)
+        status = picker.query_one("#picker-status")
+        await wait_until(pilot, lambda: "/x/blob" in str(status.render()), what="the first row's path")
+        picker.table.move_cursor(row=2)
+        await wait_until(pilot, lambda: "cannot be used: not a GGUF file" in str(status.render()),
+                         what="the broken row's reason")
+        assert "/x/one.gguf" in str(status.render())

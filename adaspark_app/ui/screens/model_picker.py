@@ -43,7 +43,8 @@ class ModelPickerScreen(ModalScreen[ModelEntry | None]):
         border: thick $primary; background: $surface;
     }
     ModelPickerScreen DataTable { height: 1fr; }
-    ModelPickerScreen #picker-status { height: auto; color: $text-muted; margin-bottom: 1; }
+    ModelPickerScreen #picker-count { color: $text-muted; }
+    ModelPickerScreen #picker-status { height: 2; color: $text-muted; margin-bottom: 1; }
     """
     BINDINGS = [Binding("escape", "cancel", "Cancel", id="picker_cancel", tooltip="Close the model list")]
 
@@ -61,7 +62,8 @@ class ModelPickerScreen(ModalScreen[ModelEntry | None]):
     def compose(self) -> ComposeResult:
         with Vertical():
             yield Label("Choose a model: a new conversation starts on it (Enter), Esc closes")
-            yield Static("Looking for models…", id="picker-status")
+            yield Label("Looking for models…", id="picker-count")
+            yield Static("", id="picker-status")
             yield DataTable(id="models", cursor_type="row", zebra_stripes=True)
 
     @property
@@ -94,7 +96,7 @@ class ModelPickerScreen(ModalScreen[ModelEntry | None]):
         status = f"{usable} usable, {len(self.entries) - usable} broken (listed with the reason)."
         if not self.entries:
             status = "No GGUF files found (see `adaspark models` for where they are looked for)."
-        self.query_one("#picker-status", Static).update(status)
+        self.query_one("#picker-count", Label).update(status)
         if self.entries:
             table.move_cursor(row=current_row)
         self.loaded = True
@@ -106,6 +108,15 @@ class ModelPickerScreen(ModalScreen[ModelEntry | None]):
             return os.path.samefile(e.path, self.current_path)
         except OSError:
             return False
+
+    @on(DataTable.RowHighlighted)
+    def _highlighted(self, event: DataTable.RowHighlighted) -> None:
+        """The highlighted model's file, and why it cannot be used if it is broken."""
+        if event.row_key is None or event.row_key.value is None or not self.entries:
+            return
+        e = self.entries[int(event.row_key.value)]
+        text = f"{e.path}" + (f"\ncannot be used: {e.problem}" if e.broken else "")
+        self.query_one("#picker-status", Static).update(Text(text))
 
     @on(DataTable.RowSelected)
     def _chosen(self, event: DataTable.RowSelected) -> None:
