@@ -110,6 +110,29 @@ class ChatMessage(Vertical):
         label.display = bool(note)
 
 
+def context_marker_text(dropped_turns: int, capped_to: int | None = None) -> str:
+    """What the marker above a reply says: the turns the engine left out of its prompt, and the
+    cap the context set on it ('' when neither happened)."""
+    parts = []
+    if dropped_turns > 0:
+        turns = "1 earlier turn is" if dropped_turns == 1 else f"{dropped_turns} earlier turns are"
+        parts.append(f"{turns} out of the context window")
+    if capped_to is not None:
+        parts.append(f"the context had room for {capped_to} tokens of this reply")
+    return " · ".join(parts)
+
+
+class ContextMarker(Static):
+    """A line above a reply whose prompt left out the oldest turns (engine/context_window.py).
+
+    Mounted inside the reply's ChatMessage, above its role line, so it goes with the reply when
+    that is removed (regenerated, or dropped by an edit)."""
+
+    DEFAULT_CSS = """
+    ContextMarker { color: $warning; text-style: italic; height: auto; }
+    """
+
+
 class ChatView(VerticalScroll):
     """The messages. Follows the bottom while the view is within NEAR_BOTTOM lines of it.
 
@@ -170,3 +193,16 @@ class ChatView(VerticalScroll):
 
     def messages(self) -> list[ChatMessage]:
         return list(self.query(ChatMessage))
+
+    async def mark_context(self, message: ChatMessage, dropped_turns: int, capped_to: int | None = None) -> None:
+        """Show above `message` that its prompt left out `dropped_turns` earlier turns (and the
+        cap the context set on it); nothing if neither. Marking again replaces the marker."""
+        text = context_marker_text(dropped_turns, capped_to)
+        for old in message.query(ContextMarker):
+            await old.remove()
+        if not text:
+            return
+        children = list(message.children)
+        await message.mount(ContextMarker(Text(f"⋯ {text}")), before=children[0] if children else None)
+        if self.following:
+            self.scroll_end(animate=False)
