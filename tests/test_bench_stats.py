@@ -146,3 +146,47 @@ def test_unpaired_replies_are_counted_not_compared():
     records = two_arm({"a": [1.5]}) + [rec("x", "z", 0, 999)]
     c = stats.compare(stats.merge_repeats(records), "x", "ar")
     assert c.unpaired == 1 and c.replies == 1 and c.ratio == pytest.approx(1.5)
+
+
+# ------------------------------------------------------------ acceptance by source and calibration
+def _round(turn, width, expected, accepted, *, measured=False, prefill=False, priced_by="fitted"):
+    from adaspark_app.engine.events import RoundEvent
+
+    return RoundEvent(conversation="c", turn=turn, round_index=0, context=10, width=width,
+                      measured=measured, verify_ms_predicted=1.0, verify_ms=1.0, fixed_ms=0.1,
+                      expected_accepted=expected, accepted=accepted, committed=accepted + 1,
+                      priced_by=priced_by, prefill=prefill)
+
+
+def test_calibration_tally_counts_only_priced_tree_rounds_per_turn():
+    """Plain steps, cold-start measurements, unpriced rounds and the prefill are not what the
+    acceptance model priced to win: they must not enter the calibration."""
+    from adaspark_app.bench.runner import CalibrationTally
+
+    t = CalibrationTally()
+    for ev in [_round(0, 4, 2.0, 1), _round(0, 8, 3.0, 4), _round(0, 1, 0.0, 0),
+               _round(0, 16, 9.0, 0, measured=True), _round(0, 4, 5.0, 0, priced_by="none"),
+               _round(0, 4, 7.0, 0, prefill=True), _round(1, 2, 0.5, 1)]:
+        t(ev)
+    assert t.pop(0) == {"rounds": 2, "expected": 5.0, "accepted": 5}
+    assert t.pop(1) == {"rounds": 1, "expected": 0.5, "accepted": 1}
+    assert t.pop(2) == {"rounds": 0, "expected": 0.0, "accepted": 0}
+
+
+def test_arm_summary_calibration_and_accepted_per_round_by_source():
+    """Expected over accepted on tree rounds, and accepted tokens per round by source, summed over
+    the arm's non-looped replies (a looped reply's rounds are left out of every rate)."""
+    def rec(conv, cal, acc, rounds, looped=False):
+        return ReplyRecord.from_json({"arm": "adaspark", "conversation": conv, "turn": 0, "n_tokens": 20,
+                                      "decode_s": 1.0, "rounds": rounds, "looped": looped,
+                                      "accepted_by_source": acc, "calibration": cal})
+
+    rs = [rec("a", {"rounds": 3, "expected": 6.0, "accepted": 4}, {"ngram": 4, "drafter": 2}, 10),
+          rec("b", {"rounds": 1, "expected": 3.0, "accepted": 4}, {"ngram": 2}, 10),
+          rec("c", {"rounds": 5, "expected": 50.0, "accepted": 1}, {"ngram": 9}, 10, looped=True)]
+    a = stats.summarize_arm(rs, "adaspark")
+    assert a.tree_rounds == 4 and a.accepted == 8
+    assert a.calibration == pytest.approx(9.0 / 8.0)
+    assert a.accepted_per_round_by_source == pytest.approx({"drafter": 0.1, "ngram": 0.3})
+    j = a.to_json()
+    assert j["calibration"] == pytest.approx(1.125)

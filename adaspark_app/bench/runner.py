@@ -163,6 +163,26 @@ def reply_to_record(result: Any, label: str, category: str | None, repeat: int,
     return d
 
 
+class CalibrationTally:
+    """Per reply (by turn), the pricing model's expected accepted tokens against the target's,
+    over the priced rounds that verified more than one row (a cold-start measurement round is
+    run to time a width, not priced to win, so it is left out)."""
+
+    def __init__(self) -> None:
+        self.by_turn: dict[int, dict[str, float]] = {}
+
+    def __call__(self, ev: Any) -> None:
+        if ev.prefill or ev.measured or ev.width <= 1 or ev.priced_by == "none":
+            return
+        t = self.by_turn.setdefault(int(ev.turn), {"rounds": 0, "expected": 0.0, "accepted": 0})
+        t["rounds"] += 1
+        t["expected"] += float(ev.expected_accepted)
+        t["accepted"] += int(ev.accepted)
+
+    def pop(self, turn: int) -> dict[str, float]:
+        return self.by_turn.pop(int(turn), {"rounds": 0, "expected": 0.0, "accepted": 0})
+
+
 def _default_engine_factory(config: BenchConfig, arm: str, store: Any) -> Any:
     from ..engine.chat_engine import ChatEngine
 
@@ -324,11 +344,14 @@ def run_bench(
                             prog.update(task, description=f"{label} · {conv.id}"[:48])
                             engine = _ProgressEngine(engine, lambda: prog.advance(task, 1))
                         # every arm draws with the same settings and seed: replies are comparable
-                        results = (run_conversation(engine, conv, config.max_tokens) if config.sampling is None
-                                   else run_conversation(engine, conv, config.max_tokens,
+                        tally = CalibrationTally()
+                        results = (run_conversation(engine, conv, config.max_tokens, on_round=tally)
+                                   if config.sampling is None
+                                   else run_conversation(engine, conv, config.max_tokens, on_round=tally,
                                                          sampling=config.sampling))
                         for res in results:
                             rec = reply_to_record(res, label, conv.category, repeat, config.keep_capped)
+                            rec["calibration"] = tally.pop(res.turn)
                             records.append(rec)
                             fp.write(json.dumps(rec, ensure_ascii=False) + "\n")
                         fp.flush()

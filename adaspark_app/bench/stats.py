@@ -42,6 +42,8 @@ class ReplyRecord:
     widths: dict[int, int] = field(default_factory=dict)
     measure_rounds: int = 0
     repeat: int = 0
+    accepted_by_source: dict[str, int] = field(default_factory=dict)  # accepted draft tokens by source
+    calibration: dict[str, float] = field(default_factory=dict)  # tree rounds: rounds, expected, accepted
 
     @property
     def speed(self) -> float | None:
@@ -66,6 +68,8 @@ class ReplyRecord:
             widths={int(k): int(v) for k, v in (d.get("widths") or {}).items()},
             measure_rounds=int(d.get("measure_rounds", 0) or 0),
             repeat=int(d.get("repeat", 0) or 0),
+            accepted_by_source={str(k): int(v) for k, v in (d.get("accepted_by_source") or {}).items()},
+            calibration={str(k): float(v) for k, v in (d.get("calibration") or {}).items()},
         )
 
 
@@ -244,6 +248,10 @@ class ArmSummary:
     rounds: int
     measure_rounds: int
     widths: dict[int, int]  # verified width -> rounds, all replies
+    accepted_by_source: dict[str, int] = field(default_factory=dict)  # non-looped replies
+    tree_rounds: int = 0  # priced rounds that verified more than one row (cold-start measurements left out)
+    expected_accepted: float = 0.0  # the pricing model's S(n) summed over those rounds
+    accepted: int = 0  # draft tokens they accepted
 
     @property
     def tokens_per_s(self) -> float | None:
@@ -258,6 +266,19 @@ class ArmSummary:
     def width_shares(self) -> dict[int, float]:
         return width_shares(self.widths)
 
+    @property
+    def accepted_per_round_by_source(self) -> dict[str, float]:
+        """Accepted draft tokens per round, by the source that proposed them."""
+        if not self.rounds:
+            return {}
+        return {k: v / self.rounds for k, v in sorted(self.accepted_by_source.items())}
+
+    @property
+    def calibration(self) -> float | None:
+        """Expected over accepted draft tokens on tree rounds: 1.0 is calibrated pricing,
+        above 1 the acceptance model promises more than the target gives."""
+        return self.expected_accepted / self.accepted if self.accepted else None
+
     def to_json(self) -> dict:
         return {
             "arm": self.arm,
@@ -271,6 +292,12 @@ class ArmSummary:
             "measure_rounds": self.measure_rounds,
             "widths": {str(k): v for k, v in sorted(self.widths.items())},
             "width_shares": {str(k): v for k, v in sorted(self.width_shares.items())},
+            "accepted_by_source": dict(sorted(self.accepted_by_source.items())),
+            "accepted_per_round_by_source": self.accepted_per_round_by_source,
+            "tree_rounds": self.tree_rounds,
+            "expected_accepted": self.expected_accepted,
+            "accepted": self.accepted,
+            "calibration": self.calibration,
         }
 
 
@@ -291,11 +318,18 @@ def summarize_arm(records: Iterable[ReplyRecord], arm: str) -> ArmSummary:
     for r in rs:
         for w, n in r.widths.items():
             widths[int(w)] += int(n)
+    by_source: dict[str, int] = defaultdict(int)
+    for r in ok:
+        for src, n in r.accepted_by_source.items():
+            by_source[src] += n
     return ArmSummary(
         arm=arm, replies=len(rs), looped=len(rs) - len(ok),
         tokens=sum(r.n_tokens for r in ok), decode_s=sum(r.decode_s for r in ok),
         rounds=sum(r.rounds for r in ok), measure_rounds=sum(r.measure_rounds for r in rs),
-        widths=dict(widths),
+        widths=dict(widths), accepted_by_source=dict(by_source),
+        tree_rounds=int(sum(r.calibration.get("rounds", 0) for r in ok)),
+        expected_accepted=float(sum(r.calibration.get("expected", 0.0) for r in ok)),
+        accepted=int(sum(r.calibration.get("accepted", 0) for r in ok)),
     )
 
 

@@ -46,6 +46,8 @@ from adaspark_app import native  # noqa: E402
 from adaspark_app.bench.report import write_report  # noqa: E402
 from adaspark_app.bench.runner import arm_order, cap_marks, machine_info, warm_page_cache  # noqa: E402
 from adaspark_app.runner import Conversation, load_script  # noqa: E402
+from adaspark_app.cli import SAMPLING_FLAGS  # noqa: E402
+from adaspark_app.engine.sampling import settings_from  # noqa: E402
 
 DEFAULT_PEERS = "lcpp-plain,lcpp-pld,adaspark"
 SERVER_SPEC = {"server-plain": [], "server-ngram-mod": ["--spec-type", "ngram-mod"],
@@ -113,11 +115,14 @@ class LlamaCppPythonPeer:
         self.llm = llama_cpp.Llama(model, n_ctx=n_ctx, n_threads=threads, n_threads_batch=threads,
                                    verbose=False, **kwargs)
 
-    def reply(self, messages: list[dict], max_tokens: int) -> tuple[Timer, bool, dict]:
+    def reply(self, messages: list[dict], max_tokens: int, sampling: Any = None) -> tuple[Timer, bool, dict]:
         t = Timer()
         finish = None
-        for chunk in self.llm.create_chat_completion(messages=messages, stream=True, temperature=0.0,
-                                                     max_tokens=max_tokens, seed=0):
+        knobs = _sampling_body(sampling)
+        # llama-cpp-python reseeds from `seed` per call; its sampler takes the same fields
+        knobs.pop("repeat_last_n", None)
+        for chunk in self.llm.create_chat_completion(messages=messages, stream=True,
+                                                     max_tokens=max_tokens, **knobs):
             ch = chunk["choices"][0]
             t.piece(ch.get("delta", {}).get("content"))
             finish = ch.get("finish_reason") or finish
@@ -143,6 +148,10 @@ class ServerPeer:
         self.cmd = [server_bin, "-m", model, "--host", "127.0.0.1", "--port", str(self.port),
                     "-t", str(threads), "-tb", str(threads), "-c", str(n_ctx), "-np", "1",
                     "--jinja", *SERVER_SPEC[name]]
+        if os.environ.get("ADASPARK_SERVER_REPACK") != "1":
+            # ggml's repack/AMX weight buffers crash on the first multi-row batch on CPUs with
+            # AMX (exit -11); AdaSpark loads without them too (use_extra_bufts = False)
+            self.cmd.append("--no-repack")
         if name == "server-dspark":
             self.cmd += ["-md", str(drafter), "-td", str(threads), "-tbd", str(threads)]
         self.log = open(log_dir / f"{name}.log", "w")
@@ -178,11 +187,11 @@ class ServerPeer:
                 break
             yield json.loads(data)
 
-    def reply(self, messages: list[dict], max_tokens: int) -> tuple[Timer, bool, dict]:
+    def reply(self, messages: list[dict], max_tokens: int, sampling: Any = None) -> tuple[Timer, bool, dict]:
         t = Timer()
         finish, timings = None, None
-        body = {"messages": messages, "stream": True, "temperature": 0.0, "top_k": 1,
-                "max_tokens": max_tokens, "seed": 0, "cache_prompt": True}
+        body = {"messages": messages, "stream": True, "max_tokens": max_tokens, "cache_prompt": True,
+                **_sampling_body(sampling)}
         for ev in self._events(body):
             if ev.get("choices"):
                 ch = ev["choices"][0]
@@ -214,10 +223,11 @@ class AdaSparkPeer:
         self.engine = ChatEngine(model_path=model, drafter_path=drafter, store=self.store, arm=arm,
                                  n_threads=threads, n_ctx=n_ctx)
 
-    def reply_conv(self, conv_id: str, messages: list[dict], max_tokens: int, turn: int):
+    def reply_conv(self, conv_id: str, messages: list[dict], max_tokens: int, turn: int,
+                   sampling: Any = None):
         t = Timer()
         res = self.engine.generate(conv_id, messages, max_tokens=max_tokens,
-                                   on_round=lambda ev: t.piece(ev.text), turn=turn)
+                                   on_round=lambda ev: t.piece(ev.text), turn=turn, sampling=sampling)
         extra = {"engine_n_tokens": res.n_tokens, "engine_decode_s": res.decode_s,
                  "rounds": res.rounds, "widths": {str(k): v for k, v in res.widths.items()},
                  "measure_rounds": res.measure_rounds}
@@ -229,8 +239,20 @@ class AdaSparkPeer:
             self.store.close()
 
 
+def _sampling_body(sampling: Any) -> dict:
+    """The request fields for `sampling` (a SamplingSettings; None or temperature 0: greedy) in
+    llama-server's and llama-cpp-python's names. Their default sampler chain applies penalties,
+    top-k, top-p, min-p, then temperature (DRY, typical-p, XTC, top-n-sigma off), the order
+    AdaSpark uses, so the settings mean the same; the draws differ (each engine its own RNG)."""
+    if sampling is None or sampling.greedy:
+        return {"temperature": 0.0, "top_k": 1, "seed": 0}
+    return {"temperature": sampling.temperature, "top_k": sampling.top_k, "top_p": sampling.top_p,
+            "min_p": sampling.min_p, "repeat_penalty": sampling.repeat_penalty,
+            "repeat_last_n": sampling.repeat_last_n, "seed": sampling.seed}
+
+
 def run_one(peer: Any, conv: Conversation, max_tokens: int, tok: Tokenizer,
-            keep_capped: bool = False) -> list[dict]:
+            keep_capped: bool = False, sampling: Any = None) -> list[dict]:
     """Every turn of `conv` on `peer`, its own replies carried as history. keep_capped: a reply
     that reached max_tokens is kept (marked `capped`) instead of left out as a loop."""
     messages = messages_for(conv)
@@ -239,9 +261,9 @@ def run_one(peer: Any, conv: Conversation, max_tokens: int, tok: Tokenizer,
         messages.append({"role": "user", "content": user})
         try:
             if isinstance(peer, AdaSparkPeer):
-                t, looped, extra, text = peer.reply_conv(conv.id, messages, max_tokens, turn)
+                t, looped, extra, text = peer.reply_conv(conv.id, messages, max_tokens, turn, sampling)
             else:
-                t, looped, extra = peer.reply(messages, max_tokens)
+                t, looped, extra = peer.reply(messages, max_tokens, sampling)
                 text = t.text
         except Exception as exc:  # a peer's own failure: recorded, left out of the ratios, counted
             print(f"{peer.name} {conv.id} turn {turn}: {exc!r}", file=sys.stderr, flush=True)
@@ -294,7 +316,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--keep-capped", action="store_true",
                     help="keep replies that reach --max-tokens (a fixed-length comparison)")
     ap.add_argument("--out", default=str(Path(__file__).resolve().parent / "results"))
+    g = ap.add_argument_group("sampling (as `adaspark run`; unset: greedy, as before)")
+    for flag in SAMPLING_FLAGS:
+        g.add_argument(flag, dest=flag[2:].replace("-", "_"), default=None, metavar="X")
     args = ap.parse_args(argv)
+    values = {f[2:].replace("-", "_"): getattr(args, f[2:].replace("-", "_")) for f in SAMPLING_FLAGS}
+    sampling = settings_from(values, None)
+    sampling = None if sampling.greedy else sampling.resolved()
     args.model = args.model or default_model_path()
     # a TERM (or an INT, ignored by background jobs) unwinds through `finally`, which stops
     # the llama-server processes this script started
@@ -318,7 +346,7 @@ def main(argv: list[str] | None = None) -> int:
             with open(out / "replies.jsonl", "w", encoding="utf-8") as fp:
                 for i, conv in enumerate(convs):
                     for n in arm_order(names, i):
-                        for rec in run_one(peers[n], conv, args.max_tokens, tok, args.keep_capped):
+                        for rec in run_one(peers[n], conv, args.max_tokens, tok, args.keep_capped, sampling):
                             records.append(rec)
                             fp.write(json.dumps(rec, ensure_ascii=False) + "\n")
                         fp.flush()
@@ -330,6 +358,7 @@ def main(argv: list[str] | None = None) -> int:
     meta = {
         "script": args.script, "arms": names, "base_arm": names[0], "model": args.model,
         "drafter": args.drafter, "max_tokens": args.max_tokens, "repeats": 1,
+        "sampling": sampling.to_json() if sampling is not None else "greedy",
         "conversations": len(convs), "turns": sum(len(c.turns) for c in convs),
         "store": "adaspark peers: fresh empty store", "order": "interleaved per conversation, alternating",
         "machine": {**machine0, "loadavg_at_end": [round(x, 2) for x in os.getloadavg()]},
