@@ -239,14 +239,12 @@ def cmd_chat(args: argparse.Namespace) -> int:
                     n_ctx=args.n_ctx, system=settings.system, resume_id=resume[0] if resume else None) or 0
 
 
-def _chat_n_ctx(args: argparse.Namespace) -> int:
-    """--n-ctx through engine/limits.py, or the model's default (engine/context_size.py)."""
+def _chat_n_ctx(args: argparse.Namespace) -> int | None:
+    """--n-ctx through engine/limits.py; None (not given): the engine process takes the model's
+    default (engine/context_size.py), for each model the picker loads."""
     if getattr(args, "n_ctx", None) is not None:
         return limits.check_n_ctx(args.n_ctx)
-    from .engine.backend import default_model_path
-    from .engine.context_size import default_chat_n_ctx
-
-    return default_chat_n_ctx(args.model or default_model_path()).n_ctx
+    return None
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 from adaspark_app.engine.context_size import (FALLBACK_N_CTX, MAX_CHAT_N_CTX, choose_n_ctx, default_chat_n_ctx,
                                               kv_bytes_per_token, mem_available)
 from adaspark_app.engine.limits import MIN_N_CTX
@@ -69,3 +71,16 @@ def test_chat_n_ctx_is_checked_before_anything_starts():
     assert proc.returncode == 2, proc.stderr
     lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and "--n-ctx" in lines[0] and "10" in lines[0], proc.stderr
+
+
+@pytest.mark.model
+def test_engine_config_without_n_ctx_opens_the_models_default(model_path):
+    """`adaspark chat` without --n-ctx leaves EngineConfig.n_ctx None: the engine process opens the
+    loaded model's own default (so a model picked later gets its own)."""
+    from adaspark_app.engine.worker import EngineConfig
+
+    engine = EngineConfig(model_path=model_path, n_ctx=None)()
+    try:
+        assert engine.backend.n_ctx == default_chat_n_ctx(model_path).n_ctx
+    finally:
+        engine.close()

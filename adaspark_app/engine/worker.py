@@ -80,7 +80,7 @@ class EngineConfig:
     drafter_path: str | None = None
     store_path: str | None = None
     arm: str = "adaspark"
-    n_ctx: int = 4096
+    n_ctx: int | None = 4096  # None: the model's default chat context (engine/context_size.py)
     n_threads: int | None = None
 
     def __call__(self) -> Any:
@@ -95,8 +95,14 @@ class EngineConfig:
 
             store = Store.open(self.store_path)
         try:
+            n_ctx = self.n_ctx
+            if n_ctx is None:  # resolved here, so a model picked later gets its own default
+                from .backend import default_model_path
+                from .context_size import default_chat_n_ctx
+
+                n_ctx = default_chat_n_ctx(self.model_path or default_model_path()).n_ctx
             engine = ChatEngine(model_path=self.model_path, drafter_path=self.drafter_path, store=store,
-                                arm=self.arm, n_ctx=self.n_ctx, n_threads=self.n_threads)
+                                arm=self.arm, n_ctx=n_ctx, n_threads=self.n_threads)
         except BaseException:
             if store is not None:
                 store.close()

@@ -361,7 +361,7 @@ def engine_log_path() -> str | None:
 
 
 def run_chat(model: str | None, drafter: str | None, store_path: str | None, max_tokens: int = MAX_TOKENS,
-             sampling: Any = None, n_ctx: int = 4096, system: str | None = None,
+             sampling: Any = None, n_ctx: int | None = None, system: str | None = None,
              resume_id: str | None = None) -> int:
     """Run `adaspark chat`; returns the exit code (2 with a one-line message on a user error).
 
