@@ -92,7 +92,7 @@ class ChatScreen(Screen):
 
     BINDINGS = [
         Binding("escape", "stop_reply", "Stop", id="stop_reply",
-                tooltip="Stop the reply, keeping what was generated"),
+                tooltip="Stop the reply, keeping what was generated (while editing a message: stop editing)"),
         Binding("ctrl+n", "new_chat", "New", id="new_chat", tooltip="Start a new conversation"),
         Binding("f2,ctrl+r", "rename_chat", "Rename", id="rename_chat",
                 tooltip="Rename the conversation (the highlighted one when the list has focus)"),
@@ -134,6 +134,7 @@ class ChatScreen(Screen):
         self.settings: ChatSettings = ChatSettings()  # the open conversation's (set on mount)
         self.editing: int | None = None  # the history index of the user message being edited
         self._draft = ""  # the message box's text before editing began
+        self._prompt_titles: tuple[str, str] | None = None  # the box's titles before editing began
         self.generating = False
         self._request: ReplyRequest | None = None
         self._pending: tuple[ChatMessage, ChatMessage] | None = None  # (user, assistant) in flight
@@ -264,7 +265,7 @@ class ChatScreen(Screen):
         except AdaSparkError as err:
             self.notify(str(err), title="Store", severity="error")
             return
-        self._stop_editing(restore=False)
+        self._stop_editing(restore=True)
         # The turns only: the system prompt is the conversation's setting, sent first by
         # ChatSettings.messages.
         history: list[dict[str, str]] = []
@@ -306,7 +307,7 @@ class ChatScreen(Screen):
         if self.generating:
             self.notify("A reply is being generated; Esc stops it.", severity="warning")
             return
-        self._stop_editing(restore=False)
+        self._stop_editing(restore=True)
         self.conversation_id = None
         self.history = []
         self._shown = []
@@ -695,6 +696,7 @@ class ChatScreen(Screen):
         """Select the user message at history `index` for editing: its text goes in the box."""
         if self.editing is None:
             self._draft = self.prompt.text
+            self._prompt_titles = (str(self.prompt.border_title or ""), str(self.prompt.border_subtitle or ""))
         elif 0 <= self.editing < len(self._shown):
             self._shown[self.editing].widget.remove_class("editing")
         self.editing = index
@@ -723,8 +725,9 @@ class ChatScreen(Screen):
             self.prompt.text = self._draft
             self.prompt.move_cursor(self.prompt.document.end)
         self._draft = ""
-        self.prompt.border_title = "Message"
-        self.prompt.border_subtitle = "Enter send · Ctrl+J new line · Esc stop"
+        if self._prompt_titles is not None:
+            self.prompt.border_title, self.prompt.border_subtitle = self._prompt_titles
+            self._prompt_titles = None
         self.set_status()
 
     def action_edit_previous(self) -> None:
