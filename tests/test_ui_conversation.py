@@ -199,6 +199,8 @@ async def test_settings_of_a_new_conversation_are_stored_with_it(store, tmp_path
         assert chat.history == [{"role": "user", "content": "hello"}, {"role": "assistant", "content": "hi"}]
         row = store.get_conversation(chat.conversation_id)
         assert row["system"] == "Answer in French." and row["settings"]["max_tokens"] == 40
+        exported = chat.export_markdown()
+        assert "## System\n\nAnswer in French.\n\n## You\n\nhello" in exported.read_text()
 
 
 # ---------------------------------------------------------------------------- regenerate

@@ -914,6 +914,8 @@ class ChatScreen(Screen):
             self.notify(str(err), title="Store", severity="error")
             return None
         title = self.sidebar.title_of(self.conversation_id) or title_from(self.history[0]["content"])
+        if self.settings.system:  # what the replies followed: part of the conversation
+            rows = [{"role": "system", "content": self.settings.system}, *rows]
         text = conversation_markdown(title, rows, app.model_label)
         try:
             app.export_dir.mkdir(parents=True, exist_ok=True)
