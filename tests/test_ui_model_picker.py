@@ -43,7 +43,7 @@ class Host(App):
         self.chosen: list = []
 
     def on_mount(self) -> None:
-        self.push_screen(ModelPickerScreen(None, discover=lambda folders, store: entries()),
+        self.push_screen(ModelPickerScreen(None, discover=lambda folders: entries()),
                          callback=self.chosen.append)
 
 

@@ -267,34 +267,53 @@ def _looks_like_gguf(p: Path) -> bool:
 
 
 # ---------------------------------------------------------------------------------- learned state
-def mark_learned(entries: list[ModelEntry], store_path: str | os.PathLike | None = None) -> None:
+def mark_learned(entries: list[ModelEntry], store_path: str | os.PathLike | None = None, *,
+                 rows: list[dict] | None = None) -> None:
     """Set `learned` on each usable entry: the store holds a learned state for its model id on
-    this device. The store's device id hashes the llama.cpp build, which only loading llama.cpp
-    tells, so "this device" is matched by the CPU and machine recorded with each state. An absent
-    or unreadable store means no learned state (the store file is not created)."""
-    from ..store.db import resolve_store_path
-    from ..store.fingerprint import _cpu_name
-
-    path = resolve_store_path(store_path)
-    ids: set[str] = set()
-    if path.is_file():
-        import platform
-
-        from ..errors import AdaSparkError
-        from ..store import Store
-
-        cpu, machine = _cpu_name(), platform.machine()
-        try:
-            with Store.open(path) as store:
-                rows = store.list_learned()
-        except AdaSparkError:
-            rows = []
-        for r in rows:
-            device = (r.get("key_meta") or {}).get("device") or {}
-            if not isinstance(device, dict) or (device.get("cpu"), device.get("machine")) == (cpu, machine):
-                ids.add(str(r.get("model_id")))
+    this device. `rows`: the store's `list_learned()` when the caller has the store open (a
+    process must not open a second connection to a store it has open: see `learned_rows`); else
+    the store at `store_path` (default the user's) is read, an absent one meaning none (it is not
+    created)."""
+    ids = learned_model_ids(learned_rows(store_path) if rows is None else rows)
     for e in entries:
         e.learned = None if e.broken else (e.model_id in ids)
+
+
+def learned_rows(store_path: str | os.PathLike | None = None) -> list[dict]:
+    """`Store.list_learned()` of the store at `store_path`, [] if there is none or it does not
+    open. Only for a process that does not have that store open already: opening it checks the
+    file with a plain open(), and closing that descriptor drops the POSIX locks SQLite holds on
+    the file for the process's other connections."""
+    from ..errors import AdaSparkError
+    from ..store import Store
+    from ..store.db import resolve_store_path
+
+    path = resolve_store_path(store_path)
+    if not path.is_file():
+        return []
+    try:
+        with Store.open(path) as store:
+            return store.list_learned()
+    except AdaSparkError:
+        return []
+
+
+def learned_model_ids(rows: Sequence[dict]) -> set[str]:
+    """Model ids with a learned state on this device. The store's device id hashes the
+    llama.cpp build, which only loading llama.cpp tells, so "this device" is matched by the CPU
+    and machine recorded with each state."""
+    import platform
+
+    from ..store.fingerprint import _cpu_name
+
+    here = (_cpu_name(), platform.machine())
+    ids: set[str] = set()
+    for r in rows:
+        meta = r.get("key_meta") if isinstance(r, dict) else None
+        device = meta.get("device") if isinstance(meta, dict) else None
+        if isinstance(device, dict) and (device.get("cpu"), device.get("machine")) == here:
+            ids.add(str(r.get("model_id")))
+    return ids
 
 
 def find_model(name: str, entries: Sequence[ModelEntry]) -> ModelEntry | None:

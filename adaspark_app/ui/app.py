@@ -264,9 +264,8 @@ class AdaSparkApp(App[int]):
         except AdaSparkError as err:
             self.notify(f"{err}; its model folders are not searched.", title="Config", severity="warning")
             folders = []
-        store_path = getattr(self.store, "path", None)
         picker = ModelPickerScreen(getattr(self, "model_path", None), folders,
-                                   str(store_path) if store_path else None)
+                                   learned_rows=getattr(self.store, "list_learned", None))
         self.push_screen(picker, callback=self._model_picked)
 
     async def _model_picked(self, entry: Any) -> None:

@@ -27,10 +27,12 @@ from ...models.entry import ModelEntry
 CURRENT_MARK = "● "  # in front of the model the engine runs now
 
 
-def _discover(folders: Sequence[str], store_path: str | None) -> list[ModelEntry]:
+def _discover(folders: Sequence[str]) -> list[ModelEntry]:
     from ...models import discover_models
 
-    return discover_models(list(folders), store_path=store_path)
+    # learned=False: the learned column is filled on the UI thread from the app's open store (a
+    # second connection opened and closed here would drop the locks SQLite holds for the app's)
+    return discover_models(list(folders), learned=False)
 
 
 class ModelPickerScreen(ModalScreen[ModelEntry | None]):
@@ -49,12 +51,13 @@ class ModelPickerScreen(ModalScreen[ModelEntry | None]):
     BINDINGS = [Binding("escape", "cancel", "Cancel", id="picker_cancel", tooltip="Close the model list")]
 
     def __init__(self, current_path: str | None = None, folders: Sequence[str] = (),
-                 store_path: str | None = None,
-                 discover: Callable[[Sequence[str], str | None], list[ModelEntry]] = _discover) -> None:
+                 learned_rows: Callable[[], list[dict]] | None = None,
+                 discover: Callable[[Sequence[str]], list[ModelEntry]] = _discover) -> None:
+        """learned_rows: the app's store's `list_learned` (UI thread), for the learned column."""
         super().__init__()
         self.current_path = current_path
         self.folders = list(folders)
-        self.store_path = store_path
+        self._learned_rows = learned_rows
         self._discover = discover
         self.entries: list[ModelEntry] = []
         self.loaded = False
@@ -76,7 +79,17 @@ class ModelPickerScreen(ModalScreen[ModelEntry | None]):
         self.run_worker(self._load(), exclusive=True, group="model-discovery")
 
     async def _load(self) -> None:
-        entries = await asyncio.to_thread(self._discover, self.folders, self.store_path)
+        entries = await asyncio.to_thread(self._discover, self.folders)
+        if self._learned_rows is not None:
+            from ...errors import AdaSparkError
+            from ...models.discovery import mark_learned
+
+            try:
+                rows = self._learned_rows()
+            except AdaSparkError as err:
+                self.notify(f"the learned column is unknown: {err}", title="Store", severity="warning")
+                rows = []
+            mark_learned(entries, rows=rows)
         self.show(entries)
 
     def show(self, entries: list[ModelEntry]) -> None:
