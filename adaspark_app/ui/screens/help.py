@@ -11,10 +11,12 @@ from textual.widgets import Markdown
 INTRO = """\
 # AdaSpark chat
 
-Talk to a local model. Replies are decoded greedily with **lossless speculative decoding**:
-each round the AdaSpark scheduler picks how many candidate rows to verify (the *width*) from
-what it has learned about this machine's verify cost and the drafts' acceptance. The
-*Speculation* panel shows it live; learned state is saved to the store after every reply.
+Talk to a local model. Replies are decoded with **lossless speculative decoding** (greedy, or
+sampled with the conversation's settings: **F3**): each round the AdaSpark scheduler picks how
+many candidate rows to verify (the *width*) from what it has learned about this machine's verify
+cost and the drafts' acceptance. The *Speculation* panel shows it live; learned state is saved to
+the store after every reply. Each conversation keeps its own system prompt and settings; **F5**
+regenerates the last reply, **F4** edits an earlier message.
 
 All actions are also in the command palette (**Ctrl+P**).
 """
