@@ -115,9 +115,10 @@ async def test_picker_switches_model_with_a_new_conversation_and_its_learned_sta
     monkeypatch.setenv("HF_HUB_CACHE", str(hub))  # the UI's discovery and the engine process see it
     monkeypatch.setenv("OLLAMA_MODELS", str(tmp_path / "no-ollama"))
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
-    learned = str(tmp_path / "learned.db")
+    # one file for chats and learned state, as `adaspark chat` runs (the UI and engine processes share it)
+    learned = str(tmp_path / "adaspark.db")
     log = tmp_path / "calls.jsonl"
-    chats = Store.open(tmp_path / "chats.db")
+    chats = Store.open(learned)
     app = AdaSparkApp(recording(EngineConfig(store_path=learned, n_ctx=1024), log), chats,
                       store_label="chats.db", export_dir=tmp_path, max_tokens=12, exit_on_load_error=False,
                       engine_log=str(tmp_path / "engine.log"))
@@ -159,6 +160,14 @@ async def test_picker_switches_model_with_a_new_conversation_and_its_learned_sta
     with Store.open(learned) as store:
         names = [r["model_name"] for r in store.list_learned()]
     assert any("Pickme2" in n for n in names), names  # learned under the picked model's key
+    import sqlite3
+
+    conn = sqlite3.connect(learned)
+    try:  # the switch, the picker and both engines' writes left the shared file whole
+        assert conn.execute("pragma integrity_check").fetchall() == [("ok",)]
+        assert conn.execute("select count(*) from conversations").fetchone()[0] == 1
+    finally:
+        conn.close()
 
 
 @pytest.mark.model
