@@ -324,6 +324,12 @@ async def test_escape_cancels_editing(store, tmp_path):
         await pilot.press("escape")
         assert chat.editing is None and chat.prompt.text == "" and chat.prompt.border_title == "Message"
         assert not chat.chat_view.messages()[0].has_class("editing")
+        chat.prompt.text = "half-written"
+        await pilot.press("ctrl+up")
+        assert chat.prompt.text == "q1"
+        await pilot.press("ctrl+n")  # a new conversation while editing: the draft comes back
+        await wait_until(pilot, lambda: chat.conversation_id is None)
+        assert chat.editing is None and chat.prompt.text == "half-written"
 
 
 async def test_a_failed_edit_keeps_the_old_turns_and_goes_back_to_editing(store, tmp_path):

@@ -431,7 +431,8 @@ class ChatScreen(Screen):
         if self.history[-1]["role"] == "assistant":
             keep = n - 1
             meta = self._shown[-1].meta or {}
-            previous_seed = meta.get("seed") if isinstance(meta.get("seed"), int) else None
+            seed = meta.get("seed")  # a stored value: an imported store may hold anything there
+            previous_seed = seed if isinstance(seed, int) and not isinstance(seed, bool) else None
         else:
             keep = n  # a user message with no reply (e.g. an imported conversation): answer it
         if keep == 0 or self.history[keep - 1]["role"] != "user":
