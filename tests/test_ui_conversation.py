@@ -277,6 +277,24 @@ async def test_regenerate_withdrawn_shows_the_previous_reply_again(store, tmp_pa
         assert any("previous reply is kept" in n for n in notifications(app))
 
 
+async def test_a_reply_cut_by_an_engine_crash_keeps_its_seed_for_regenerate(store, tmp_path):
+    from ui_fakes import spawn_event
+
+    held, gate = spawn_event(), spawn_event()
+    app = make_app(store, scripted(["one two three four five six seven eight"], hold_after_rounds=3,
+                                   held=held, gate=gate), tmp_path, sampling=T08)
+    async with app.run_test(size=SIZE) as pilot:
+        chat = app.chat_screen
+        await send(pilot, "count")
+        await wait_until(pilot, held.is_set, what="the engine to be mid-reply")
+        await wait_until(pilot, lambda: chat.round_log, what="the first rounds")
+        drawn = chat.round_log[-1][1].seed
+        app.engine.kill()
+        await wait_until(pilot, lambda: any("engine process stopped" in n for n in notifications(app)))
+        meta = store.get_messages(chat.conversation_id)[1]["meta"]
+        assert meta["engine_died"] is True and isinstance(drawn, int) and meta["seed"] == drawn
+
+
 # ---------------------------------------------------------------------------- edit and resend
 async def test_edit_an_earlier_message_drops_the_later_turns(store, tmp_path, log):
     app = make_app(store, scripted(["A1", "A2", "A3", "A-edited"], log_path=log), tmp_path)

@@ -630,8 +630,12 @@ class ChatScreen(Screen):
                     "decode_s": round(last.reply_seconds, 4) if last else 0.0,
                     "tokens_per_s": round(self.stats.reply_rate or 0.0, 2), "stopped": True,
                     "engine_died": True}
-            if request.sampling is not None and request.sampling.seed is not None and not request.sampling.greedy:
-                meta["seed"] = request.sampling.seed
+            # the seed the engine drew with (each round reports it), for a later regenerate
+            seed = last.seed if last is not None and last.seed is not None else None
+            if seed is None and request.sampling is not None and not request.sampling.greedy:
+                seed = request.sampling.seed
+            if seed is not None:
+                meta["seed"] = seed
             self._record(request, text, meta, user_msg, reply_msg)
             await self._drop_replaced(request)
             await reply_msg.write(rest)
