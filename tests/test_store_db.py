@@ -486,3 +486,39 @@ def test_title_from_trims_on_word_boundary():
     assert t[-2] != " " and long[len(t) - 1] == " "  # cut at a space, not mid-word
     assert title_from("") == "New conversation"
     assert len(title_from("x" * 200)) == 61
+
+
+def _posix_locks_held(paths: list[str]) -> list[tuple[str, int, str]]:
+    """This process's POSIX record locks on `paths`, from /proc/locks: (kind, inode, range)."""
+    import os as _os
+
+    inodes = {_os.stat(p).st_ino for p in paths if _os.path.exists(p)}
+    held = []
+    with open("/proc/locks", encoding="ascii") as fp:
+        for line in fp:
+            f = line.split()
+            i = 5 if f[1] == "->" else 4  # "->" marks a waiter
+            if f[i - 3] == "POSIX" and int(f[i]) == _os.getpid() and int(f[i + 1].split(":")[2]) in inodes:
+                held.append((f[i - 1], int(f[i + 1].split(":")[2]), f"{f[i + 2]}-{f[i + 3]}"))
+    return sorted(held)
+
+
+@pytest.mark.skipif(not __import__("os").path.exists("/proc/locks"), reason="needs Linux /proc/locks")
+def test_a_second_open_in_the_same_process_keeps_the_first_connections_locks(tmp_path):
+    """Closing any descriptor of a file drops every POSIX lock the process holds on it: a second
+    Store.open of a file this process holds open (the chat's picker did) must not release the
+    first connection's SQLite locks, or another process can recover the WAL under it and the
+    file ends "malformed"."""
+    path = str(tmp_path / "s.db")
+    first = Store.open(path)
+    first.create_conversation("t", "m")
+    before = _posix_locks_held([path, path + "-shm"])
+    assert before, "SQLite holds locks on an open WAL store"
+    second = Store.open(path)
+    second.close()
+    assert _posix_locks_held([path, path + "-shm"]) == before
+    first.close()
+    # the file is still checked for a later, fresh open
+    (tmp_path / "junk.db").write_bytes(b"not sqlite at all" * 10)
+    with pytest.raises(StoreError):
+        Store.open(str(tmp_path / "junk.db"))

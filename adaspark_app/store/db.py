@@ -155,7 +155,34 @@ def title_from(text: str, limit: int = 60) -> str:
 # --- identity checks ----------------------------------------------------------------------------
 
 
+# (st_dev, st_ino) -> Stores open on that file in this process. POSIX record locks belong to the
+# process, and closing ANY descriptor of a file drops all of them: a plain open()/close() of a
+# store file that a connection of this process holds would silently release SQLite's locks on
+# it, and another process could then checkpoint or recover under that connection (seen as
+# "database disk image is malformed"). SQLite's own descriptors are shared and closed safely.
+_OPEN_FILES: dict[tuple[int, int], int] = {}
+_OPEN_FILES_LOCK = threading.Lock()
+
+
+def _file_id(path: Path) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino)
+
+
+def _open_in_this_process(path: Path) -> bool:
+    fid = _file_id(path)
+    with _OPEN_FILES_LOCK:
+        return fid is not None and _OPEN_FILES.get(fid, 0) > 0
+
+
 def _check_magic(path: Path) -> None:
+    """The SQLite header, read with a plain file handle; never on a file this process holds open
+    through a Store (closing the handle would drop that connection's locks, see _OPEN_FILES)."""
+    if _open_in_this_process(path):
+        return  # checked when this process first opened it, and SQLite reads it now
     try:
         with open(path, "rb") as fh:
             head = fh.read(len(SQLITE_MAGIC))
@@ -255,6 +282,10 @@ class Store:
         self.db = _database(conn)
         self._lock = threading.RLock()
         self._closed = False
+        self._file_id = _file_id(path)
+        if self._file_id is not None:
+            with _OPEN_FILES_LOCK:
+                _OPEN_FILES[self._file_id] = _OPEN_FILES.get(self._file_id, 0) + 1
 
     # -- opening ---------------------------------------------------------------------------------
 
@@ -331,6 +362,13 @@ class Store:
             if not self._closed:
                 self._closed = True
                 self._conn.close()
+                if self._file_id is not None:
+                    with _OPEN_FILES_LOCK:
+                        left = _OPEN_FILES.get(self._file_id, 0) - 1
+                        if left > 0:
+                            _OPEN_FILES[self._file_id] = left
+                        else:
+                            _OPEN_FILES.pop(self._file_id, None)
 
     def __enter__(self) -> "Store":
         return self
