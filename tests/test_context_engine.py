@@ -130,3 +130,20 @@ def test_a_message_that_leaves_less_than_max_tokens_gets_a_capped_reply(engine):
     assert r.capped_to == room
     assert 0 < r.n_tokens <= room
     assert r.prompt_length == n and r.context <= eng.backend.n_ctx - 1
+
+
+def test_a_reply_with_the_drafter_runs_to_the_end_of_the_context(model_path):
+    """Replies now run to the context's last cell; the drafter's block must not pass it there
+    (its last positions draft from the n-gram index), and the text stays the `ar` text."""
+    from adaspark_app.engine.chat_engine import ChatEngine
+
+    text = "Repeat after me: " + " ".join(["one two three"] * 50)
+    msgs = [{"role": "user", "content": text}]
+    out = {}
+    for arm, drafter in (("ar", None), ("adaspark", "default")):
+        with ChatEngine(model_path, drafter_path=drafter, arm=arm, n_ctx=256) as eng:
+            r = eng.generate("end", msgs, max_tokens=400)
+            assert r.capped_to is not None and r.context == eng.backend.n_ctx - 1
+            out[arm] = r
+    assert out["adaspark"].drafter_rounds > 0
+    assert out["adaspark"].text == out["ar"].text

@@ -31,7 +31,7 @@ from .ngram import NgramIndex
 from .rounds import DraftDecision, RoundStart, RoundTree, Verified, WidthChoice
 from .sampling import GREEDY, Sampler, SamplingSettings
 from .tree import (KIND_NGRAM, KIND_PICK, KIND_SIBLING, Candidates, accepted_path, best_first_order,
-                   child_labels, cut_at_batch_front, expected_accepted, layout, path_products, sampled_path)
+                   child_labels, committable, cut_at_batch_front, expected_accepted, layout, path_products, sampled_path)
 
 
 class SelfCheckError(AssertionError):
@@ -94,6 +94,7 @@ class Decoder:
         self.request_round = 0
         self.tree_rounds_with_ngram = 0
         self.cut_rounds = 0  # rounds whose accepted path was cut to keep KV cells in position order
+        self.cut_tokens = 0  # accepted tokens the cut discarded, over all rounds
         self.checked_rows = 0
         # Target features of committed rows not yet injected into the drafter: kept as copies so a
         # run of plain steps costs no drafter forward; injected in one batch before the next draft.
@@ -267,9 +268,13 @@ class Decoder:
                          p_src=self.precision.value)
         tree.q, tree.priced_by = self.policy.price(self, tree, r)
         tree.Q = path_products(tree.q, np.asarray(cands.parent))
-        tree.order = best_first_order(tree.Q)
+        # What the commit can keep (tree.committable): the cut drops every node off the batch's
+        # front, so Eq. (1) and the best-first order run on Q where it keeps the node, 0 elsewhere;
+        # pricing the uncut Q over-promised accepted tokens on branching trees.
+        tree.Q_commit = committable(tree.Q, np.asarray(cands.parent))
+        tree.order = best_first_order(tree.Q_commit)
         tree.is_ng = np.array([k == KIND_NGRAM and not a for k, a in zip(cands.kind, cands.agreed)], dtype=bool)
-        tree.s_d, tree.s_n = expected_accepted(tree.Q, tree.order, tree.is_ng)
+        tree.s_d, tree.s_n = expected_accepted(tree.Q_commit, tree.order, tree.is_ng)
         if r.budget is not None and r.budget >= 1:
             tree.s_d, tree.s_n = tree.s_d[:r.budget + 1], tree.s_n[:r.budget + 1]  # widths up to the budget
         return tree
@@ -320,6 +325,7 @@ class Decoder:
             full_path, bonus, rows, draws = sampled_path(lay, cands, draw)
         path, rows, bonus, cut = cut_at_batch_front(cands, full_path, rows, bonus)
         self.cut_rounds += int(cut)
+        self.cut_tokens += len(full_path) - len(path)
         return Verified(layout=lay, argmax=out.argmax, full_path=full_path, path=path, rows=rows, bonus=bonus,
                         verify_s=out.seconds, anchor_pos=anchor_pos, draws=draws)
 
@@ -370,7 +376,8 @@ class Decoder:
             predicted_s=choice.predicted_s, expected_accepted=tree.expected_accepted(choice.width),
             accepted=len(result.path), priced_by=tree.priced_by, rows_by_source=rows_by, accepted_by_source=acc_by,
             offered=plan.offered if plan is not None else {}, band_rate=plan.band_rate if plan is not None else None,
-            decided_by=Decider(choice.decided_by).value, trace=_trace(choice, gate))
+            decided_by=Decider(choice.decided_by).value,
+            trace={**_trace(choice, gate), "cut_tokens": len(result.full_path) - len(result.path)})
 
     # ------------------------------------------------------------------ plain step
     def _plain(self, r: RoundStart, decided_by: Decider | None) -> RoundOutcome:
@@ -425,12 +432,19 @@ class Decoder:
             self.ngram.extend(toks[self._ng_synced:], self.precision)
         self._ng_synced = len(toks)
 
+    def _drafter_fits(self) -> bool:
+        """A drafter whose block fits the context at this anchor. A reply that runs to the
+        context's end (the context window lets it: engine/context_window.py) drafts its last
+        block_size positions from the n-gram index alone: drafts change speed, never the text."""
+        d = self.drafter
+        return d is not None and len(self.kv_tokens) + d.block_size <= d.n_ctx
+
     def chain_candidates(self, k: int) -> Candidates:
         """`chain:K`: the drafter's first K picks, or without a drafter the n-gram continuation
         from the anchor, up to K tokens (prompt lookup)."""
         cands = Candidates()
         par = -1
-        if self.drafter is not None:
+        if self._drafter_fits():
             self._drafter_flush()
             block = self.drafter.draft(self.anchor, len(self.kv_tokens), 1, rows=self.drafter.rows_for(k))
             self.drafter_rounds += 1
@@ -445,7 +459,7 @@ class Decoder:
         """Drafter block (picks spine, siblings as leaves) and n-gram chains from the anchor and each pick."""
         cands = Candidates()
         picks: list[int] = []
-        if self.drafter is not None and use_drafter:
+        if use_drafter and self._drafter_fits():
             self._drafter_flush()
             block = self.drafter.draft(self.anchor, len(self.kv_tokens), TOP_K,
                                        rows=self.drafter.rows_for(TREE_DRAFT_ROWS))
