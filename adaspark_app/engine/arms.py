@@ -179,9 +179,12 @@ class AdaSparkPolicy(ArmPolicy):
     def observe(self, dec: "Decoder", tree: RoundTree, choice: WidthChoice, result: Verified,
                 r: RoundStart) -> None:
         sel = np.asarray(choice.selected, dtype=np.int64)
-        in_path = set(result.full_path)
+        # The gains learn what the round committed against what it priced: the cut path and the
+        # committable Q (tree.committable), the terms Eq. (7) scores; the uncut path over-valued
+        # branching trees.
+        in_path = set(result.path)
         dec.scheduler.observe(choice.plan, r.context, result.verify_s, result.fixed_s,
-                              len(result.path) + 1, r.first_round, tree.Q[sel], tree.is_ng[sel].astype(np.int64),
+                              len(result.path) + 1, r.first_round, tree.Q_commit[sel], tree.is_ng[sel].astype(np.int64),
                               np.array([j in in_path for j in choice.selected], dtype=bool))
 
     def observe_plain(self, dec: "Decoder", r: RoundStart, step_s: float) -> None:

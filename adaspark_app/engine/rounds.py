@@ -51,6 +51,7 @@ class RoundTree:
     p_src: float  # the n-gram source's precision on the committed text (Eq. 6)
     q: np.ndarray = field(default_factory=lambda: np.zeros(0))  # P(accepted | parent accepted)
     Q: np.ndarray = field(default_factory=lambda: np.zeros(0))  # path products (Proposition 1)
+    Q_commit: np.ndarray = field(default_factory=lambda: np.zeros(0))  # Q where the cut keeps the node, else 0
     order: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # best-first order O
     is_ng: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))  # n-gram rows (not agreed)
     s_d: np.ndarray = field(default_factory=lambda: np.zeros(2))  # S(n) from the drafter's nodes

@@ -87,6 +87,33 @@ def path_products(q: np.ndarray, parent: np.ndarray) -> np.ndarray:
     return Q
 
 
+def committable(Q: np.ndarray, parent: np.ndarray) -> np.ndarray:
+    """Q_j where the commit can keep node j, else 0: the value the cut leaves each node.
+
+    The verify lays the tree out depth-first, each parent's children in best-first order, so the
+    batch's first rows are the spine: the anchor's top child (highest Q, ties toward the lower
+    index, as `best_first_order` ranks them), its top child, and so on. `cut_at_batch_front` keeps
+    only the spine part of an accepted path; a node off the spine, even when accepted, commits
+    nothing that the target's own bonus token at its parent's row would not (its token is that
+    bonus), and nothing below it is kept. So of Eq. (1)'s terms only the spine's are tokens
+    the round can commit. The spine of any prefix of the best-first order is the spine of the
+    whole tree cut to that prefix (a parent's first child in the order is its top child).
+    """
+    Q = np.asarray(Q, dtype=np.float64)
+    n = len(Q)
+    top: dict[int, int] = {}
+    for j in range(n):
+        p = int(parent[j])
+        b = top.get(p)
+        if b is None or Q[j] > Q[b]:
+            top[p] = j
+    spine = np.zeros(n, dtype=bool)
+    for j in range(n):  # parents precede children
+        p = int(parent[j])
+        spine[j] = top.get(p) == j and (p < 0 or spine[p])
+    return np.where(spine, Q, 0.0)
+
+
 def expected_accepted(Q: np.ndarray, order: np.ndarray, is_ngram: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """S(n) for every width n in one pass (Eq. 1), split by source.
 
