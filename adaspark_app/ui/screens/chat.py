@@ -5,12 +5,13 @@ Threading: everything here runs on the UI thread. The engine lives in another pr
 `reply_done`, `reply_failed` and `engine_died`. Every store call for chats is made here.
 
 Rendering a growing reply is kept cheap, because on a small machine every cycle the UI spends
-is taken from the decode (issue 17: a repaint of this screen costs ~10-20 ms of Python, most of
-it Textual's compositor re-assembling the scrolled chat column): the text of the rounds that
-arrived is appended to the reply (Textual's Markdown re-parses only from its last block) in one
-frame, frames are at least TEXT_INTERVAL_S apart and further apart when they cost more, so the
-UI stays within FRAME_CPU_BUDGET of a core, and the panel is redrawn in those same frames at a
-lower rate still (SpecPanel.REDRAW_S).
+is taken from the decode (issue 17: a repaint of the scrolled chat column costs ~20 ms of
+Python, most of it Textual's compositor): the text of the rounds that arrived is appended to the
+reply in one frame, where only a plain-text tail changes and the message keeps room below it
+(ChatMessage.write), frames are at least TEXT_INTERVAL_S apart and further apart when they cost
+more, so the UI stays within FRAME_CPU_BUDGET of a core, the panel is redrawn in those same
+frames at a lower rate still (SpecPanel.REDRAW_S), and the prompt's cursor does not blink (each
+blink is a repaint). benchmarks/ui_cpu.py measures it.
 """
 
 from __future__ import annotations
@@ -45,11 +46,11 @@ if TYPE_CHECKING:
     from ..engine_client import EngineDone, EngineRounds
 
 MAX_TOKENS = DEFAULT_MAX_TOKENS  # per reply; the engine stops earlier at the end-of-generation token
-TEXT_INTERVAL_S = 0.1  # streamed text is appended at most ~10 times a second
+TEXT_INTERVAL_S = 0.2  # streamed text is appended at most 5 times a second
 # While a reply streams the UI thread may use at most this share of one core: after each frame
-# the next waits until the CPU it used since the previous one fits the budget (a 10 ms repaint
-# of a 160x48 screen -> 4 frames a second). On two cores every UI cycle is taken from a verify.
-FRAME_CPU_BUDGET = 0.04
+# the next waits until the CPU it used since the previous one fits the budget (a 10 ms frame
+# -> 0.5 s to the next). On two cores every UI cycle is taken from a verify.
+FRAME_CPU_BUDGET = 0.02
 MAX_FRAME_GAP_S = 0.5  # text shows at least twice a second, whatever a repaint costs
 
 
@@ -146,6 +147,7 @@ class ChatScreen(Screen):
         self._frame_gap = TEXT_INTERVAL_S  # the wait before the next frame (see _frame)
         self._frame_cpu: float | None = None  # UI thread CPU seconds when the last frame began
         self._panel_stale = False  # the panel's figures changed since it was drawn
+        self._cursor_blink = True  # the prompt's cursor blinks, except while a reply streams
         # Per reply, (monotonic time the round ended in the engine process, the round): lets a
         # test (and a curious reader) count the rounds that ran after Esc.
         self.round_log: list[tuple[float, RoundEvent]] = []
@@ -389,7 +391,8 @@ class ChatScreen(Screen):
             widget.display = False  # removed once the new reply is recorded, shown again if it fails
         user_msg = None if request.regenerate else await view.add_message("user", request.prompt)
         reply_msg = await view.add_message("assistant", "")
-        reply_msg.set_note("…")
+        reply_msg.set_note("…")  # until the reply ends: hiding it would move the view
+        reply_msg.make_room()  # laid out with the new messages, before the first token
         # No await from here on until the request is sent: the engine's answer is handled by the
         # app's message loop, which must find this reply's state in place.
         self._pending = (user_msg, reply_msg)
@@ -401,6 +404,8 @@ class ChatScreen(Screen):
         self.stats.start_reply()
         self.stats.generating = True
         self.generating = True
+        # A blink is a repaint, taken from the decode: none while the reply streams.
+        self._cursor_blink, self.prompt.cursor_blink = self.prompt.cursor_blink, False
         try:
             request.request_id = app.engine.generate(request.conversation_id, request.messages,
                                                      request.max_tokens, request.turn,
@@ -495,8 +500,6 @@ class ChatScreen(Screen):
             text = "".join(self._unshown)
             self._unshown = []
             reply_msg = self._pending[1]
-            if reply_msg.text == "":
-                reply_msg.set_note("")
             await reply_msg.write(text)
             # The paint follows in the same turn of the event loop: a UI starved of CPU flushes
             # late, and that is the delay this figure is meant to show.
@@ -507,6 +510,7 @@ class ChatScreen(Screen):
                 self._panel_stale = False
                 self.panel.show()
             elif self._flush_timer is None:
+                # Rounds without text (the decoder holds a partial character): the panel alone.
                 self._flush_timer = self.set_timer(max(panel_wait, self._frame_gap), self._frame)
 
     async def _flush_text(self) -> None:
@@ -679,6 +683,7 @@ class ChatScreen(Screen):
         self._request = None
         self.generating = False
         self.stats.generating = False
+        self.prompt.cursor_blink = self._cursor_blink
         self.panel.show()
         self.set_status()
         self.adaspark.reply_ended()

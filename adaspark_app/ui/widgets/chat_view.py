@@ -3,12 +3,15 @@ only while the reader is near it."""
 
 from __future__ import annotations
 
+import time
+
 from markdown_it import MarkdownIt
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Vertical, VerticalScroll
 from textual.widgets import Label, Markdown, Static
-from textual.widgets.markdown import MarkdownStream
+
+from ..settled import settled_length
 
 ROLE_LABELS = {"user": "You", "assistant": "Assistant", "system": "System"}
 # Code-fence languages whose highlighter is built before the first reply (see warm_up).
@@ -38,8 +41,10 @@ def warm_up(language: str) -> None:
 class ChatMessage(Vertical):
     """One message: a role line and a Markdown body (code fences are syntax-highlighted).
 
-    An assistant message under generation is streamed through Textual's `MarkdownStream`,
-    which coalesces fragments when they come faster than the widget can re-render.
+    A reply under generation shows its settled blocks (`settled.settled_length`) as Markdown and
+    the rest as plain text below them (the "tail", with room kept below it): most frames repaint
+    the tail alone; the Markdown grows when the tail outgrows its room, or every COMMIT_S. When
+    the reply ends, the tail joins the Markdown.
     """
 
     DEFAULT_CSS = """
@@ -55,20 +60,28 @@ class ChatMessage(Vertical):
     ChatMessage > .note { color: $text-muted; text-style: italic; height: auto; }
     ChatMessage > Markdown { margin: 0; padding: 0 1; }
     ChatMessage > .plain { padding: 0 1; height: auto; }
+    ChatMessage > .tail { padding: 0 1; height: auto; }
     ChatMessage > Markdown > MarkdownParagraph { margin: 0; }
     """
+
+    HEADROOM_MIN = 6  # lines of room given to the tail at a time, at least (else a third of the view)
+    COMMIT_S = 2.0  # settled blocks move from the plain tail to the Markdown at least this often
 
     def __init__(self, role: str, content: str = "", note: str = "", **kwargs) -> None:
         super().__init__(classes=role, **kwargs)
         self.role = role
         self._initial = content
         self._note = note
-        self._stream: MarkdownStream | None = None
+        self._text = content  # everything shown (the Markdown source of a reply)
+        self._tail = ""  # a streaming reply's text not yet in the Markdown widget
+        self._committed_at = float("-inf")  # monotonic time the Markdown last grew
+        self._reserved = 0  # the tail's min-height while the reply streams (see write)
 
     def compose(self) -> ComposeResult:
         yield Label(ROLE_LABELS.get(self.role, self.role.title()), classes="role")
         if self.role == "assistant":
             yield Markdown(self._initial, parser_factory=shared_parser)
+            yield Static("", classes="tail", markup=False)
         else:
             # What the user typed, as typed: line breaks kept, nothing interpreted.
             yield Static(Text(self._initial), classes="plain")
@@ -76,31 +89,102 @@ class ChatMessage(Vertical):
 
     def on_mount(self) -> None:
         self.query_one(".note", Label).display = bool(self._note)
+        if self.role == "assistant":
+            self.tail_widget.display = False
 
     @property
     def body(self) -> Markdown:
         return self.query_one(Markdown)
 
     @property
+    def tail_widget(self) -> Static:
+        return self.query_one(".tail", Static)
+
+    @property
     def text(self) -> str:
-        """The text shown so far (the Markdown source for a reply)."""
-        if self.role != "assistant":
-            return self._initial
-        return self.body.source
+        """The text shown so far (the Markdown source for a reply: its Markdown and its tail)."""
+        return self._text
+
+    @property
+    def tail(self) -> str:
+        """The part of a streaming reply shown as plain text (not yet rendered as Markdown)."""
+        return self._tail
 
     async def write(self, fragment: str) -> None:
-        """Append streamed text (UI thread)."""
+        """Append streamed text (UI thread).
+
+        The text goes to the plain-text tail, which keeps blank lines below it (a third of the
+        view): while the tail fits its room, a frame repaints the tail alone, with no layout.
+        Why: a layout pass costs ~5 ms, and when the message grows every line of the chat view
+        moves and Textual re-renders the whole view and its scroll bar (~20 ms on a 160x48
+        screen). When the tail outgrows its room, or every COMMIT_S, its settled blocks join the
+        Markdown and the tail gets new room: one layout, the view moves once."""
         if not fragment:
             return
-        if self._stream is None:
-            self._stream = Markdown.get_stream(self.body)
-        await self._stream.write(fragment)
+        self._text += fragment
+        self._tail += fragment
+        now = time.monotonic()
+        tail = self.tail_widget
+        if tail.display and tail.size.width and now - self._committed_at < self.COMMIT_S:
+            tail.update(self._tail_text(), layout=False)
+            if self._tail_height(tail) <= self._reserved:
+                return
+        await self._relayout(now)
+
+    def make_room(self) -> None:
+        """Before a reply's first token: show the (empty) tail with its room, so the first text
+        is drawn in place instead of moving the view while the engine decodes."""
+        tail = self.tail_widget
+        tail.display = True
+        self._reserved = self._room()
+        tail.styles.min_height = self._reserved
+        self._committed_at = time.monotonic()
+
+    def _room(self) -> int:
+        """Lines of room the tail gets at a time: a third of the view, at least HEADROOM_MIN."""
+        view = self.parent
+        return max(self.HEADROOM_MIN, getattr(getattr(view, "size", None), "height", 0) // 3)
+
+    def _tail_text(self) -> str:
+        # The blank lines a settled block leaves at the tail's start are the Markdown's gap.
+        return self._tail.lstrip("\n")
+
+    @staticmethod
+    def _tail_height(tail: Static) -> int:
+        """Lines the tail's text takes at its present width."""
+        return tail._render().get_height(tail.styles, tail.content_size.width)
+
+    async def _relayout(self, now: float) -> None:
+        """Move the settled blocks to the Markdown and give the tail room for what follows."""
+        tail = self.tail_widget
+        cut = settled_length(self._tail)
+        if cut:
+            settled, self._tail = self._tail[:cut], self._tail[cut:]
+            await self.body.append(settled)
+        self._committed_at = now
+        text = self._tail_text()
+        tail.update(text, layout=False)
+        tail.display = True
+        need = self._tail_height(tail) if tail.size.width else text.count("\n") + 1
+        # Rendered Markdown is seldom as tall as its source, so the view moves here anyway:
+        # room for the next third of a view of text.
+        self._reserved = need + self._room()
+        tail.styles.min_height = self._reserved
+
+    def release_headroom(self) -> None:
+        """The reply is complete: the message is as tall as its text again."""
+        if self._reserved:
+            self._reserved = 0
+            self.tail_widget.styles.min_height = None
 
     async def finish(self, note: str = "") -> None:
-        """End the stream (all written text is rendered) and show a note under the message."""
-        if self._stream is not None:
-            await self._stream.stop()
-            self._stream = None
+        """End the stream (all written text is rendered as Markdown) and show a note under it."""
+        if self._tail:
+            tail, self._tail = self._tail, ""
+            await self.body.append(tail)
+            self.tail_widget.update("")
+            self.tail_widget.display = False
+        self.release_headroom()
         self.set_note(note)
 
     def set_note(self, note: str) -> None:

@@ -1,0 +1,190 @@
+"""The cheap streaming render (issue 17): where a growing reply is cut into settled Markdown and
+a plain-text tail, and what the chat shows while and after a reply streams.
+
+The cut is checked against markdown-it itself: for every prefix of a reply, the blocks of the
+whole reply must be the blocks of the settled part followed by the blocks of the rest, so what
+is rendered early never changes later. The app tests run the real Textual app with the scripted
+engine in its own process (tests/ui_fakes.py).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from markdown_it import MarkdownIt
+from textual.app import App, ComposeResult
+
+from adaspark_app.store import Store
+from adaspark_app.ui.app import AdaSparkApp
+from adaspark_app.ui.settled import is_list_item, settled_length
+from adaspark_app.ui.widgets import ChatMessage, ChatView
+from ui_fakes import scripted, spawn_event, wait_until
+
+FENCE = "`" * 3
+SIZE = (160, 48)
+STREAM = Path(__file__).resolve().parent.parent / "benchmarks" / "results" / "tui-vs-headless" / "ui-cpu-stream.jsonl"
+
+TRICKY = [
+    # code fences: blank lines inside, tildes, a longer closing fence, a fence in a fence
+    f"Here:\n\n{FENCE}python\ndef f(x):\n\n    return x\n{FENCE}\n\nDone.\n",
+    "A\n\n~~~\n```\nnot a close\n```\n\n~~~\n\nB\n",
+    f"x\n\n{FENCE}\ncode\n{FENCE}{FENCE}\n\nafter\n\n{FENCE}{FENCE}\nlong\n{FENCE}\nstill\n{FENCE}{FENCE}\n\nend\n",
+    f"Unclosed:\n\n{FENCE}js\nlet a = 1;\n\nlet b = 2;\n",
+    # lists: tight, loose, with continuations, ordered starting elsewhere, then paragraphs
+    "Steps:\n\n1. one\n2. two\n\n3. three\n\n   more of three\n\nAfter the list.\n\n- a\n- b\n",
+    "- a\n\n  continued\n\n- b\n\n    indented code in b\n\nText\n",
+    "* x\n\n+ y\n\n10) ten\n\n11) eleven\n\nfin\n",
+    # headings, quotes, tables, rules, setext, indented code after a paragraph
+    "# Title\n\nPara\n\n> quote\n> more\n\n> another\n\n| a | b |\n|---|---|\n| 1 | 2 |\n\n---\n\nSetext\n===\n\n    code\n\nend\n",
+    "Line one\nline two\n\n\n\nAfter blanks\n   \nSpace-only line above\n\nlast",
+]
+
+
+def blocks(text: str) -> list[tuple]:
+    """markdown-it's tokens of `text`, without their line numbers."""
+    md = MarkdownIt("gfm-like")
+    return [(t.type, t.tag, t.nesting, t.level, t.content, t.markup, t.info, t.hidden,
+             tuple(sorted((t.attrs or {}).items())), tuple((c.type, c.content) for c in t.children or ()))
+            for t in md.parse(text)]
+
+
+def replies() -> list[str]:
+    """The recorded model replies (prose, lists and code) and the tricky texts."""
+    recorded = [json.loads(x)["result"]["text"] for x in STREAM.read_text().splitlines() if x.strip()]
+    return recorded + TRICKY
+
+
+# ---------------------------------------------------------------------------- the cut
+@pytest.mark.parametrize("text", replies(), ids=lambda t: t[:24].replace("\n", "|"))
+def test_a_cut_never_changes_the_blocks_before_it(text):
+    cuts = set()
+    for end in range(len(text) + 1):
+        cut = settled_length(text[:end])
+        assert 0 <= cut <= end
+        cuts.add(cut)
+    for cut in cuts - {0}:
+        assert blocks(text) == blocks(text[:cut]) + blocks(text[cut:]), f"cut at {cut}: {text[:cut]!r} | {text[cut:]!r}"
+
+
+def test_cuts_follow_blank_lines_outside_fences():
+    assert settled_length("Para one.\n\nPara two") == len("Para one.\n\n")
+    assert settled_length("Para one.\n\n") == 0  # what comes next (an indented line?) is unknown
+    assert settled_length("Just one paragraph, still going") == 0
+    # inside an open fence nothing settles, blank lines or not
+    assert settled_length(f"a\n\n{FENCE}py\nx = 1\n\ny = 2\n") == len("a\n\n")
+    closed = f"a\n\n{FENCE}py\nx = 1\n\ny = 2\n{FENCE}\n\nb"
+    assert settled_length(closed) == closed.index("b")
+    # a fence closes only with its own character, at least as long
+    assert settled_length(f"~~~\n{FENCE}\n\nz") == 0
+    assert settled_length(f"{FENCE}{FENCE}\n{FENCE}\n\nz") == 0
+
+
+def test_lists_are_not_split_where_they_could_go_on():
+    assert settled_length("- a\n\n- b") == 0  # a loose list: "- b" may join it
+    assert settled_length("- a\n\n  more\n\n- b\n\nText") == len("- a\n\n  more\n\n- b\n\n")
+    assert settled_length("- a\n- b\n\nText") == len("- a\n- b\n\n")
+    assert settled_length("Intro\n\n1. one\n") == len("Intro\n\n")  # a list after a paragraph starts anew
+
+
+def test_a_partial_line_is_waited_for_when_its_start_is_ambiguous():
+    assert settled_length("a\n\n1") == 0  # "1" may become "1. item"
+    assert settled_length("a\n\n-") == 0
+    assert settled_length("a\n\n``") == 0
+    assert settled_length("a\n\nHel") == len("a\n\n")  # a letter starts a paragraph
+    assert settled_length("a\n\n  ") == 0
+
+
+def test_list_items():
+    assert is_list_item("- x") and is_list_item("* x") and is_list_item("12) x") and is_list_item("3. x")
+    assert not is_list_item("-x") and not is_list_item("3.x") and not is_list_item("**bold**")
+
+
+# ---------------------------------------------------------------------------- the widget
+def signature(markdown) -> list[tuple[str, str]]:
+    """What a Markdown widget shows: each block's kind and text, in order."""
+    out = []
+    for w in markdown.walk_children():
+        content = getattr(w, "_content", None)
+        code = getattr(w, "code", None)
+        out.append((type(w).__name__, code if isinstance(code, str) else (content.plain if content is not None else "")))
+    return out
+
+
+class ViewHost(App):
+    def compose(self) -> ComposeResult:
+        yield ChatView()
+
+
+@pytest.mark.parametrize("text", TRICKY[:4] + [replies()[0]], ids=lambda t: t[:24].replace("\n", "|"))
+async def test_streamed_reply_ends_rendered_as_the_whole_text(text):
+    app = ViewHost()
+    async with app.run_test(size=(100, 40)) as pilot:
+        view = app.query_one(ChatView)
+        streamed = await view.add_message("assistant", "")
+        await pilot.pause()
+        for i in range(0, len(text), 7):  # fragments that split lines, fences and list markers
+            await streamed.write(text[i:i + 7])
+            if i % 70 == 0:
+                await pilot.pause()
+        await streamed.finish("done")
+        whole = await view.add_message("assistant", text)
+        await pilot.pause(0.2)
+        assert streamed.text == text and streamed.tail == ""
+        assert not streamed.tail_widget.display and streamed.tail_widget.styles.min_height is None
+        assert streamed.body.source == text
+        assert signature(streamed.body) == signature(whole.body)
+
+
+async def test_settled_blocks_render_as_markdown_and_the_rest_waits_as_plain_text():
+    app = ViewHost()
+    async with app.run_test(size=(100, 40)) as pilot:
+        view = app.query_one(ChatView)
+        msg = await view.add_message("assistant", "")
+        await pilot.pause()
+        await msg.write("First **bold** paragraph.\n\n")
+        await pilot.pause()
+        await msg.write("Second paragraph, still being wri")
+        await pilot.pause()
+        # The first write laid out the tail: nothing was settled yet, so all is plain text.
+        assert msg.body.source == ""
+        assert "**bold**" in str(msg.tail_widget.render())
+        # Within the tail's room, later fragments repaint the tail only (the Markdown stays).
+        assert msg._reserved >= 6
+        await msg.write("tten")
+        assert msg.body.source == "" and msg.tail.endswith("wri" + "tten")
+        # Past the room, the settled paragraph moves to the Markdown, the rest stays plain.
+        await msg.write(" and more.\n" * 20)
+        await pilot.pause()
+        assert msg.body.source == "First **bold** paragraph.\n\n"
+        assert msg.tail.startswith("Second paragraph")
+        await msg.finish()
+        assert msg.body.source == msg.text
+
+
+# ---------------------------------------------------------------------------- the app
+async def test_while_a_reply_streams_the_cursor_does_not_blink_and_the_text_is_exact(tmp_path):
+    held, gate = spawn_event(), spawn_event()
+    reply = f"Intro line.\n\n{FENCE}python\nprint(1)\n\nprint(2)\n{FENCE}\n\n- a\n- b\n\nEnd."
+    store = Store.open(tmp_path / "s.db")
+    app = AdaSparkApp(scripted([reply], hold_after_rounds=3, held=held, gate=gate), store, store_label="s.db",
+                      exit_on_load_error=False)
+    try:
+        async with app.run_test(size=SIZE) as pilot:
+            chat = app.chat_screen
+            await wait_until(pilot, lambda: app.engine.ready)
+            assert chat.prompt.cursor_blink
+            chat.prompt.focus()
+            chat.prompt.text = "go"
+            await pilot.press("enter")
+            await wait_until(pilot, held.is_set)
+            await wait_until(pilot, lambda: chat.chat_view.messages()[-1].text)
+            assert chat.generating and not chat.prompt.cursor_blink
+            gate.set()
+            await wait_until(pilot, lambda: not chat.generating)
+            assert chat.prompt.cursor_blink
+            reply_msg = chat.chat_view.messages()[-1]
+            assert reply_msg.text == reply and reply_msg.body.source == reply and reply_msg.tail == ""
+    finally:
+        store.close()
