@@ -22,13 +22,13 @@ class BuildWithKernels(build_py):
         spec.loader.exec_module(mod)
         try:
             path = mod.build(say=lambda m: print(m, file=sys.stderr, flush=True))
-            print(f"adaspark: Q4_1 kernels in {path}", file=sys.stderr)
-            if not getattr(self, "editable_mode", False):  # a wheel: ship the library in it
+            print(f"adaspark: Q4_1 kernels ({', '.join(mod.built_variants())}) in {path}", file=sys.stderr)
+            if not getattr(self, "editable_mode", False):  # a wheel: ship the libraries (one per variant) in it
                 dest = Path(self.build_lib) / "adaspark_app" / "native" / "lib"
-                dest.mkdir(parents=True, exist_ok=True)
-                for f in path.parent.iterdir():
-                    if f.name != "build.log":
-                        (dest / f.name).write_bytes(f.read_bytes())
+                for f in path.rglob("*"):
+                    if f.is_file() and f.name != "build.log":
+                        (dest / f.relative_to(path)).parent.mkdir(parents=True, exist_ok=True)
+                        (dest / f.relative_to(path)).write_bytes(f.read_bytes())
         except Exception as e:  # noqa: BLE001 - any failure leaves the stock kernels
             print(f"adaspark: WARNING: Q4_1 kernels not built ({e}); the stock llama.cpp kernels will be used",
                   file=sys.stderr)

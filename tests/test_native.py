@@ -1,5 +1,6 @@
-"""adaspark_app.native: the Q4_1 kernel patch, the runtime library directory, and that an engine
-process really runs on the patched library when it is built.
+"""adaspark_app.native: the Q4_1 kernel patch, the runtime library directory, the choice of CPU
+variant by the CPU's flags, and that an engine process really runs on the chosen library (each
+variant this machine can run, with the Q4_1 identity test run under it).
 
 The kernel's numerics are checked on the real model by test_engine_tree's
 test_cells_written_by_a_verify_equal_plain_decode_cells (cells written by 2-, 3- and 9-row
@@ -66,13 +67,13 @@ from adaspark_app.engine.backend import LlamaBackend, default_model_path
 b = LlamaBackend(default_model_path(), n_ctx=256, n_threads=1)
 maps = open("/proc/self/maps").read()
 libs = sorted({line.split()[-1] for line in maps.splitlines() if "libggml-cpu" in line})
-print(json.dumps({"status": native.status(), "libs": libs}))
+print(json.dumps({"status": native.status(), "variant": native.variant(), "libs": libs}))
 """
 
 
 def _clean_env() -> dict:
     """This environment without what an activate in this process (conftest) or the user set."""
-    drop = ("LLAMA_CPP_LIB_PATH", native._MARK, "ADASPARK_STOCK_KERNELS")
+    drop = ("LLAMA_CPP_LIB_PATH", native._MARK, native._VARIANT_MARK, native.VARIANT_ENV, "ADASPARK_STOCK_KERNELS")
     return {k: v for k, v in os.environ.items() if k not in drop}
 
 
@@ -99,14 +100,138 @@ def _probe(env: dict) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def _same_file(a: str | os.PathLike, b: str | os.PathLike) -> bool:
+    with open(a, "rb") as fa, open(b, "rb") as fb:
+        return fa.read() == fb.read()
+
+
 @pytest.mark.model
 @pytest.mark.skipif(not build.is_built(), reason="Q4_1 kernels not built (python -m adaspark_app.native.build)")
 def test_an_engine_process_loads_the_patched_library_and_can_opt_out():
     env = _clean_env()
     got = _probe(env)
     assert got["status"] == "q4_1-tinyblas"
+    best = build.best_variant(build.cpu_flags(), among=build.built_variants())
+    assert got["variant"] == best
     assert len(got["libs"]) == 1 and "/native/lib-" in got["libs"][0]
-    with open(got["libs"][0], "rb") as a, open(build.LIB_DIR / build.LIB_NAME, "rb") as b:
-        assert a.read() == b.read(), "the mapped libggml-cpu is not the patched build"
+    assert _same_file(got["libs"][0], build.variant_lib(best)), "the mapped libggml-cpu is not the chosen variant's build"
     stock = _probe({**env, "ADASPARK_STOCK_KERNELS": "1"})
-    assert stock["status"].startswith("stock") and stock["libs"] != got["libs"]
+    assert stock["status"].startswith("stock") and stock["variant"] is None and stock["libs"] != got["libs"]
+
+
+# ---------------------------------------------------------------- CPU variants
+# /proc/cpuinfo flag sets of real CPUs (trimmed to what matters), with the variant each runs.
+_HASWELL = "fpu sse sse2 ssse3 sse4_1 sse4_2 avx f16c fma avx2 bmi1 bmi2 popcnt"
+_SKX = _HASWELL + " avx512f avx512cd avx512vl avx512dq avx512bw"
+_ICX = _SKX + " avx512vbmi avx512_vnni avx512ifma"
+_SPR = _ICX + " avx512_bf16 avx_vnni amx_tile amx_int8 amx_bf16 avx512_fp16"
+_ZEN3 = _HASWELL + " sse4a"  # AMD EPYC Milan: AVX2, no AVX-512
+_ADL = _HASWELL + " avx_vnni"
+_IVB = "fpu sse sse2 ssse3 sse4_1 sse4_2 avx f16c popcnt"  # no AVX2: no variant fits
+_KNOWN = [(_SPR, "zen4"), (_ICX, "icelake"), (_SKX, "skylakex"), (_ADL, "alderlake"), (_ZEN3, "haswell"),
+          (_HASWELL, "haswell"), (_IVB, None), ("", None)]
+
+
+def test_cpu_flags_come_from_the_first_flags_line_of_proc_cpuinfo():
+    text = "processor\t: 0\nmodel name\t: Some CPU\nflags\t\t: fpu avx2 fma\n\nprocessor\t: 1\nflags\t: fpu\n"
+    assert build.cpu_flags(text) == {"fpu", "avx2", "fma"}
+    assert build.cpu_flags("processor : 0\n") == frozenset()
+    assert "sse2" in build.cpu_flags()  # this machine's real /proc/cpuinfo (any x86-64 has SSE2)
+
+
+@pytest.mark.parametrize("flags,want", _KNOWN)
+def test_best_variant_for_known_cpus(flags, want):
+    assert build.best_variant(set(flags.split())) == want
+
+
+def test_install_builds_this_cpus_variant_and_the_avx2_floor():
+    assert build.install_variants(set(_SPR.split())) == ["zen4", "haswell"]
+    assert build.install_variants(set(_ICX.split())) == ["icelake", "haswell"]
+    assert build.install_variants(set(_ZEN3.split())) == ["haswell"]
+    assert build.install_variants(set(_IVB.split())) == []
+
+
+def test_each_variant_names_every_ggml_switch_with_native_off_and_needs_the_flags_of_its_switches():
+    for v, feats in build.VARIANTS.items():
+        args = build.variant_cmake_flags(v)
+        assert args[0] == "-DGGML_NATIVE=OFF"
+        assert sorted(a.split("=")[0] for a in args[1:]) == sorted(f"-DGGML_{f}" for f in build.GGML_FEATURES)
+        on = {a.split("=")[0][len("-DGGML_"):] for a in args[1:] if a.endswith("=ON")}
+        assert on == set(feats)
+        assert "avx2" in build.required_flags(v) and "fma" in build.required_flags(v)  # the Q4_1 kernel's
+    assert "avx512_bf16" in build.required_flags("zen4") and "avx512f" not in build.required_flags("haswell")
+    assert len({build.source_key(v) for v in build.VARIANTS}) == len(build.VARIANTS)
+
+
+def test_choose_variant_takes_the_best_built_one_the_cpu_can_run():
+    built = {v: build.required_flags(v) for v in ("zen4", "haswell")}
+    spr, zen3, skx = set(_SPR.split()), set(_ZEN3.split()), set(_SKX.split())
+    assert native.choose_variant(built, spr)[0] == "zen4"
+    assert native.choose_variant(built, zen3)[0] == "haswell"
+    assert native.choose_variant(built, skx)[0] == "haswell"  # AVX-512 but no VNNI/BF16: the floor
+    assert native.choose_variant({"zen4": built["zen4"]}, zen3)[0] is None  # moved to a CPU without AVX-512
+    assert native.choose_variant(built, set(_IVB.split()))[0] is None
+    assert native.choose_variant({}, spr)[0] is None
+    # forced: taken when built and runnable, refused (naming what is missing) otherwise
+    assert native.choose_variant(built, spr, forced="haswell")[0] == "haswell"
+    v, why = native.choose_variant(built, zen3, forced="zen4")
+    assert v is None and "avx512_bf16" in why and "avx512f" in why
+    v, why = native.choose_variant(built, spr, forced="icelake")
+    assert v is None and "not built" in why
+    # a stamp's flags are what counts, also for a variant this version does not know
+    assert native.choose_variant({"future": ["avx2", "newflag"], "haswell": built["haswell"]},
+                                 spr | {"newflag"})[0] == "haswell"  # known variants first
+    assert native.choose_variant({"future": ["avx2", "newflag"]}, spr | {"newflag"})[0] == "future"
+
+
+_ACTIVATE_WITH_FLAGS = """
+import json, sys
+from adaspark_app import native
+from adaspark_app.native import build
+native._build.cpu_flags = lambda cpuinfo=None: frozenset(sys.argv[1].split())
+print(json.dumps({"status": native.activate(), "variant": native.variant()}))
+"""
+
+
+@pytest.mark.skipif(not build.is_built(["haswell"]), reason="haswell variant not built")
+@pytest.mark.parametrize("flags,forced,want", [
+    (_ZEN3, None, "haswell"),  # the lib directory moved to an AVX2-only CPU: never the AVX-512 build
+    (_SPR, "haswell", "haswell"),
+    (_ZEN3, "zen4", None),  # forcing a variant this CPU cannot run keeps the stock libraries
+    (_IVB, None, None),
+])
+def test_activate_chooses_by_the_cpus_flags(flags, forced, want):
+    env = _clean_env()
+    env.pop(native.VARIANT_ENV, None)
+    if forced:
+        env[native.VARIANT_ENV] = forced
+    out = subprocess.run([sys.executable, "-c", _ACTIVATE_WITH_FLAGS, flags], env=env, capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    got = json.loads(out.stdout)
+    assert got["variant"] == want
+    if want:
+        assert got["status"] == "q4_1-tinyblas"
+    else:
+        assert got["status"].startswith("stock (")
+
+
+@pytest.mark.model
+@pytest.mark.parametrize("variant", list(build.VARIANTS))
+def test_each_variant_this_machine_can_run_loads_and_keeps_q4_1_identity(variant):
+    """Forced with ADASPARK_KERNEL_VARIANT, the variant's own library is the one mapped, and the
+    Q4_1 identity test (cells written by 2-, 3- and 9-row verifies equal plain decode's, bit for
+    bit) passes on it, in a fresh process."""
+    if variant not in build.built_variants():
+        pytest.skip(f"variant {variant} not built here")
+    if not set(build.required_flags(variant)) <= build.cpu_flags():
+        pytest.skip(f"this CPU cannot run variant {variant}")
+    env = {**_clean_env(), native.VARIANT_ENV: variant}
+    got = _probe(env)
+    assert got["status"] == "q4_1-tinyblas" and got["variant"] == variant
+    assert len(got["libs"]) == 1 and _same_file(got["libs"][0], build.variant_lib(variant))
+    test = "tests/test_engine_tree.py::test_cells_written_by_a_verify_equal_plain_decode_cells"
+    out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", test],
+                         env=env, capture_output=True, text=True, timeout=600,
+                         cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    assert out.returncode == 0 and " passed" in out.stdout, out.stdout[-2000:] + out.stderr[-2000:]

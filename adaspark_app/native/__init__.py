@@ -2,19 +2,23 @@
 
 Entry points call ``activate`` explicitly (the ``adaspark`` command, the benchmarks, the drafter
 tools, the test suite's conftest), before anything imports ``llama_cpp``; importing the package
-does nothing of the kind. A library user who wants the kernels calls it first too. If the
-patched ``libggml-cpu`` was built for the installed llama-cpp-python, it copies llama-cpp-python's
-libraries into a cache directory with that one in place of its own ``libggml-cpu`` and sets
-``LLAMA_CPP_LIB_PATH`` there (copies, not links: each library finds its siblings through
-``$ORIGIN``). Set ``ADASPARK_STOCK_KERNELS=1`` to keep the stock libraries; a
-``LLAMA_CPP_LIB_PATH`` set by the user is left alone.
+does nothing of the kind. A library user who wants the kernels calls it first too. The kernels are
+built once per CPU variant (``build.VARIANTS``); ``activate`` reads this CPU's flags from
+/proc/cpuinfo and takes the best built variant whose required flags (recorded in the stamp) are
+all there, so a library directory that moved to another CPU never runs an instruction that CPU
+lacks (SIGILL); when none fits, the stock libraries stay. If a variant was built for the installed
+llama-cpp-python, it copies llama-cpp-python's libraries into a cache directory with that one in
+place of its own ``libggml-cpu`` and sets ``LLAMA_CPP_LIB_PATH`` there (copies, not links: each
+library finds its siblings through ``$ORIGIN``). Set ``ADASPARK_STOCK_KERNELS=1`` to keep the
+stock libraries, ``ADASPARK_KERNEL_VARIANT=NAME`` to force a built variant (refused, with the
+stock libraries kept, if this CPU lacks its flags); a ``LLAMA_CPP_LIB_PATH`` set by the user is
+left alone.
 """
 
 from __future__ import annotations
 
 import hashlib
 import importlib.util
-import json
 import os
 import shutil
 import sys
@@ -23,16 +27,43 @@ import time
 from importlib import metadata
 from pathlib import Path
 
-from .build import LIB_DIR, LIB_NAME, STAMP
+from . import build as _build
+from .build import LIB_DIR, LIB_NAME
 
 _status = "stock"
+_variant: str | None = None
 STALE_DAYS = 7
 _MARK = "ADASPARK_KERNELS_DIR"  # the directory activate chose, inherited by child processes
+_VARIANT_MARK = "ADASPARK_KERNELS_VARIANT"  # and the variant in it
+VARIANT_ENV = "ADASPARK_KERNEL_VARIANT"  # a user's (or a test's) choice of variant
 
 
 def status() -> str:
     """Which kernels this process uses: ``q4_1-tinyblas`` or ``stock`` (with why, if known)."""
     return _status
+
+
+def variant() -> str | None:
+    """The CPU variant of the kernels in use (``build.VARIANTS``), None on the stock libraries."""
+    return _variant
+
+
+def choose_variant(built: dict[str, list[str]], flags: frozenset[str] | set[str],
+                   forced: str | None = None) -> tuple[str | None, str]:
+    """(variant, why): the best of `built` (variant -> the CPU flags its stamp says it needs) that
+    this CPU's `flags` can run, or `forced` if it is built and runnable; (None, reason) if none."""
+    if forced:
+        if forced not in built:
+            return None, f"{VARIANT_ENV}={forced} is not built (built: {', '.join(built) or 'none'})"
+        missing = sorted(set(built[forced]) - set(flags))
+        if missing:
+            return None, f"{VARIANT_ENV}={forced} needs CPU flags this CPU lacks: {' '.join(missing)}"
+        return forced, f"{VARIANT_ENV}={forced}"
+    order = [v for v in _build.VARIANTS if v in built] + [v for v in built if v not in _build.VARIANTS]
+    for v in order:
+        if set(built[v]) <= set(flags):
+            return v, "best built variant for this CPU"
+    return None, f"no built kernel variant fits this CPU (built: {', '.join(built) or 'none'})"
 
 
 def _stock_lib_dir() -> Path | None:
@@ -81,9 +112,10 @@ def runtime_dir(stock: Path, ours: Path, cache_root: Path) -> Path:
 
 
 def activate() -> str:
-    """Put the patched kernels in use for this process if they are built and usable; returns
-    ``status()``. Never raises: any problem leaves the stock libraries in use."""
-    global _status
+    """Put the patched kernels in use for this process if a variant this CPU can run is built and
+    usable; returns ``status()``. Never raises: any problem leaves the stock libraries in use."""
+    global _status, _variant
+    _variant = None
     if "llama_cpp" in sys.modules:
         _status = "stock (llama_cpp was imported before native.activate())"
         return _status
@@ -93,15 +125,14 @@ def activate() -> str:
     if os.environ.get("LLAMA_CPP_LIB_PATH"):
         if os.environ.get("LLAMA_CPP_LIB_PATH") == os.environ.get(_MARK):
             _status = "q4_1-tinyblas"  # set by activate in a parent process
+            _variant = os.environ.get(_VARIANT_MARK) or None
         else:
             _status = "stock (LLAMA_CPP_LIB_PATH set by the user)"
         return _status
-    ours = LIB_DIR / LIB_NAME
-    try:
-        stamp = json.loads(STAMP.read_text())
-        if not ours.is_file():
-            raise FileNotFoundError(ours)
-    except (OSError, ValueError):
+    stamp = _build.read_stamp()
+    entries = {v: e for v, e in stamp.get("variants", {}).items()
+               if isinstance(e, dict) and isinstance(e.get("flags"), list) and (LIB_DIR / str(e.get("file", ""))).is_file()}
+    if not entries:
         _status = "stock (kernels not built: python -m adaspark_app.native.build)"
         return _status
     try:
@@ -112,13 +143,20 @@ def activate() -> str:
     if installed != stamp.get("llama_cpp_python") or stock is None:
         _status = f"stock (kernels built for llama-cpp-python {stamp.get('llama_cpp_python')}, found {installed})"
         return _status
+    chosen, why = choose_variant({v: e["flags"] for v, e in entries.items()}, _build.cpu_flags(),
+                                 os.environ.get(VARIANT_ENV) or None)
+    if chosen is None:
+        _status = f"stock ({why})"
+        return _status
     try:
         from platformdirs import user_cache_dir
 
-        target = runtime_dir(stock, ours, Path(user_cache_dir("adaspark")) / "native")
+        target = runtime_dir(stock, LIB_DIR / entries[chosen]["file"], Path(user_cache_dir("adaspark")) / "native")
     except OSError as e:
         _status = f"stock (could not prepare the libraries: {e})"
         return _status
     os.environ["LLAMA_CPP_LIB_PATH"] = os.environ[_MARK] = str(target)
+    os.environ[_VARIANT_MARK] = chosen
     _status = "q4_1-tinyblas"
+    _variant = chosen
     return _status

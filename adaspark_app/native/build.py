@@ -11,14 +11,21 @@ sum), so a row computes bit for bit alike in a one-row decode and a many-row ver
 ``test_cells_written_by_a_verify_equal_plain_decode_cells`` checks it on the real model.
 
 The source is llama-cpp-python's sdist from PyPI (the version this package pins, with the SHA-256
-PyPI lists for it; ``ADASPARK_LLAMA_SDIST`` may name a local copy), under ``vendor/llama.cpp``; only the ``ggml-cpu`` library is built
-(GGML_NATIVE, ~4 minutes on 2 cores) and copied to ``adaspark_app/native/lib/``. At run time
-``adaspark_app.native.activate`` points llama-cpp-python at a copy of its own libraries with this
-one in place of its ``libggml-cpu``. ``pip install -e .`` runs this build (setup.py); it is
-skipped when the library is already built for this source, and if it fails the install goes on
-with the stock kernels.
+PyPI lists for it; ``ADASPARK_LLAMA_SDIST`` may name a local copy), under ``vendor/llama.cpp``; only
+the ``ggml-cpu`` library is built, once per CPU *variant* (``VARIANTS``: ggml's own feature sets,
+GGML_NATIVE off and each instruction set named), into ``adaspark_app/native/lib/<variant>/``.
+The machine a lib directory lives on can change (a VM moved from an AMD EPYC to an Intel Xeon), and
+a library built with ``-march=native`` on one CPU dies with SIGILL on another; so each variant's
+required CPU flags go in the stamp and ``native.activate`` picks, at run time, the best built
+variant whose flags ``/proc/cpuinfo`` lists (stock libraries if none). An install builds the best
+variant for the installing CPU plus ``haswell`` (AVX2, the floor of every x86 server of the last
+ten years), ~1 minute each on 2 cores; ``--variants`` builds others. At run time
+``adaspark_app.native.activate`` points llama-cpp-python at a copy of its own libraries with the
+chosen one in place of its ``libggml-cpu``. ``pip install -e .`` runs this build (setup.py); a
+variant already built for this source is skipped, and if the build fails the install goes on with
+the stock kernels.
 
-    python -m adaspark_app.native.build [--force] [--jobs N]
+    python -m adaspark_app.native.build [--force] [--jobs N] [--variants haswell,zen4]
 """
 
 from __future__ import annotations
@@ -40,6 +47,66 @@ KERNEL = HERE / "tinyblas_q4_1.inc"
 LIB_DIR = HERE / "lib"
 LIB_NAME = "libggml-cpu.so"
 STAMP = LIB_DIR / "stamp.json"
+
+#: ggml's x86 feature switches (GGML_<name>); a variant turns on some and every other one off.
+GGML_FEATURES = ("SSE42", "AVX", "AVX2", "BMI2", "AVX_VNNI", "FMA", "F16C", "AVX512", "AVX512_VBMI",
+                 "AVX512_VNNI", "AVX512_BF16", "AMX_TILE", "AMX_INT8", "AMX_BF16")
+#: The /proc/cpuinfo flags the code compiled with each switch may execute (ggml-cpu/CMakeLists.txt:
+#: GGML_AVX512 adds -mavx512f -mavx512cd -mavx512vl -mavx512dq -mavx512bw).
+CPU_FLAGS = {"SSE42": ("sse4_2",), "AVX": ("avx",), "AVX2": ("avx2",), "BMI2": ("bmi2",),
+             "AVX_VNNI": ("avx_vnni",), "FMA": ("fma",), "F16C": ("f16c",),
+             "AVX512": ("avx512f", "avx512cd", "avx512vl", "avx512dq", "avx512bw"),
+             "AVX512_VBMI": ("avx512vbmi",), "AVX512_VNNI": ("avx512_vnni",), "AVX512_BF16": ("avx512_bf16",),
+             "AMX_TILE": ("amx_tile",), "AMX_INT8": ("amx_int8",), "AMX_BF16": ("amx_bf16",)}
+_HASWELL = ("SSE42", "AVX", "F16C", "FMA", "AVX2", "BMI2")
+#: Variants, best first, with ggml's names and feature sets (ggml/src/CMakeLists.txt,
+#: GGML_CPU_ALL_VARIANTS). zen4 is AVX-512 with VBMI, VNNI and BF16: Sapphire Rapids and later
+#: Xeons, AMD Zen 4/5 (the BF16 K cache's dot products use AVX512_BF16). No AMX: AdaSpark loads
+#: weights without extra buffer types, so ggml's AMX code never runs. The Q4_1 kernel needs AVX2.
+VARIANTS: dict[str, tuple[str, ...]] = {
+    "zen4": _HASWELL + ("AVX512", "AVX512_VBMI", "AVX512_VNNI", "AVX512_BF16"),
+    "icelake": _HASWELL + ("AVX512", "AVX512_VBMI", "AVX512_VNNI"),
+    "skylakex": _HASWELL + ("AVX512",),
+    "alderlake": _HASWELL + ("AVX_VNNI",),
+    "haswell": _HASWELL,
+}
+#: Always built at install next to the installing CPU's own variant.
+FLOOR_VARIANT = "haswell"
+
+
+def required_flags(variant: str) -> list[str]:
+    """The /proc/cpuinfo flags a CPU must list to run `variant`'s library."""
+    return sorted({f for feat in VARIANTS[variant] for f in CPU_FLAGS[feat]})
+
+
+def cpu_flags(cpuinfo: str | None = None) -> frozenset[str]:
+    """This CPU's feature flags, from the first ``flags`` line of /proc/cpuinfo (or `cpuinfo`);
+    empty when unknown (no variant then fits)."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            return frozenset()
+    for line in cpuinfo.splitlines():
+        key, sep, value = line.partition(":")
+        if sep and key.strip() == "flags":
+            return frozenset(value.split())
+    return frozenset()
+
+
+def best_variant(flags: frozenset[str] | set[str], among: list[str] | None = None) -> str | None:
+    """The first variant of VARIANTS (best first), restricted to `among`, whose required flags
+    are all in `flags`; None if none fits."""
+    for name in VARIANTS:
+        if (among is None or name in among) and set(required_flags(name)) <= set(flags):
+            return name
+    return None
+
+
+def install_variants(flags: frozenset[str] | set[str]) -> list[str]:
+    """The variants an install builds: the best one for this CPU, and the AVX2 floor."""
+    best = best_variant(flags)
+    return [] if best is None else list(dict.fromkeys([best, FLOOR_VARIANT]))
 SGEMM = "ggml/src/ggml-cpu/llamafile/sgemm.cpp"
 
 # (anchor in sgemm.cpp, text put in its place): the kernel class after the x86 tinyBLAS classes,
@@ -71,20 +138,44 @@ class BuildError(RuntimeError):
     """The patched library could not be built (the stock kernels stay in use)."""
 
 
-def source_key() -> str:
-    """Identifies what the library is built from: the pinned version and the kernel's text."""
+def source_key(variant: str | None = None) -> str:
+    """Identifies what a library is built from: the pinned version, the kernel's text and the
+    variant's feature set."""
     h = hashlib.sha256(LLAMA_CPP_PYTHON.encode())
     h.update(KERNEL.read_bytes())
     h.update((_CASE_ANCHOR + _CASE).encode())
+    if variant is not None:
+        h.update(("variant:" + variant + ":" + ",".join(VARIANTS[variant])).encode())
     return h.hexdigest()[:16]
 
 
-def is_built() -> bool:
+def read_stamp() -> dict:
+    """stamp.json: {"llama_cpp_python": version, "variants": {name: {"key", "flags", "file",
+    "built_on"}}}; {} when missing, unreadable or of the one-library layout before variants."""
     try:
         stamp = json.loads(STAMP.read_text())
     except (OSError, ValueError):
-        return False
-    return stamp.get("key") == source_key() and (LIB_DIR / LIB_NAME).is_file()
+        return {}
+    return stamp if isinstance(stamp, dict) and isinstance(stamp.get("variants"), dict) else {}
+
+
+def built_variants() -> list[str]:
+    """The variants whose library is built from this source, best first."""
+    got = read_stamp().get("variants", {})
+    return [v for v in VARIANTS if v in got and got[v].get("key") == source_key(v)
+            and (LIB_DIR / got[v].get("file", "")).is_file()]
+
+
+def variant_lib(variant: str) -> Path:
+    """Where `variant`'s library is (built or not)."""
+    return LIB_DIR / variant / LIB_NAME
+
+
+def is_built(variants: list[str] | None = None) -> bool:
+    """Whether every one of `variants` (default: what an install on this CPU builds) is built."""
+    want = install_variants(cpu_flags()) if variants is None else variants
+    have = built_variants()
+    return bool(want) and all(v in have for v in want)
 
 
 def patch_sgemm(text: str) -> str:
@@ -137,14 +228,47 @@ def _run(cmd: list[str], log: Path) -> None:
         raise BuildError(f"{' '.join(cmd[:3])} ... failed (exit {rc}); see {log}")
 
 
-def build(force: bool = False, jobs: int | None = None, say=print) -> Path:
-    """Build (or find already built) the patched libggml-cpu; returns its path."""
+def variant_cmake_flags(variant: str) -> list[str]:
+    """CMake switches for `variant`: GGML_NATIVE off, each of ggml's x86 features on or off."""
+    on = set(VARIANTS[variant])
+    return ["-DGGML_NATIVE=OFF"] + [f"-DGGML_{f}={'ON' if f in on else 'OFF'}" for f in GGML_FEATURES]
+
+
+def _write_stamp(variants: dict) -> None:
+    tmp = STAMP.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"llama_cpp_python": LLAMA_CPP_PYTHON, "variants": variants}, indent=1) + "\n")
+    os.replace(tmp, STAMP)
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.partition(":")[2].strip()
+    except OSError:
+        pass
+    return "unknown"
+
+
+def build(force: bool = False, jobs: int | None = None, say=print, variants: list[str] | None = None) -> Path:
+    """Build the patched libggml-cpu of each of `variants` not yet built (default: this CPU's best
+    variant and the AVX2 floor); returns LIB_DIR, which holds ``<variant>/libggml-cpu.so`` and the
+    stamp recording each variant's key and required CPU flags."""
     import shutil
     import tarfile
     import tempfile
+    import time
 
-    if not force and is_built():
-        return LIB_DIR / LIB_NAME
+    if variants is None:
+        variants = install_variants(cpu_flags())
+        if not variants:
+            raise BuildError("this CPU has no AVX2 (or /proc/cpuinfo is unreadable): the stock kernels stay in use")
+    unknown = [v for v in variants if v not in VARIANTS]
+    if unknown:
+        raise BuildError(f"unknown kernel variant(s) {', '.join(unknown)}; known: {', '.join(VARIANTS)}")
+    todo = [v for v in variants if force or v not in built_variants()]
+    if not todo:
+        return LIB_DIR
     if sys.platform != "linux":
         raise BuildError("the patched kernels are built on Linux only")
     cmake = shutil.which("cmake")
@@ -154,6 +278,7 @@ def build(force: bool = False, jobs: int | None = None, say=print) -> Path:
     LIB_DIR.mkdir(parents=True, exist_ok=True)
     log = LIB_DIR / "build.log"
     log.write_text("")
+    stamp = {v: e for v, e in read_stamp().get("variants", {}).items() if v in built_variants()}
     with tempfile.TemporaryDirectory(prefix="adaspark-kernels-") as tmp:
         tmp_path = Path(tmp)
         say(f"adaspark: downloading llama-cpp-python {LLAMA_CPP_PYTHON}'s source for the Q4_1 kernels")
@@ -165,19 +290,32 @@ def build(force: bool = False, jobs: int | None = None, say=print) -> Path:
         src = tmp_path / root
         sgemm = src / SGEMM
         sgemm.write_text(patch_sgemm(sgemm.read_text()))
-        out = tmp_path / "build"
-        say(f"adaspark: building libggml-cpu with the Q4_1 kernels ({jobs} jobs, a few minutes)")
-        _run([cmake, "-S", str(src), "-B", str(out), "-DCMAKE_BUILD_TYPE=Release", "-DGGML_NATIVE=ON",
-              "-DBUILD_SHARED_LIBS=ON", "-DLLAMA_CURL=OFF", "-DLLAMA_OPENSSL=OFF", "-DLLAMA_BUILD_TESTS=OFF",
-              "-DLLAMA_BUILD_EXAMPLES=OFF", "-DLLAMA_BUILD_TOOLS=OFF", "-DLLAMA_BUILD_SERVER=OFF"], log)
-        _run([cmake, "--build", str(out), "--target", "ggml-cpu", "-j", str(jobs)], log)
-        built = sorted(p for p in out.rglob("libggml-cpu.so*") if p.is_file() and not p.is_symlink())
-        if not built:
-            raise BuildError(f"the build made no libggml-cpu.so; see {log}")
-        shutil.copy2(built[-1], LIB_DIR / (LIB_NAME + ".tmp"))
-        os.replace(LIB_DIR / (LIB_NAME + ".tmp"), LIB_DIR / LIB_NAME)
-    STAMP.write_text(json.dumps({"key": source_key(), "llama_cpp_python": LLAMA_CPP_PYTHON}) + "\n")
-    return LIB_DIR / LIB_NAME
+        for n, variant in enumerate(todo, 1):
+            t0 = time.monotonic()
+            out = tmp_path / f"build-{variant}"
+            say(f"adaspark: building libggml-cpu with the Q4_1 kernels, variant {variant} ({n} of {len(todo)}, "
+                f"{jobs} jobs, about a minute)")
+            with open(log, "a") as fp:
+                fp.write(f"=== variant {variant}: {' '.join(variant_cmake_flags(variant))}\n")
+            _run([cmake, "-S", str(src), "-B", str(out), "-DCMAKE_BUILD_TYPE=Release", *variant_cmake_flags(variant),
+                  "-DBUILD_SHARED_LIBS=ON", "-DLLAMA_CURL=OFF", "-DLLAMA_OPENSSL=OFF", "-DLLAMA_BUILD_TESTS=OFF",
+                  "-DLLAMA_BUILD_EXAMPLES=OFF", "-DLLAMA_BUILD_TOOLS=OFF", "-DLLAMA_BUILD_SERVER=OFF"], log)
+            _run([cmake, "--build", str(out), "--target", "ggml-cpu", "-j", str(jobs)], log)
+            built = sorted(p for p in out.rglob("libggml-cpu.so*") if p.is_file() and not p.is_symlink())
+            if not built:
+                raise BuildError(f"the build of variant {variant} made no libggml-cpu.so; see {log}")
+            dest = variant_lib(variant)
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(built[-1], dest.with_suffix(".so.tmp"))
+            os.replace(dest.with_suffix(".so.tmp"), dest)
+            stamp[variant] = {"key": source_key(variant), "flags": required_flags(variant),
+                              "file": f"{variant}/{LIB_NAME}", "built_on": _cpu_model(),
+                              "build_seconds": round(time.monotonic() - t0, 1)}
+            _write_stamp(stamp)  # after each variant: one built survives a failure of the next
+    old = LIB_DIR / LIB_NAME  # the one-library layout before variants (built with -march=native)
+    if old.is_file():
+        old.unlink()
+    return LIB_DIR
 
 
 def main() -> int:
@@ -186,9 +324,12 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--force", action="store_true", help="rebuild even if built")
     ap.add_argument("--jobs", type=int, default=None)
+    ap.add_argument("--variants", default=None,
+                    help=f"comma-separated, of {', '.join(VARIANTS)} (default: this CPU's best and {FLOOR_VARIANT})")
     a = ap.parse_args()
     try:
-        path = build(force=a.force, jobs=a.jobs)
+        path = build(force=a.force, jobs=a.jobs,
+                     variants=a.variants.split(",") if a.variants else None)
     except BuildError as e:
         print(f"adaspark: {e}", file=sys.stderr)
         return 1
