@@ -141,8 +141,12 @@ def test_block_cuts_known_answers():
     assert block_cuts([3, 3, 3], 1) == [0, 1, 2, 3]
     # appending turns keeps every earlier cut
     sizes = [7, 13, 2, 40, 9, 9, 30]
-    for n in range(len(sizes)):
-        assert block_cuts(sizes[:n], 16)[:-1] == [c for c in block_cuts(sizes, 16) if c < n][:len(block_cuts(sizes[:n], 16)) - 1]
+    full = block_cuts(sizes, 16)
+    assert full == [0, 2, 4, 5, 6, 7]
+    for n in range(len(sizes) + 1):
+        # a prefix's cuts (its last one, "drop all", aside) are the full list's cuts below n
+        assert block_cuts(sizes[:n], 16)[:-1] == [c for c in full if c < n][:len(block_cuts(sizes[:n], 16)) - 1]
+        assert set(block_cuts(sizes[:n], 16)[:-1]) <= set(full)
 
 
 def test_message_that_leaves_too_little_room_for_max_tokens_caps_the_reply():
