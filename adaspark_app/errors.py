@@ -46,6 +46,9 @@ class MessageTooLongError(ContextOverflowError):
             f"message is {tokens} tokens (with the system prompt and the turn format); the context "
             f"holds {n_ctx} and a reply needs at least {reply_min}: shorten the message or pass a larger --n-ctx")
 
+    def __reduce__(self):  # picklable across the engine process boundary, with its numbers
+        return (type(self), (self.tokens, self.n_ctx, self.reply_min))
+
 
 class ConfigError(AdaSparkError):
     """The config file is not valid TOML, or a key in it is unknown, of the wrong type or out of range."""

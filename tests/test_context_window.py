@@ -181,3 +181,11 @@ def test_no_system_prompt_and_no_history():
     assert w.messages == msgs and w.dropped_turns == 0 and w.prompt_tokens == 15
     w = fit_messages(msgs, count, n_ctx=40, max_tokens=32)
     assert w.capped and w.reply_tokens == 40 - 1 - 15 and w.dropped_turns == 0
+
+
+def test_the_refusal_crosses_a_process_boundary():
+    import pickle
+
+    err = pickle.loads(pickle.dumps(MessageTooLongError(300, 256, 16)))
+    assert (err.tokens, err.n_ctx, err.reply_min) == (300, 256, 16)
+    assert str(err) == str(MessageTooLongError(300, 256, 16))
