@@ -7,7 +7,8 @@ import json
 import numpy as np
 import pytest
 
-from adaspark_app.learn.constants import LADDER, MAX_WIDTHS, MEASUREMENTS_BEFORE_PRICED
+from adaspark_app.learn.constants import (COLD_ALWAYS_BELOW, CONDITIONAL_MEASUREMENTS, LADDER, MAX_WIDTHS,
+                                         MEASUREMENTS_BEFORE_PRICED)
 from adaspark_app.learn.cost import REACH_PATIENCE, QuantileLaw, RowClass, VerifyCostModel
 from adaspark_app.learn.scheduler import WidthScheduler
 from learn_sim import Acceptance, Machine, dense_step, routed, simulate
@@ -24,7 +25,7 @@ def _run_round(sch: WidthScheduler, ctx: int, n_nodes: int, seconds: float, firs
                q: float = 0.7):
     """One drafted round on a chain tree of ``n_nodes`` candidates; nothing accepted."""
     s_d, s_n = _chain_s(n_nodes, q)
-    plan = sch.plan(ctx, s_d, s_n, 0.002)
+    plan = sch.plan(ctx, s_d, s_n, 0.002, may_measure=not first)
     w = min(plan.width, n_nodes + 1) if rows is None else rows
     sch.observe(plan, ctx, seconds, 0.002, 1, first, np.full(w - 1, 0.5), np.zeros(w - 1, int), np.zeros(w - 1, bool))
     return plan
@@ -41,9 +42,11 @@ def _feed(cls_or_law, contexts, curve, rng, interference=0.2, jitter=0.003):
 # --- cold start and the first round -------------------------------------------------------
 @pytest.mark.parametrize("q", [0.97, 0.7])
 def test_cold_start_measures_each_width_three_times_narrowest_first_skipping_the_first_round(q):
-    """Widths below COLD_ALWAYS_BELOW are measured unconditionally; wider ones only on trees
-    that could make them win: all of them on a chain accepted at 0.97 per depth, on a chain at
-    0.7 only 16 (at 8 rows' price 16 rows add ~12% tokens, 32 rows ~2% over 16: under the margin)."""
+    """Widths below COLD_ALWAYS_BELOW are measured unconditionally, three times; wider ones only
+    on trees that could make them win, and once (CONDITIONAL_MEASUREMENTS): all of them on a
+    chain accepted at 0.97 per depth, on a chain at 0.7 only 16 (at 8 rows' price 16 rows add
+    ~12% tokens, 32 rows ~2% over 16: under the margin). A request's first round measures
+    nothing: its verify would not be counted."""
     sch = WidthScheduler()
     widths = []
     for k in range(40):
@@ -55,10 +58,11 @@ def test_cold_start_measures_each_width_three_times_narrowest_first_skipping_the
             assert sch.cost.classes[1].count == 0, "a request's first round is not learned from"
     measured = [w for w, m in widths if m and sch.cost.classes[w].origin != "split"]
     expect = LADDER[1:] if q > 0.9 else tuple(w for w in LADDER[1:] if w <= 16)
-    # the first round of a request is not learned from, so width 1 is measured a fourth time
-    assert measured == [1] * 4 + [w for w in expect for _ in range(3)]
+    assert not widths[0][1], "the first round of a request is not learned from: it measures nothing"
+    reps = {w: MEASUREMENTS_BEFORE_PRICED if w < COLD_ALWAYS_BELOW else CONDITIONAL_MEASUREMENTS for w in LADDER}
+    assert measured == [1] * 3 + [w for w in expect for _ in range(reps[w])]
     assert sum(sch.cost.classes[w].priced for w in LADDER) == len(expect) + 1
-    assert all(sch.cost.classes[w].count >= MEASUREMENTS_BEFORE_PRICED for w in expect)
+    assert all(sch.cost.classes[w].count >= reps[w] for w in expect)
     assert all(sch.cost.classes[w].count == 0 for w in LADDER if w not in expect and w > 1)
 
 

@@ -24,12 +24,12 @@ from ui_fakes import ScriptedEngine
 
 def ev(i: int, *, width: int = 4, committed: int = 2, tokens: int = 0, seconds: float = 0.0, text: str = "x",
        verify_ms: float = 20.0, priced_by: str = "fitted", rows=None, acc=None, offered=None, context: int = 100,
-       measured: bool = False) -> RoundEvent:
+       measured: bool = False, prefill: bool = False) -> RoundEvent:
     return RoundEvent(conversation="c", turn=0, round_index=i, context=context, width=width, measured=measured,
                       verify_ms_predicted=verify_ms, verify_ms=verify_ms, fixed_ms=1.0, expected_accepted=1.0,
                       accepted=committed - 1, committed=committed, priced_by=priced_by,
                       rows_by_source=rows or {}, accepted_by_source=acc or {}, offered=offered or {},
-                      text=text, reply_tokens=tokens, reply_seconds=seconds)
+                      text=text, reply_tokens=tokens, reply_seconds=seconds, prefill=prefill)
 
 
 def render_text(stats: SpecStats) -> str:
@@ -40,10 +40,12 @@ def render_text(stats: SpecStats) -> str:
 
 # ---------------------------------------------------------------------------- SpecStats
 def test_prefill_token_is_not_a_round():
-    """The engine reports the prefill's token with no verify time; it must not count as a round."""
+    """The engine flags the prefill's token (RoundEvent.prefill); it must not count as a round,
+    while a real width-1 round whose verify timed at 0 ms still does."""
     s = SpecStats()
-    s.add(ev(0, width=1, committed=1, tokens=1, seconds=0.0, verify_ms=0.0, priced_by="none"))
-    assert not is_verify_round(ev(0, verify_ms=0.0))
+    s.add(ev(0, width=1, committed=1, tokens=1, seconds=0.0, verify_ms=0.0, priced_by="none", prefill=True))
+    assert not is_verify_round(ev(0, verify_ms=0.0, prefill=True))
+    assert is_verify_round(ev(1, width=1, verify_ms=0.0))
     assert s.rounds == 0 and s.width_histogram() == []
     s.add(ev(1, width=4, committed=3, tokens=4, seconds=0.05))
     assert s.rounds == 1 and s.width_histogram() == [(4, 1)]
@@ -106,7 +108,7 @@ def test_prices_come_from_the_round_else_from_the_engine_table():
 def test_panel_shows_every_figure():
     s = SpecStats()
     s.set_gauges(EngineGauges(plain_rate=80.0, cold_start=(2, 7)))
-    s.add(ev(0, width=1, committed=1, tokens=1, verify_ms=0.0, priced_by="none"))
+    s.add(ev(0, width=1, committed=1, tokens=1, verify_ms=0.0, priced_by="none", prefill=True))
     s.add(ev(1, width=4, committed=3, tokens=4, seconds=0.04, rows={"drafter": 2, "ngram": 1},
              acc={"drafter": 2}, offered={1: 9.5, 4: 28.0}, priced_by="head", context=321))
     text = render_text(s)

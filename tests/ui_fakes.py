@@ -163,7 +163,7 @@ class ScriptedEngine:
                     rows_by_source=ev_rows, accepted_by_source=ev_acc,
                     offered={w: s * 1e3 for w, s in PRICES_S.items()} if verify_ms else {},
                     band_rate=90.0 if verify_ms else None, text="".join(chunk), reply_tokens=i,
-                    reply_seconds=seconds, seed=resolved.seed if resolved is not None else None))
+                    reply_seconds=seconds, prefill=r == 0, seed=resolved.seed if resolved is not None else None))
             r += 1
             if self.round_sleep:
                 time.sleep(self.round_sleep)

@@ -172,7 +172,8 @@ class AdaSparkPolicy(ArmPolicy):
         """Algorithm 1 lines 7-10: a cold or split measurement, else Eq. (7) with hysteresis."""
         fixed_now = time.perf_counter() - r.t0
         fixed_ema = dec.fixed_estimate(tree.use_drafter)
-        plan = dec.scheduler.plan(r.context, tree.s_d, tree.s_n, fixed_ema if fixed_ema is not None else fixed_now)
+        plan = dec.scheduler.plan(r.context, tree.s_d, tree.s_n, fixed_ema if fixed_ema is not None else fixed_now,
+                                  may_measure=not r.first_round)
         return WidthChoice(width=plan.width, decided_by=plan.decided_by, measured=plan.measured,
                            predicted_s=plan.predicted_verify_s, plan=plan)
 
@@ -185,7 +186,7 @@ class AdaSparkPolicy(ArmPolicy):
         in_path = set(result.path)
         dec.scheduler.observe(choice.plan, r.context, result.verify_s, result.fixed_s,
                               len(result.path) + 1, r.first_round, tree.Q_commit[sel], tree.is_ng[sel].astype(np.int64),
-                              np.array([j in in_path for j in choice.selected], dtype=bool))
+                              np.array([j in in_path for j in choice.selected], dtype=bool), tree.use_drafter)
 
     def observe_plain(self, dec: "Decoder", r: RoundStart, step_s: float) -> None:
         dec.scheduler.observe_plain(r.context, step_s, r.first_round)

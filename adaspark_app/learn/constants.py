@@ -34,6 +34,7 @@ REFIT_EPS: float = 1e-5  # residual floor of the reweighting, in units of the cl
 REACH_PATIENCE: int = 8  # rounds before a pending width wider than every tree seen teaches the table its reach
 SPLIT_PATIENCE: int = 512  # rounds a split width may wait for a round where it could win before it is dropped
 COLD_ALWAYS_BELOW: int = 16  # DEVIATION: ladder widths below this are measured unconditionally; wider ones only where they could win
+CONDITIONAL_MEASUREMENTS: int = 1  # DEVIATION: a width measured only where it could win (wide ladder, split) is priced after 1 (cold start)
 PENDING_STALL: int = 64  # rounds a width may wait for a tree wide enough before it stops forcing drafting
 FIXED_EMA_WEIGHT: float = 0.2  # weight of the newest round in the running D that prices a drafted round before it is timed
 
@@ -76,6 +77,7 @@ EXPLORATION_PERIOD: int = 16  # every 16th tree round with n-gram candidates exp
 COPY_CONTEXT_LADDER: tuple[int, ...] = (4, 5, 6, 8, 12, 16, 24, 32)  # context lengths with a position map (ngram.py)
 COPY_EVIDENCE_CAP: int = NGRAM_MAX_DEPTH  # a copy's matched length is capped here: beyond 32 tokens it is as certain as the buckets say
 CLASS_PRIOR_WEIGHT: float = 16.0  # pseudo-trials shrinking a sparse proposal class's precision toward its bin (precision.py)
+PRECISION_HALF_LIFE: float = 1024.0  # counted tokens: p_src follows the last few replies' text, not the store's lifetime
 
 # --- gates (ADDED: not in the paper; learn/gates.py) ---------------------------------------------
 GATE_HALF_LIFE: float = 16.0  # drafted rounds: memory of the draft gate's advantage and D sums

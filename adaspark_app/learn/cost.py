@@ -39,6 +39,8 @@ from .state import (
 )
 from .constants import (
     BANK_PER_BAND,
+    COLD_ALWAYS_BELOW,
+    CONDITIONAL_MEASUREMENTS,
     CONTEXT_UNIT,
     FTRL_ALPHA,
     FTRL_BETA,
@@ -354,17 +356,31 @@ class RowClass:
         self.count = 0  # counted measurements (full tree, not a request's first round)
         self.recent: deque[tuple[int, float]] = deque(maxlen=LEVEL_WINDOW)
         self.d_clock = 0.0  # D clock when last measured (0: unknown)
+        self.d_drafter = False  # ... of the rounds with the drafter (True) or without it: its kind
         self.level = 1.0
 
     @property
-    def priced(self) -> bool:
-        return self.count >= MEASUREMENTS_BEFORE_PRICED
+    def conditional(self) -> bool:
+        """Measured only in rounds where it could win: a split, or a ladder width of
+        COLD_ALWAYS_BELOW rows or more (scheduler._cold_could_win)."""
+        return self.origin == "split" or (self.origin == "ladder" and self.width >= COLD_ALWAYS_BELOW)
 
-    def observe(self, context: int, seconds: float, d_clock: float) -> None:
+    @property
+    def priced(self) -> bool:
+        """Measured enough to be offered. A conditional width needs CONDITIONAL_MEASUREMENTS
+        (a deviation from §3.2's three): each of its measurements is a verify of many rows run
+        only because it could win, and once offered every round verified at it goes on teaching
+        its class. One sample prices it at that sample's time, which interference can only raise:
+        the error leans toward narrower widths, never toward a width that costs more than priced."""
+        need = CONDITIONAL_MEASUREMENTS if self.conditional else MEASUREMENTS_BEFORE_PRICED
+        return self.count >= need
+
+    def observe(self, context: int, seconds: float, d_clock: float, d_drafter: bool = False) -> None:
         self.count += 1
         self.law.observe(context, seconds)
         self.recent.append((int(context), float(seconds)))
         self.d_clock = d_clock
+        self.d_drafter = bool(d_drafter)
         self.update_level()
 
     def update_level(self) -> None:
@@ -392,11 +408,12 @@ class RowClass:
             "count": int(self.count),
             "recent": [[int(c), float(t)] for c, t in self.recent],
             "d_clock": float(self.d_clock),
+            "d_drafter": bool(self.d_drafter),
         }
 
     def load_state(self, state: dict, where: str = "class") -> None:
         """Restore from ``state_dict``; StateError on a malformed state, nothing changed then."""
-        s = fields(state, where, ("width", "origin", "born", "law", "count", "recent", "d_clock"))
+        s = fields(state, where, ("width", "origin", "born", "law", "count", "recent", "d_clock"), ("d_drafter",))
         width = integer(s["width"], f"{where}.width", lo=1)
         origin = text(s["origin"], f"{where}.origin", ("ladder", "reach", "split"))
         born = integer(s["born"], f"{where}.born")
@@ -408,9 +425,10 @@ class RowClass:
             c, t = sequence(entry, f"{where}.recent[{i}]", 2)
             recent.append((integer(c, f"{where}.recent[{i}][0]"), seconds(t, f"{where}.recent[{i}][1]")))
         d_clock = number(s["d_clock"], f"{where}.d_clock", lo=0.0)  # 0: unknown
+        d_drafter = boolean(s.get("d_drafter", False), f"{where}.d_drafter")  # older states: one mixed clock
         self.width, self.origin, self.born, self.law, self.count = width, origin, born, law, count
         self.recent = deque(recent, maxlen=LEVEL_WINDOW)  # a longer window kept its newest
-        self.d_clock = d_clock
+        self.d_clock, self.d_drafter = d_clock, d_drafter
         self.update_level()
 
 
@@ -428,7 +446,12 @@ class VerifyCostModel:
         self.max_available = 0  # widest tree any round offered
         self.rounds_seen = 0
         self.short: dict[int, int] = {}  # measurement rounds whose tree came out narrower
-        self.d_window: deque[float] = deque(maxlen=LEVEL_WINDOW)
+        # The D clock, one window per kind of drafted round: with the drafter's forward D is
+        # several times D without it, so a window mixing both would swing its minimum with the
+        # mix of rounds, not with the machine. Each class is priced by the clock of its kind.
+        self.d_windows: dict[bool, deque[float]] = {False: deque(maxlen=LEVEL_WINDOW),
+                                                    True: deque(maxlen=LEVEL_WINDOW)}
+        self.last_drafter = False  # kind of the latest drafted round: the clock its verify is measured on
         self._widths: list[int] = []
         self._widths_stale = True
         self._pending: list[int] | None = None  # cache of pending(); reset when a count changes
@@ -462,14 +485,21 @@ class VerifyCostModel:
         c = self.classes.get(width)
         return c is not None and c.priced and width in self.widths()
 
-    def d_clock(self) -> float:
-        """The D clock: lowest fixed cost D over the last LEVEL_WINDOW drafted rounds (0: unknown)."""
-        return min(self.d_window) if self.d_window else 0.0
+    def d_clock(self, drafter: bool | None = None) -> float:
+        """The D clock: lowest fixed cost D over the last LEVEL_WINDOW drafted rounds of one kind,
+        with the drafter or without it (None: the latest round's kind); 0: unknown."""
+        w = self.d_windows[self.last_drafter if drafter is None else bool(drafter)]
+        return min(w) if w else 0.0
 
-    def note_fixed(self, fixed_s: float) -> None:
-        """Fold a drafted round's fixed cost D into the clock (not a request's first round)."""
+    def note_fixed(self, fixed_s: float, drafter: bool = False) -> None:
+        """Fold a drafted round's fixed cost D into its kind's clock (not a request's first round)."""
+        self.last_drafter = bool(drafter)
         if fixed_s > 0.0:
-            self.d_window.append(float(fixed_s))
+            self.d_windows[self.last_drafter].append(float(fixed_s))
+
+    def _clock_for(self, cls: RowClass) -> float:
+        """D now on the clock the class was measured on (Eq. 5's D_now / D_k of one kind)."""
+        return self.d_clock(cls.d_drafter)
 
     def _set_reach(self, reach: int) -> None:
         self.reach = max(1, int(reach))
@@ -520,7 +550,7 @@ class VerifyCostModel:
         cls = self.classes.get(width)
         if cls is None or verify_s <= 0.0:
             return
-        cls.observe(context, verify_s, self.d_clock())
+        cls.observe(context, verify_s, self.d_clock(), self.last_drafter)
         self._pending = None
 
     def end_request(self) -> int:
@@ -535,7 +565,8 @@ class VerifyCostModel:
     # --- pricing -------------------------------------------------------------------------
     def raw_price(self, width: int, context: int) -> float:
         """Eq. (5) for the class whose top is ``width``."""
-        return self.classes[width].price(context, self.d_clock())
+        cls = self.classes[width]
+        return cls.price(context, self._clock_for(cls))
 
     def prices(self, context: int, limit: int | None = None) -> dict[int, float]:
         """Offered widths -> priced seconds at ``context`` (Proposition 2).
@@ -550,7 +581,6 @@ class VerifyCostModel:
         contexts span a factor of two, so its law has a fitted slope): every row attends over
         the context, so a verify of more rows gains at least as much time per token.
         """
-        d_now = self.d_clock()
         raw: list[tuple[int, float]] = []
         ref: RowClass | None = None  # widest narrower class measured at this context or beyond
         for w in self.widths():
@@ -559,10 +589,12 @@ class VerifyCostModel:
             cls = self.classes[w]
             if not cls.priced:
                 continue
+            d_now = self._clock_for(cls)
             p = cls.price(context, d_now)
             hi = cls.law.context_hi
             if context > hi and ref is not None:
-                inc = ref.price(context, d_now) - ref.price(hi, d_now)
+                d_ref = self._clock_for(ref)
+                inc = ref.price(context, d_ref) - ref.price(hi, d_ref)
                 p = max(p, cls.price(hi, d_now) + inc)
             if context <= hi or hi >= 2 * cls.law.context_lo:  # measured here, or has a fitted slope
                 ref = cls
@@ -620,14 +652,17 @@ class VerifyCostModel:
             "max_available": int(self.max_available),
             "rounds_seen": int(self.rounds_seen),
             "short": [[int(w), int(k)] for w, k in sorted(self.short.items())],
-            "d_window": [float(d) for d in self.d_window],
+            "d_window": [float(d) for d in self.d_windows[False]],
+            "d_window_drafter": [float(d) for d in self.d_windows[True]],
+            "last_drafter": bool(self.last_drafter),
         }
 
     def load_state(self, state: dict, where: str = "cost") -> None:
         """Restore from ``state_dict``; StateError (naming the field) on a state of another
         version or a malformed one, and then nothing is changed."""
         s = versioned(state, where, STATE_VERSION, ("max_width", "classes", "reach", "max_available",
-                                                    "rounds_seen", "short", "d_window"))
+                                                    "rounds_seen", "short", "d_window"),
+                      ("d_window_drafter", "last_drafter"))  # absent in states written before the per-kind clock
         max_width = integer(s["max_width"], f"{where}.max_width", lo=1)
         classes: dict[int, RowClass] = {}
         for i, cs in enumerate(sequence(s["classes"], f"{where}.classes")):
@@ -641,10 +676,15 @@ class VerifyCostModel:
         rounds_seen = integer(s["rounds_seen"], f"{where}.rounds_seen")
         short_list = [integers(e, f"{where}.short[{i}]", 2) for i, e in enumerate(sequence(s["short"], f"{where}.short"))]
         unique([w for w, _ in short_list], f"{where}.short")
-        d_window = [seconds(d, f"{where}.d_window[{i}]") for i, d in enumerate(sequence(s["d_window"], f"{where}.d_window"))]
+        windows = {}
+        for key, kind in (("d_window", False), ("d_window_drafter", True)):
+            windows[kind] = [seconds(d, f"{where}.{key}[{i}]")
+                             for i, d in enumerate(sequence(s.get(key, []), f"{where}.{key}"))]
+        last_drafter = boolean(s.get("last_drafter", False), f"{where}.last_drafter")
         self.max_width, self.classes, self.reach = max_width, classes, reach
         self.max_available, self.rounds_seen = max_available, rounds_seen
         self.short = {w: k for w, k in short_list}
-        self.d_window = deque(d_window, maxlen=LEVEL_WINDOW)
+        self.d_windows = {k: deque(v, maxlen=LEVEL_WINDOW) for k, v in windows.items()}
+        self.last_drafter = last_drafter
         self._widths_stale = True
         self._pending = None

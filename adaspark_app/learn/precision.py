@@ -12,15 +12,16 @@ from typing import Protocol
 import numpy as np
 
 from .acceptance import EVIDENCE_EDGES  # the per-class counts are shrunk toward the model's evidence bins
-from .constants import CLASS_PRIOR_WEIGHT, COPY_EVIDENCE_CAP
+from .constants import CLASS_PRIOR_WEIGHT, COPY_EVIDENCE_CAP, PRECISION_HALF_LIFE
 from .kinds import NgramKind
-from .state import StateError, integer, integers, sequence, versioned
+from .state import StateError, number, numbers, sequence, versioned
 
 STATE_VERSION = 1  # of state_dict's layout (learn/state.py); b9fbe7f's had no "version"
 
 # evidence classes 0..COPY_EVIDENCE_CAP -> the acceptance model's evidence bin
 _BIN_OF = np.maximum(np.searchsorted(EVIDENCE_EDGES, np.arange(COPY_EVIDENCE_CAP + 1), side="right") - 1, 0)
-_BIN_MATRIX = np.eye(len(EVIDENCE_EDGES), dtype=np.int64)[_BIN_OF]  # (classes, bins) one-hot
+_BIN_MATRIX = np.eye(len(EVIDENCE_EDGES), dtype=np.float64)[_BIN_OF]  # (classes, bins) one-hot
+_DECAY = 0.5 ** (1.0 / PRECISION_HALF_LIFE)  # per counted token
 
 
 class Proposal(Protocol):
@@ -47,18 +48,22 @@ class SourcePrecision:
     one class, so classes fill fast; a sparse one is shrunk (``CLASS_PRIOR_WEIGHT`` pseudo-trials)
     toward its evidence bin's value (the acceptance model's bins), and the bin toward the
     overall value, so a class seen twice does not read 0 or 1.
+
+    Every count fades with a half-life of PRECISION_HALF_LIFE counted tokens: the counts persist
+    across requests, and lifetime counts would stop following the text being written (a store
+    that served prose for weeks would price a code paste's copies by the prose).
     """
 
     __slots__ = ("hits", "trials", "_a", "_b", "class_hits", "class_trials")
 
     def __init__(self, prior_hits: float = 1.0, prior_misses: float = 1.0) -> None:
-        self.hits = 0
-        self.trials = 0
+        self.hits = 0.0  # decayed counts (PRECISION_HALF_LIFE)
+        self.trials = 0.0
         self._a = float(prior_hits)
         self._b = float(prior_misses)
         # [NgramKind code][evidence 0..COPY_EVIDENCE_CAP]
-        self.class_hits = np.zeros((len(NgramKind), COPY_EVIDENCE_CAP + 1), dtype=np.int64)
-        self.class_trials = np.zeros((len(NgramKind), COPY_EVIDENCE_CAP + 1), dtype=np.int64)
+        self.class_hits = np.zeros((len(NgramKind), COPY_EVIDENCE_CAP + 1), dtype=np.float64)
+        self.class_trials = np.zeros((len(NgramKind), COPY_EVIDENCE_CAP + 1), dtype=np.float64)
 
     def observe(self, predicted: Proposal | None, actual: int) -> None:
         """Fold one committed token: ``predicted`` is ``first_step()`` taken before it (None: the
@@ -66,11 +71,13 @@ class SourcePrecision:
         if predicted is None:
             return
         hit = int(predicted.token == int(actual))
-        self.trials += 1
-        self.hits += hit
+        self.trials = self.trials * _DECAY + 1.0
+        self.hits = self.hits * _DECAY + hit
         k = int(predicted.kind)
         e = min(max(int(predicted.evidence), 0), COPY_EVIDENCE_CAP)
-        self.class_trials[k, e] += 1
+        self.class_trials *= _DECAY
+        self.class_hits *= _DECAY
+        self.class_trials[k, e] += 1.0
         self.class_hits[k, e] += hit
 
     @property
@@ -96,23 +103,24 @@ class SourcePrecision:
         return np.where(ok, est, overall)
 
     def state_dict(self) -> dict:
-        return {"version": STATE_VERSION, "hits": int(self.hits), "trials": int(self.trials),
+        return {"version": STATE_VERSION, "hits": float(self.hits), "trials": float(self.trials),
                 "class_hits": self.class_hits.tolist(), "class_trials": self.class_trials.tolist()}
 
     def load_state(self, state: dict, where: str = "precision") -> None:
         """Restore from ``state_dict``; StateError (a ValueError naming the field) on a state of
         another version or a malformed one, and then nothing is changed."""
         s = versioned(state, where, STATE_VERSION, ("hits", "trials", "class_hits", "class_trials"))
-        hits, trials = integer(s["hits"], f"{where}.hits"), integer(s["trials"], f"{where}.trials")
-        if hits > trials:
+        # decayed counts: numbers, not integers (states written before the decay held integers)
+        hits, trials = number(s["hits"], f"{where}.hits", lo=0.0), number(s["trials"], f"{where}.trials", lo=0.0)
+        if hits > trials * (1 + 1e-9):  # decayed sums of the same factors: equal up to rounding
             raise StateError(f"{where}.hits: {hits} hits in {trials} trials")
         rows, cols = self.class_hits.shape  # [NgramKind code][evidence 0..COPY_EVIDENCE_CAP]
         counts = {}
         for name in ("class_hits", "class_trials"):
             table = sequence(s[name], f"{where}.{name}", rows)
-            counts[name] = np.array([integers(r, f"{where}.{name}[{k}]", cols) for k, r in enumerate(table)],
-                                    dtype=np.int64)
-        bad = np.argwhere(counts["class_hits"] > counts["class_trials"])
+            counts[name] = np.array([numbers(r, f"{where}.{name}[{k}]", cols, lo=0.0) for k, r in enumerate(table)],
+                                    dtype=np.float64)
+        bad = np.argwhere(counts["class_hits"] > counts["class_trials"] * (1 + 1e-9))
         if bad.size:
             k, e = (int(x) for x in bad[0])
             raise StateError(f"{where}.class_hits[{k}][{e}]: more hits than trials")

@@ -135,18 +135,23 @@ class WidthScheduler:
             return True
         return not gate.take_skip()
 
-    def plan(self, context: int, s_drafter: np.ndarray, s_ngram: np.ndarray, fixed_s: float) -> WidthPlan:
+    def plan(self, context: int, s_drafter: np.ndarray, s_ngram: np.ndarray, fixed_s: float,
+             may_measure: bool = True) -> WidthPlan:
         """Choose this round's width (Algorithm 1 lines 7-10).
 
         s_drafter[n], s_ngram[n] (n = 0..N) are the expected accepted tokens among the first n-1
         nodes of the best-first order from each source; the widest verify is N = len - 1.
-        fixed_s is this round's D so far.
+        fixed_s is this round's D so far. ``may_measure`` False (a request's first round, whose
+        verify the cost model does not count: it runs cold) chooses among priced widths only:
+        a measurement there would pay for a verify that teaches nothing.
         """
         s_d = np.asarray(s_drafter, dtype=float).tolist()  # indexed a few dozen times: plain floats
         s_n = np.asarray(s_ngram, dtype=float).tolist()
         available = max(len(s_d) - 1, 1)
         incumbent = self.chooser.incumbent
         measure = self.cost.next_measurement(available)
+        if not may_measure:
+            measure = None
         offered = self.cost.prices(context, limit=available)
         rho_band = self.rate.rate(context)
         gains = self.gains.at(context)
@@ -161,11 +166,12 @@ class WidthScheduler:
             self.stall = 0
         else:
             measured = False
-            if self.cost.cold_pending():
+            if self.cost.cold_pending() and may_measure:
                 self.stall += 1
             width = self.chooser.choose(scored, rate_mode) if scored else 1
             decided_by = self.chooser.reason if scored else Decider.COLD
-            split_width = self._split_to_measure(width, scored, s_d, s_n, gains, rho_band, available)
+            split_width = (self._split_to_measure(width, scored, s_d, s_n, gains, rho_band, available)
+                           if may_measure else None)
             if split_width is not None:
                 width, measured, decided_by = split_width, True, Decider.SPLIT
             elif scored and self.chooser.held >= HOLD_ROUNDS_BEFORE_SPLIT and not self.cost.split_pending():
@@ -195,7 +201,7 @@ class WidthScheduler:
             gains=tuple(float(g) for g in gains),
         )
         narrowest = min(offered) if offered else 1
-        self._last = (plan, adv, rho, narrowest, self.cost.d_clock())
+        self._last = (plan, adv, rho, narrowest, float(fixed_s))
         return plan
 
     def _optimistic(
@@ -288,17 +294,22 @@ class WidthScheduler:
         q_order: np.ndarray,
         src_order: np.ndarray,
         accepted_order: np.ndarray,
+        use_drafter: bool = False,
     ) -> None:
         """Learn from a verified round (Algorithm 1 lines 15-16).
 
         q_order[i], src_order[i] (0 drafter, 1 n-gram), accepted_order[i] describe the placed
         nodes in best-first order; the verify had len(q_order) + 1 rows. The cost model does
-        not learn from a request's first round, which runs cold.
+        not learn from a request's first round, which runs cold. ``use_drafter``: the round ran
+        the drafter's forward (its D goes to that kind's D clock).
+
+        The rate and the draft gate price the round's D as the chooser did (the plan's D, the
+        running mean of D of the round's kind): both sides of Eq. (7) on one D.
         """
         rows = len(q_order) + 1
         last = self._last if self._last is not None and self._last[0] is plan else None
         if not first_round:
-            self.cost.note_fixed(fixed_s)
+            self.cost.note_fixed(fixed_s, use_drafter)
             if rows == plan.width:
                 self.cost.observe(rows, context, verify_s)
             elif rows < plan.width and plan.measured:

@@ -25,10 +25,11 @@ NOW_WINDOW_S = 1.0  # decode seconds behind the latest round that "tok/s now" av
 def is_verify_round(event: RoundEvent) -> bool:
     """True for a real verify round; False for the first token, which comes from the prefill.
 
-    The engine reports the prefill's token as a width-1 event with no verify time; counting it
-    would put a phantom width-1 round in the histogram of every reply.
+    The engine reports the prefill's token as an event with ``prefill`` set; counting it would
+    put a phantom width-1 round in the histogram of every reply. The flag says so, where width
+    and verify time only suggested it (a timer too coarse for a fast verify reads 0 ms).
     """
-    return event.width >= 1 and event.verify_ms > 0.0
+    return not event.prefill
 
 
 @dataclass

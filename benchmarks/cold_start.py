@@ -1,0 +1,110 @@
+"""Cold start of a `--log-rounds` file: what the rounds that measured a width cost beyond plain decode.
+
+    python3 benchmarks/cold_start.py ROUNDS.jsonl [--json]
+
+Definition. A measured round (`measured` true: a cold-start or split measurement) ran a width
+for the cost model's sake. Its excess is its time (verify_ms + fixed_ms) less the time plain
+decode would take to commit the same tokens, floored at 0:
+
+    excess_r = max(0, verify_ms_r + fixed_ms_r - committed_r * t1)
+
+where t1 is the median time of the file's unmeasured one-row rounds (a plain step; a reply's
+own if it has five or more). The cold start of a reply is the sum of its measured rounds'
+excess over its decode time (the sum of verify_ms + fixed_ms over its rounds). The headline,
+for a file that starts on a fresh store: the whole cold start (every measured round's excess,
+in whatever reply it fell) over the first reply's decode time. Per reply shares are reported too.
+
+Load. The counts (measured rounds, their rows, rows beyond what they committed) do not depend
+on the machine's load; the time share does, and on a shared machine it is only indicative.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+
+def load(path: Path) -> list[dict]:
+    """The rows of a ROUNDS.jsonl file (prefill rows kept: they mark a reply's start)."""
+    rows = []
+    with path.open() as f:
+        for n, line in enumerate(f, 1):
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError as e:
+                raise SystemExit(f"{path}:{n}: not JSON ({e.msg})")
+    return rows
+
+
+def _plain_ms(rows: list[dict]) -> float | None:
+    ts = [r["verify_ms"] + r["fixed_ms"] for r in rows
+          if not r.get("prefill") and r["width"] == 1 and not r["measured"]]
+    return statistics.median(ts) if ts else None
+
+
+def cold_start(rows: list[dict]) -> dict:
+    """Per reply, in file order: measured rounds, rows, excess ms, decode ms and share."""
+    replies: dict[tuple[str, int], list[dict]] = {}
+    for r in rows:
+        replies.setdefault((str(r["conversation"]), int(r["turn"])), []).append(r)
+    t1_all = _plain_ms(rows)
+    out = []
+    for (conv, turn), rs in replies.items():
+        rounds = [r for r in rs if not r.get("prefill")]
+        own = _plain_ms(rounds)
+        n_plain = sum(1 for r in rounds if r["width"] == 1 and not r["measured"])
+        t1 = own if own is not None and n_plain >= 5 else t1_all
+        measured = [r for r in rounds if r["measured"]]
+        decode = sum(r["verify_ms"] + r["fixed_ms"] for r in rounds)
+        excess = 0.0 if t1 is None else sum(
+            max(0.0, r["verify_ms"] + r["fixed_ms"] - r["committed"] * t1) for r in measured)
+        out.append({
+            "conversation": conv, "turn": turn, "rounds": len(rounds), "tokens": sum(r["committed"] for r in rounds),
+            "measured_rounds": len(measured), "measured_widths": [r["width"] for r in measured],
+            "measured_rows": sum(r["width"] for r in measured),
+            "rows_beyond_committed": sum(max(0, r["width"] - r["committed"]) for r in measured),
+            "plain_ms": t1, "excess_ms": excess, "decode_ms": decode,
+            "share": excess / decode if decode > 0 else 0.0,
+        })
+    total_excess = sum(r["excess_ms"] for r in out)
+    total_decode = sum(r["decode_ms"] for r in out)
+    first_decode = out[0]["decode_ms"] if out else 0.0
+    return {"replies": out, "first_share": out[0]["share"] if out else 0.0,
+            "cold_over_first": total_excess / first_decode if first_decode > 0 else 0.0,
+            "total_share": total_excess / total_decode if total_decode > 0 else 0.0,
+            "measured_rounds": sum(r["measured_rounds"] for r in out),
+            "measured_rows": sum(r["measured_rows"] for r in out)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("rounds", type=Path, help="ROUNDS.jsonl from adaspark run --log-rounds")
+    ap.add_argument("--json", action="store_true", help="print the figures as JSON")
+    a = ap.parse_args(argv)
+    if not a.rounds.is_file():
+        print(f"cold_start: {a.rounds}: no such file", file=sys.stderr)
+        return 2
+    res = cold_start(load(a.rounds))
+    if a.json:
+        print(json.dumps(res, indent=1))
+        return 0
+    print("reply                     rounds tokens measured rows beyond  excess_ms decode_ms  share  widths")
+    for r in res["replies"]:
+        print(f"{r['conversation'][:20]:20s} t{r['turn']:<3d} {r['rounds']:6d} {r['tokens']:6d} {r['measured_rounds']:8d}"
+              f" {r['measured_rows']:4d} {r['rows_beyond_committed']:6d} {r['excess_ms']:10.1f} {r['decode_ms']:9.1f}"
+              f" {100 * r['share']:5.1f}%  {r['measured_widths']}")
+    print(f"cold start over the first reply's decode time: {100 * res['cold_over_first']:.1f}%; "
+          f"within the first reply: {100 * res['first_share']:.1f}%; over all replies: "
+          f"{100 * res['total_share']:.1f}%; {res['measured_rounds']} measured rounds, {res['measured_rows']} rows "
+          "(time shares are indicative on a loaded machine; the counts are not)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
