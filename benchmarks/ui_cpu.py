@@ -53,6 +53,7 @@ PALINDROME = ["Write a Python function that checks whether a string is a palindr
 KEPT_FIELDS = ("round_index", "context", "width", "measured", "verify_ms_predicted", "verify_ms", "fixed_ms",
                "expected_accepted", "accepted", "committed", "priced_by", "rows_by_source",
                "accepted_by_source", "offered", "band_rate", "text", "reply_tokens", "reply_seconds", "prefill")
+PREFILL_MAX_S = 0.3
 RATE = 110.0  # replayed tokens per second: about `adaspark run`'s speed on the bundled model (report.md)
 
 
@@ -130,6 +131,9 @@ class ReplayEngine:
 
         rec = self.replies[self.calls % len(self.replies)]
         self.calls += 1
+        # The prefill as recorded (at most PREFILL_MAX_S: the recording machine was loaded):
+        # the UI lays out the new messages meanwhile, as it does in a real chat.
+        time.sleep(min(rec["result"].get("prefill_s", 0.0), PREFILL_MAX_S))
         t0 = time.monotonic()
         stopped = False
         for t, d in rec["events"]:

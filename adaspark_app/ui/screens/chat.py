@@ -46,7 +46,7 @@ if TYPE_CHECKING:
     from ..engine_client import EngineDone, EngineRounds
 
 MAX_TOKENS = DEFAULT_MAX_TOKENS  # per reply; the engine stops earlier at the end-of-generation token
-TEXT_INTERVAL_S = 0.2  # streamed text is appended at most 5 times a second
+TEXT_INTERVAL_S = 0.25  # streamed text is appended at most 4 times a second
 # While a reply streams the UI thread may use at most this share of one core: after each frame
 # the next waits until the CPU it used since the previous one fits the budget (a 10 ms frame
 # -> 0.5 s to the next). On two cores every UI cycle is taken from a verify.
@@ -143,6 +143,7 @@ class ChatScreen(Screen):
         self._unshown: list[str] = []  # received but not yet appended to the reply widget
         self._received_tokens = 0
         self._flush_timer: Timer | None = None  # the next frame (see _frame)
+        self._flush_due = 0.0  # monotonic time the next frame is due
         self._last_flush = 0.0
         self._frame_gap = TEXT_INTERVAL_S  # the wait before the next frame (see _frame)
         self._frame_cpu: float | None = None  # UI thread CPU seconds when the last frame began
@@ -476,17 +477,24 @@ class ChatScreen(Screen):
         if gauges is not None:
             self.stats.set_gauges(gauges)
         self._panel_stale = True
+        now = time.monotonic()
+        due = self._last_flush + self._frame_gap
+        if self._flush_timer is not None and self._unshown and self._flush_due > due:
+            self._stop_flushing()  # a panel-only frame was due later: text must not wait for it
         if self._flush_timer is None:
-            wait = self._frame_gap - (time.monotonic() - self._last_flush)
-            if wait <= 0:
+            if due <= now:
                 await self._frame()
             else:
-                self._flush_timer = self.set_timer(wait, self._frame)
+                self._set_frame_timer(due - now)
+
+    def _set_frame_timer(self, wait: float) -> None:
+        self._flush_due = time.monotonic() + wait
+        self._flush_timer = self.set_timer(wait, self._frame)
 
     async def _frame(self) -> None:
         """One repaint for everything that arrived since the last: the new text is appended to
         the reply, and the panel is redrawn if SpecPanel.REDRAW_S has passed (else a later frame
-        does it). Text and panel share the frame, so streaming costs at most ~10 repaints a second."""
+        does it). Text and panel share the frame, so streaming costs at most 4 repaints a second."""
         self._flush_timer = None
         now = time.monotonic()
         self._last_flush = now
@@ -510,8 +518,9 @@ class ChatScreen(Screen):
                 self._panel_stale = False
                 self.panel.show()
             elif self._flush_timer is None:
-                # Rounds without text (the decoder holds a partial character): the panel alone.
-                self._flush_timer = self.set_timer(max(panel_wait, self._frame_gap), self._frame)
+                # The panel alone, when no text comes before (reply_rounds brings a text frame
+                # forward).
+                self._set_frame_timer(max(panel_wait, self._frame_gap))
 
     async def _flush_text(self) -> None:
         """Show every text received so far now (at the end of a reply)."""

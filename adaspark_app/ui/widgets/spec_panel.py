@@ -186,11 +186,13 @@ def render_panel(stats: SpecStats) -> RenderableType:
 class SpecPanel(Static):
     """Shows `SpecStats`. While a reply streams, the chat screen redraws it at most every REDRAW_S.
 
-    The figures are read by eye: two redraws a second are plenty, slower than the text (which
-    the reader follows), and every redraw is CPU taken from llama.cpp on a small machine.
+    The figures are read by eye: a redraw every two seconds is plenty, slower than the text
+    (which the reader follows), and every redraw is CPU taken from llama.cpp on a small machine
+    (~4 ms of the UI thread for this panel, a third of the UI's CPU while a reply streamed at
+    one redraw a second: benchmarks/ui_cpu.py). When the reply ends it is redrawn at once.
     """
 
-    REDRAW_S = 1.0
+    REDRAW_S = 2.0
 
     DEFAULT_CSS = """
     SpecPanel {
