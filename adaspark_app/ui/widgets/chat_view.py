@@ -152,7 +152,7 @@ class ChatMessage(Vertical):
     @staticmethod
     def _tail_height(tail: Static) -> int:
         """Lines the tail's text takes at its present width."""
-        return tail._render().get_height(tail.styles, tail.content_size.width)
+        return tail.get_content_height(tail.size, tail.app.size, tail.content_size.width)
 
     async def _relayout(self, now: float) -> None:
         """Move the settled blocks to the Markdown and give the tail room for what follows."""
