@@ -163,6 +163,19 @@ async def test_settled_blocks_render_as_markdown_and_the_rest_waits_as_plain_tex
         assert msg.body.source == msg.text
 
 
+async def test_finish_hides_the_tail_and_its_room_even_when_nothing_is_left_in_it():
+    app = ViewHost()
+    async with app.run_test(size=(100, 40)) as pilot:
+        view = app.query_one(ChatView)
+        msg = await view.add_message("assistant", "")
+        msg.make_room()
+        await pilot.pause()
+        assert msg.tail_widget.display and msg.tail_widget.outer_size.height >= ChatMessage.HEADROOM_MIN
+        await msg.finish("n")
+        await pilot.pause()
+        assert not msg.tail_widget.display and msg.tail_widget.styles.min_height is None
+
+
 # ---------------------------------------------------------------------------- the app
 async def test_while_a_reply_streams_the_cursor_does_not_blink_and_the_text_is_exact(tmp_path):
     held, gate = spawn_event(), spawn_event()

@@ -182,6 +182,7 @@ class ChatMessage(Vertical):
         if self._tail:
             tail, self._tail = self._tail, ""
             await self.body.append(tail)
+        if self.role == "assistant":
             self.tail_widget.update("")
             self.tail_widget.display = False
         self.release_headroom()
