@@ -1,0 +1,38 @@
+"""benchmarks/cold_start.py: the cold start of a ROUNDS.jsonl file, on rows written by hand."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+_SPEC = importlib.util.spec_from_file_location("cold_start", Path(__file__).parents[1] / "benchmarks" / "cold_start.py")
+cold_start = importlib.util.module_from_spec(_SPEC)
+_SPEC.loader.exec_module(cold_start)
+
+
+def _row(conv, turn, width, verify_ms, committed, measured=False, prefill=False, fixed_ms=1.0):
+    return {"conversation": conv, "turn": turn, "width": width, "verify_ms": verify_ms, "fixed_ms": fixed_ms,
+            "committed": committed, "measured": measured, "prefill": prefill}
+
+
+def test_excess_is_time_beyond_plain_decode_of_the_same_tokens(tmp_path, capsys):
+    rows = [_row("a", 0, 1, 0.0, 1, prefill=True, fixed_ms=0.0)]
+    rows += [_row("a", 0, 1, 9.0, 1) for _ in range(6)]           # plain steps: 10 ms each
+    rows += [_row("a", 0, 8, 49.0, 2, measured=True)]              # 50 ms for 2 tokens: 30 ms excess
+    rows += [_row("a", 0, 4, 29.0, 4, measured=True)]              # 30 ms for 4 tokens: paid for itself
+    rows += [_row("b", 0, 16, 99.0, 1, measured=True)]             # 100 ms for 1 token: 90 ms excess
+    rows += [_row("b", 0, 1, 9.0, 1) for _ in range(2)]
+    res = cold_start.cold_start(rows)
+    a, b = res["replies"]
+    assert a["excess_ms"] == pytest.approx(30.0) and a["decode_ms"] == pytest.approx(140.0)
+    assert a["measured_widths"] == [8, 4] and a["rows_beyond_committed"] == 6
+    assert b["excess_ms"] == pytest.approx(90.0), "a reply with few plain steps uses the file's"
+    assert res["cold_over_first"] == pytest.approx(120.0 / 140.0)
+    path = tmp_path / "ROUNDS.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert cold_start.main([str(path)]) == 0
+    assert "85.7%" in capsys.readouterr().out
+    assert cold_start.main([str(tmp_path / "missing.jsonl")]) == 2
