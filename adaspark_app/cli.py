@@ -134,6 +134,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     parse_arm(args.arm)
     convs = load_script(args.script)
     if args.model:
+        from .config import resolve_model_arg
+
+        args.model = resolve_model_arg(args.model)  # a path or a name `adaspark models` lists
         check_gguf_file(args.model, "model")
     store = None
     tmpdir = None
@@ -235,8 +238,13 @@ def cmd_chat(args: argparse.Namespace) -> int:
     args.n_ctx = _chat_n_ctx(args)
     from .ui.app import run_chat
 
+    # what the user set (config, then options): a model chosen in the picker keeps these and
+    # takes its own GGUF's recommended values for the rest
+    given = {k: v for k, v in cfg.chat_defaults().items() if k in SAMPLING_FIELDS and v is not None}
+    given.update({k: v for k, v in values.items() if v is not None})
     return run_chat(args.model, args.drafter, args.store, max_tokens=args.max_tokens, sampling=sampling,
-                    n_ctx=args.n_ctx, system=settings.system, resume_id=resume[0] if resume else None) or 0
+                    n_ctx=args.n_ctx, system=settings.system, resume_id=resume[0] if resume else None,
+                    sampling_given=given) or 0
 
 
 def _chat_n_ctx(args: argparse.Namespace) -> int | None:

@@ -201,3 +201,12 @@ def resolve_model(spec: str, folders: list[Path] | None = None) -> str:
     if entry.broken:
         raise ModelLoadError(f"model {spec} cannot be used: {entry.problem}")
     return entry.path
+
+
+def resolve_model_arg(spec: str) -> str:
+    """`--model` of `run` and `bench` (as `chat` takes it): a path, else a name `adaspark models`
+    lists, the config file's model folders searched too. The config file is only read when
+    `spec` is not a path (a bad file is then a ConfigError, one line)."""
+    if Path(os.path.expanduser(spec)).exists():
+        return str(Path(os.path.expanduser(spec)))
+    return resolve_model(spec, load_config().folders())

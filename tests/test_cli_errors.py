@@ -105,3 +105,26 @@ def test_library_users_get_the_same_checks():
 def test_chat_has_no_hidden_arm_option():
     """`chat --arm` was parsed and ignored; it is gone, so passing it is an error, not a no-op."""
     _one_line_error(_run("chat", "--arm", "ar"), "unrecognized arguments: --arm")
+
+
+@pytest.fixture
+def no_config(tmp_path, monkeypatch):
+    monkeypatch.setenv("ADASPARK_CONFIG", str(tmp_path / "none.toml"))  # the subprocess inherits it
+    return tmp_path
+
+
+@pytest.mark.parametrize("case", ["store-not-sqlite", "model-name-missing", "model-is-a-folder", "bad-config"])
+def test_chat_user_errors_are_one_line_before_the_window_opens(no_config, case):
+    tmp = no_config
+    if case == "store-not-sqlite":
+        (tmp / "chats.db").write_text("a text file\n")
+        args, needles = ["chat", "--store", str(tmp / "chats.db")], ("adaspark: error:", "not an AdaSpark store")
+    elif case == "model-name-missing":
+        args, needles = ["chat", "--model", "nosuch:7b"], ("nosuch:7b", "nor is it a name `adaspark models` lists")
+    elif case == "model-is-a-folder":
+        (tmp / "m.gguf").mkdir()
+        args, needles = ["chat", "--model", str(tmp / "m.gguf")], ("not a file", "m.gguf")
+    else:
+        (tmp / "none.toml").write_text("[sampling]\ntemperature = \"hot\"\n")
+        args, needles = ["chat"], ("none.toml", "sampling.temperature")
+    _one_line_error(_run(*args, cwd=tmp), *needles)

@@ -84,3 +84,18 @@ def test_engine_config_without_n_ctx_opens_the_models_default(model_path):
         assert engine.backend.n_ctx == default_chat_n_ctx(model_path).n_ctx
     finally:
         engine.close()
+
+
+def test_the_drafters_kv_counts_in_the_memory_cap(model_path, monkeypatch):
+    from adaspark_app.engine import context_size
+    from adaspark_app.engine.default_drafter import default_drafter_path
+
+    # the shipped drafter: 1 layer x 3 KV heads x (64 + 64) x 4 bytes (F32 K and V, as dspark.py makes it)
+    assert context_size.drafter_kv_bytes_per_token(default_drafter_path()) == 1 * 3 * (64 * 4 + 64 * 4) == 1536
+    # 100 MB free: without a drafter 2170 tokens fit (-> 2048); with it 50e6 // (23040 + 1536) = 2034 (-> 1792)
+    monkeypatch.setattr(context_size, "mem_available", lambda: 100_000_000)
+    alone = default_chat_n_ctx(model_path)
+    with_drafter = default_chat_n_ctx(model_path, "default")
+    assert (alone.n_ctx, alone.memory_cap) == (2048, 2170)
+    assert (with_drafter.n_ctx, with_drafter.memory_cap) == (1792, 2034)
+    assert with_drafter.kv_bytes_per_token == PER_TOKEN + 1536

@@ -294,3 +294,44 @@ def test_models_command_with_a_bad_config_is_one_line_exit_2(home, capsys):
     assert main(["models"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "model_folders" in err[0]
+
+
+def test_models_command_notes_a_named_folder_it_cannot_search(home, tmp_path, monkeypatch, capsys):
+    write_gguf(tmp_path / "good" / "found.gguf")
+    a_file = tmp_path / "models.txt"
+    a_file.write_text("not a folder")
+    monkeypatch.setenv("ADASPARK_MODELS", os.pathsep.join([str(tmp_path / "good"), str(tmp_path / "gone"),
+                                                           str(a_file)]))
+    assert main(["models"]) == 0  # the list still comes, with what was found
+    out, err = capsys.readouterr()
+    assert "found.gguf" in out
+    notes = err.strip().splitlines()
+    assert notes == [f"adaspark: note: model folder {tmp_path / 'gone'}: no such folder; not searched",
+                     f"adaspark: note: model folder {a_file}: not a folder; not searched"]
+
+
+def test_models_command_with_a_store_that_is_not_one_is_one_line_exit_2(home, tmp_path, capsys):
+    bad = tmp_path / "notes.db"
+    bad.write_text("my notes, not a database\n")
+    assert main(["models", "--store", str(bad)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and str(bad) in err[0] and "not an AdaSpark store" in err[0]
+    assert bad.read_text() == "my notes, not a database\n"  # left untouched
+
+
+def test_run_and_bench_take_a_name_adaspark_models_lists(home, tmp_path, capsys):
+    from adaspark_app.config import resolve_model_arg
+
+    ollama_tree(home / ".ollama" / "models")
+    assert resolve_model_arg("tiny:latest") == str(by_name(discover_models())["tiny:latest"].path)
+    assert resolve_model_arg(str(tmp_path)) == str(tmp_path)  # a path is taken as it is
+    script = tmp_path / "s.jsonl"
+    script.write_text(json.dumps({"id": "a", "turns": ["Hi"]}) + "\n")
+    # a listed name that is broken: the name was looked up (a path would say "not found")
+    for argv in (["run", str(script), "--model", "junk:latest"],
+                 ["bench", str(script), "--arms", "ar", "--model", "junk:latest", "--report", str(tmp_path / "r")]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "junk:latest cannot be used: not a GGUF file" in err[0], err
+    assert main(["run", str(script), "--model", "no-such:model"]) == 2
+    assert "nor is it a name `adaspark models` lists" in capsys.readouterr().err

@@ -5,6 +5,13 @@ the real model are in tests/test_ui_real.py."""
 
 from __future__ import annotations
 
+import functools
+import os
+from pathlib import Path
+from types import SimpleNamespace
+
+import gguf
+import numpy as np
 import pytest
 
 from adaspark_app import cli
@@ -15,7 +22,8 @@ from adaspark_app.store import migrations as mig
 from adaspark_app.ui.app import AdaSparkApp
 from adaspark_app.ui.chat_settings import ChatSettings, resume_last
 from adaspark_app.ui.screens import ChatScreen, HelpScreen, SaveFileScreen, SettingsScreen
-from ui_fakes import read_log, scripted, wait_until
+from adaspark_app.engine.worker import EngineConfig
+from ui_fakes import ScriptedEngine, _log, read_log, scripted, wait_until
 
 SIZE = (160, 48)
 T08 = SamplingSettings(temperature=0.8)
@@ -477,3 +485,116 @@ async def test_app_opens_the_resumed_conversation(store, tmp_path, log):
         (call,) = read_log(log, "generate")
         assert call["messages"][0] == {"role": "system", "content": "Be terse."}
         assert call["max_tokens"] == 33 and call["sampling"]["temperature"] == 0.8
+
+
+# ------------------------------------------------------------------ the model follows the conversation
+class ConfigEngine(ScriptedEngine):
+    """A scripted engine built from an EngineConfig (as the real one is), so the app's model
+    switch can change its model_path; logs which model it was built on and says its context."""
+
+    def __init__(self, config: EngineConfig, log_path: str) -> None:
+        name = Path(config.model_path).name if config.model_path else "bundled"
+        super().__init__([f"a reply from {name}"], model_name=name, log_path=log_path)
+        self.backend = SimpleNamespace(n_ctx=config.n_ctx)
+        _log(log_path, {"event": "model", "path": config.model_path, "pid": os.getpid()})
+
+
+def config_engine(model_path: str | None, log_path: str, n_ctx: int = 2048) -> functools.partial:
+    """A picklable factory holding an EngineConfig (what factory_with_model replaces)."""
+    return functools.partial(ConfigEngine, EngineConfig(model_path=model_path, n_ctx=n_ctx), log_path)
+
+
+def sampling_gguf(path: Path, **values) -> Path:
+    """A tiny GGUF (header and two F32 tensors) with recommended sampling (general.sampling.*)."""
+    w = gguf.GGUFWriter(str(path), "llama")
+    w.add_name("tiny")
+    w.add_context_length(128)
+    w.add_file_type(7)
+    for key, value in values.items():
+        if isinstance(value, float):
+            w.add_float32(f"general.sampling.{key}", value)
+        else:
+            w.add_int32(f"general.sampling.{key}", value)
+    w.add_token_list(["<s>", "</s>", "a", "b"])
+    w.add_tensor("token_embd.weight", np.zeros((16, 8), dtype=np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
+async def test_opening_a_conversation_held_with_another_model_switches_the_engine_to_it(store, tmp_path, log):
+    one, two = tmp_path / "one.gguf", tmp_path / "two.gguf"
+    for p in (one, two):
+        p.write_bytes(b"GGUF")  # the scripted engine does not read it; the app checks it exists
+    app = make_app(store, config_engine(str(one), log), tmp_path, model_path=str(one), model_label="one.gguf")
+    async with app.run_test(size=SIZE) as pilot:
+        chat = app.chat_screen
+        await wait_until(pilot, lambda: app.engine.ready)
+        await send(pilot, "hello one")
+        await finished(pilot)
+        first = chat.conversation_id
+        assert await app.switch_model(str(two), "two.gguf")
+        await wait_until(pilot, lambda: app.engine.ready and app.switching_to is None)
+        await send(pilot, "hello two")
+        await finished(pilot)
+        second = chat.conversation_id
+        assert second != first and texts(chat)[-1] == "a reply from two.gguf"
+
+        await chat.open_conversation(first)  # held with one.gguf: the engine goes back to it
+        await wait_until(pilot, lambda: app.engine.ready and app.switching_to is None, what="the switch back")
+        assert app.model_path == str(one) and chat.conversation_id == first
+        assert texts(chat) == ["hello one", "a reply from one.gguf"]  # the conversation is kept
+        assert any("goes on with it" in n for n in notifications(app))
+        await send(pilot, "again")
+        await finished(pilot)
+        assert texts(chat)[-1] == "a reply from one.gguf"
+        models = read_log(log, "model")
+        assert [m["path"] for m in models] == [str(one), str(two), str(one)]
+        last = read_log(log, "generate")[-1]
+        assert last["pid"] == models[-1]["pid"] and last["conversation"] == first
+
+        two.unlink()  # a conversation whose model file is gone: said, and the running model answers
+        await chat.open_conversation(second)
+        await pilot.pause()
+        assert chat.conversation_id == second and app.model_path == str(one)
+        assert any("is not there any more" in n for n in notifications(app)), notifications(app)
+    assert len(read_log(log, "model")) == 3  # no switch to a missing file
+
+
+async def test_the_header_shows_the_context_size_and_what_the_conversation_uses(store, tmp_path, log):
+    app = make_app(store, config_engine(None, log, n_ctx=1536), tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        chat = app.chat_screen
+        await wait_until(pilot, lambda: app.engine.ready and app.n_ctx == 1536)
+        assert "context 0 of 1536 tok" in app.sub_title
+        await send(pilot, "hello")
+        await finished(pilot)
+        rows = store.get_messages(chat.conversation_id)
+        meta = rows[-1]["meta"]
+        used = meta["prompt_length"] + meta["n_tokens"]
+        assert meta["n_tokens"] > 0 and f"context {used} of 1536 tok" in app.sub_title
+        cid = chat.conversation_id
+        await chat.new_conversation()
+        assert "context 0 of 1536 tok" in app.sub_title
+        await chat.open_conversation(cid)  # reopened: read back from the reply's meta
+        assert f"context {used} of 1536 tok" in app.sub_title
+
+
+async def test_a_model_switch_gives_new_conversations_its_recommended_sampling(store, tmp_path, log):
+    recommends = sampling_gguf(tmp_path / "recommends.gguf", temp=0.25, top_k=12, top_p=0.5)
+    app = make_app(store, config_engine(None, log), tmp_path, sampling=T08,
+                   sampling_given={"top_k": 7})  # the user set top-k (an option or the config file)
+    async with app.run_test(size=SIZE) as pilot:
+        chat = app.chat_screen
+        await wait_until(pilot, lambda: app.engine.ready)
+        assert await app.switch_model(str(recommends), "recommends.gguf")
+        s = chat.settings.sampling
+        assert (s.temperature, s.top_p, s.top_k) == (0.25, 0.5, 7)  # the GGUF's, but the user's top-k
+        assert "T 0.25" in app.sub_title
+        await wait_until(pilot, lambda: app.engine.ready and app.switching_to is None)
+        await send(pilot, "hi")
+        await finished(pilot)
+        call = read_log(log, "generate")[-1]
+        assert call["sampling"]["temperature"] == 0.25 and call["sampling"]["top_k"] == 7

@@ -95,6 +95,10 @@ def run(args: argparse.Namespace) -> int:
     from .runner import BenchConfig, run_bench
 
     sampling = _check_sampling(args)  # ArgumentError: one line, exit 2 (cli.main)
+    if args.model:
+        from ..config import resolve_model_arg
+
+        args.model = resolve_model_arg(args.model)  # a name `adaspark models` lists, as chat takes
     config = BenchConfig(
         sampling=None if sampling.greedy else sampling,
         script=args.script,

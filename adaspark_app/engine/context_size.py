@@ -8,7 +8,8 @@ Read in the UI process before the engine starts, from the GGUF's header only (no
 
 KV bytes per token = sum over layers of head_count_kv * (key_length * K bytes + value_length *
 V bytes), with the cache types LlamaBackend creates (K in BF16, V in F16: 2 bytes each). One
-unified KV cache holds every sequence of the verify tree, so this is the whole cache. A value
+unified KV cache holds every sequence of the verify tree, so this is the whole cache; a DSpark
+drafter adds its own KV (F32, as long as the target's context) per token. A value
 below 256 is kept as is; above, it is rounded down to a multiple of 256 (llama.cpp rounds a
 context up to one, and the memory cap must still hold after that).
 """
@@ -32,6 +33,8 @@ FALLBACK_N_CTX = 4096
 #: Bytes per element of the ggml types a KV cache may use (F32, F16, Q8_0, BF16).
 GGML_TYPE_BYTES = {0: 4.0, 1: 2.0, 8: 34 / 32, 30: 2.0}
 MEMINFO = "/proc/meminfo"
+#: The ggml type of the DSpark drafter's K and V cache (dspark.py: GGML_TYPE_F32, exact features).
+DRAFTER_KV_TYPE = 0
 
 
 @dataclass(frozen=True)
@@ -101,13 +104,17 @@ def mem_available(path: str = MEMINFO) -> int | None:
     return None
 
 
-def choose_n_ctx(kv: dict[str, Any], available: int | None, maximum: int = MAX_CHAT_N_CTX) -> ContextChoice:
-    """The context for a model with GGUF metadata `kv` when `available` bytes are free."""
+def choose_n_ctx(kv: dict[str, Any], available: int | None, maximum: int = MAX_CHAT_N_CTX,
+                 extra_bytes_per_token: float = 0.0) -> ContextChoice:
+    """The context for a model with GGUF metadata `kv` when `available` bytes are free.
+    extra_bytes_per_token: other caches as long as the context (the DSpark drafter's KV)."""
     arch = kv.get("general.architecture")
     trained = _int(kv.get(f"{arch}.context_length")) if isinstance(arch, str) else None
     if trained is not None and trained < MIN_N_CTX:
         trained = None
     per_token = kv_bytes_per_token(kv)
+    if per_token is not None:
+        per_token += extra_bytes_per_token
     cap = int(available * MEMORY_SHARE // per_token) if available and per_token else None
     options = [(trained if trained is not None else FALLBACK_N_CTX,
                 "training context" if trained is not None else "fallback"),
@@ -121,9 +128,26 @@ def choose_n_ctx(kv: dict[str, Any], available: int | None, maximum: int = MAX_C
     return ContextChoice(check_n_ctx(n), trained, cap, per_token, reason)
 
 
-def default_chat_n_ctx(model_path: str) -> ContextChoice:
-    """The chat's context for the GGUF at `model_path` (its header read; GGUFError if unreadable)."""
+def drafter_kv_bytes_per_token(drafter_path: str) -> float:
+    """KV bytes a token takes in the DSpark drafter's own context (as long as the target's),
+    with the cache types dspark.py creates it with (F32 K and V); 0 if the header lacks them."""
+    from ..gguf_file import read_gguf_header
+
+    header = read_gguf_header(drafter_path, skip_arrays=True)
+    return kv_bytes_per_token(header.kv, k_type=DRAFTER_KV_TYPE, v_type=DRAFTER_KV_TYPE) or 0.0
+
+
+def default_chat_n_ctx(model_path: str, drafter_path: str | None = None) -> ContextChoice:
+    """The chat's context for the GGUF at `model_path` (its header read; GGUFError if
+    unreadable), the drafter's KV (`drafter_path`: a GGUF, or "default") counted in the cap."""
     from ..gguf_file import read_gguf_header
 
     header = read_gguf_header(model_path, skip_arrays=True)
-    return choose_n_ctx(header.kv, mem_available())
+    extra = 0.0
+    if drafter_path:
+        if drafter_path == "default":
+            from .default_drafter import default_drafter_path
+
+            drafter_path = default_drafter_path()
+        extra = drafter_kv_bytes_per_token(drafter_path)
+    return choose_n_ctx(header.kv, mem_available(), extra_bytes_per_token=extra)

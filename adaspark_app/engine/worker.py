@@ -18,7 +18,7 @@ UI -> engine, on the command pipe:
     ("generate", request_id, conversation_id, messages, max_tokens, turn, sampling)
     ("close",)
 engine -> UI, on the event pipe:
-    ("loaded", {"model_name", "drafter_name", "notices", "gauges", "pid"})
+    ("loaded", {"model_name", "drafter_name", "notices", "gauges", "pid", "n_ctx"})
     ("load_failed", message)                        # then the process exits
     ("rounds", request_id, [RoundEvent], [monotonic seconds of each], gauges or None)
     ("done", request_id, ReplyResult, gauges)
@@ -100,7 +100,7 @@ class EngineConfig:
                 from .backend import default_model_path
                 from .context_size import default_chat_n_ctx
 
-                n_ctx = default_chat_n_ctx(self.model_path or default_model_path()).n_ctx
+                n_ctx = default_chat_n_ctx(self.model_path or default_model_path(), self.drafter_path).n_ctx
             engine = ChatEngine(model_path=self.model_path, drafter_path=self.drafter_path, store=store,
                                 arm=self.arm, n_ctx=n_ctx, n_threads=self.n_threads)
         except BaseException:
@@ -244,6 +244,7 @@ def serve(commands: Any, events: Any, cancel: CancelFlag, factory: Callable[[], 
             "drafter_name": getattr(engine, "drafter_name", None),
             "notices": list(getattr(engine, "notices", []) or []),
             "gauges": read_gauges(engine, 0),
+            "n_ctx": getattr(getattr(engine, "backend", None), "n_ctx", None),  # the header shows it
             "pid": os.getpid(),
         }))
         while True:

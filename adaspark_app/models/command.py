@@ -59,10 +59,17 @@ def render_table(entries: Sequence[ModelEntry], paths: bool = False) -> str:
 
 def cmd_models(args: argparse.Namespace) -> int:
     from ..config import load_config
-    from .discovery import discover_models
+    from .discovery import discover_models, learned_rows, mark_learned
 
     cfg = load_config()
-    entries = discover_models(cfg.folders(), store_path=args.store)
+    # a --store the user named that is not a store is their error (one line, exit 2); the
+    # default store, absent or unreadable, only means nothing is learned yet
+    rows = learned_rows(args.store, strict=args.store is not None)
+    notes: list[str] = []
+    entries = discover_models(cfg.folders(), learned=False, notes=notes)
+    mark_learned(entries, rows=rows)
+    for note in notes:
+        sys.stderr.write(f"adaspark: note: {note}\n")
     out = sys.stdout
     if args.json:
         for e in entries:

@@ -43,10 +43,13 @@ MAX_MANIFEST_BYTES = 1 << 20
 
 
 def discover_models(folders: Sequence[str | os.PathLike] = (), *, include_bundled: bool = True,
-                    store_path: str | os.PathLike | None = None, learned: bool = True) -> list[ModelEntry]:
+                    store_path: str | os.PathLike | None = None, learned: bool = True,
+                    notes: list[str] | None = None) -> list[ModelEntry]:
     """Every model found, in SOURCES order then by name. `folders`: the config file's model
     folders ($ADASPARK_MODELS is added). learned: look up which have a learned state on this
-    device in the store (`store_path`, default the user's store; an absent store means none)."""
+    device in the store (`store_path`, default the user's store; an absent store means none).
+    notes: if given, gets a sentence for each folder the user named that cannot be read (the
+    tools' own default places are looked in quietly: most users have only some of them)."""
     entries: list[ModelEntry] = []
     if include_bundled:
         entries += bundled_entries()
@@ -61,6 +64,10 @@ def discover_models(folders: Sequence[str | os.PathLike] = (), *, include_bundle
         if d in seen:
             continue
         seen.add(d)
+        if notes is not None:
+            problem = _folder_problem(d)
+            if problem:
+                notes.append(f"model folder {d}: {problem}; not searched")
         entries += folder_entries(d)
     if learned:
         mark_learned(entries, store_path)
@@ -237,6 +244,19 @@ def _walk(root: Path, max_depth: int = MAX_DEPTH) -> Iterator[tuple[Path, str]]:
             yield Path(item.path), rel
 
 
+def _folder_problem(d: Path) -> str | None:
+    """Why the folder `d` cannot be searched (missing, not a folder, unreadable), or None."""
+    try:
+        with os.scandir(d):
+            return None
+    except FileNotFoundError:
+        return "no such folder"
+    except NotADirectoryError:
+        return "not a folder"
+    except OSError as err:
+        return (err.strerror or str(err)).lower()
+
+
 def _subdirs(d: Path) -> Iterable[Path]:
     try:
         return sorted(p for p in d.iterdir() if p.is_dir() and not p.name.startswith("."))
@@ -279,9 +299,10 @@ def mark_learned(entries: list[ModelEntry], store_path: str | os.PathLike | None
         e.learned = None if e.broken else (e.model_id in ids)
 
 
-def learned_rows(store_path: str | os.PathLike | None = None) -> list[dict]:
+def learned_rows(store_path: str | os.PathLike | None = None, *, strict: bool = False) -> list[dict]:
     """`Store.list_learned()` of the store at `store_path`, [] if there is none or it does not
-    open. Only for a process that does not have that store open already: opening it checks the
+    open (strict: a file that is not a store raises its StoreError, for a --store the user
+    named). Only for a process that does not have that store open already: opening it checks the
     file with a plain open(), and closing that descriptor drops the POSIX locks SQLite holds on
     the file for the process's other connections."""
     from ..errors import AdaSparkError
@@ -295,6 +316,8 @@ def learned_rows(store_path: str | os.PathLike | None = None) -> list[dict]:
         with Store.open(path) as store:
             return store.list_learned()
     except AdaSparkError:
+        if strict:
+            raise
         return []
 
 

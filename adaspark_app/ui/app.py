@@ -58,13 +58,16 @@ class AdaSparkApp(App[int]):
                  drafter_label: str | None = None, store_label: str = "", *, export_dir: Path | None = None,
                  max_tokens: int = MAX_TOKENS, exit_on_load_error: bool = True,
                  engine_log: str | None = None, sampling: Any = None, system: str | None = None,
-                 model_path: str | None = None, resume_id: str | None = None) -> None:
+                 model_path: str | None = None, resume_id: str | None = None,
+                 sampling_given: dict[str, Any] | None = None) -> None:
         """`engine_factory` builds the engine inside the engine process, so it must be picklable
         (an `EngineConfig`, or a module-level callable): it crosses a "spawn" process start.
 
         max_tokens, sampling and system are the settings a new conversation starts with (each
         conversation then keeps its own: `ChatScreen.settings`); resume_id opens that stored
-        conversation at start (`chat --continue`)."""
+        conversation at start (`chat --continue`). sampling_given: the sampling values the user
+        set (options, config file); with it, a model switch gives new conversations the new
+        model's recommended settings (its GGUF's general.sampling.*) under those values."""
         super().__init__()
         self.engine = EngineClient(engine_factory, self.post_message, log_path=engine_log)
         self.engine_factory = engine_factory  # what the engine process is built from (the picker swaps it)
@@ -77,6 +80,8 @@ class AdaSparkApp(App[int]):
         self.export_dir = export_dir or Path.cwd()
         self.max_tokens = max_tokens
         self.sampling = sampling  # SamplingSettings of a new conversation (None: greedy)
+        self.sampling_given = sampling_given
+        self.n_ctx: int | None = None  # the context the engine opened (EngineLoaded tells it)
         self.system = system  # system prompt of a new conversation (None: none)
         self.model_path = model_path  # the GGUF the engine loads (None: the bundled model)
         self.resume_id = resume_id
@@ -112,8 +117,19 @@ class AdaSparkApp(App[int]):
             settings = self.chat_screen.settings
         except Exception:  # before the chat screen exists: what a new conversation gets
             settings = self.default_settings()
-        self.sub_title = (f"model {self.model_label} · {settings.label()} · drafter {drafter} · "
-                          f"store {self.store_label}")
+        self.sub_title = (f"model {self.model_label} · {self._context_label()}{settings.label()} · "
+                          f"drafter {drafter} · store {self.store_label}")
+
+    def _context_label(self) -> str:
+        """'context 312 of 8192 tok · ': what the open conversation takes of the engine's
+        context ('context 8192 tok · ' where that is not known)."""
+        if not self.n_ctx:
+            return ""
+        try:
+            used = self.chat_screen.context_used
+        except LookupError:
+            used = 0
+        return f"context {self.n_ctx} tok · " if used is None else f"context {used} of {self.n_ctx} tok · "
 
     def start_engine_load(self) -> None:
         """Start the engine process (once); the chat screen calls it when it has mounted."""
@@ -130,10 +146,14 @@ class AdaSparkApp(App[int]):
             self.model_label = message.model_name
         if message.drafter_name:
             self.drafter_label = message.drafter_name
+        if message.n_ctx:
+            self.n_ctx = message.n_ctx
         self._update_subtitle()
         if self.switching_to is not None:
             self.switching_to = None
-            self.notify(f"{self.model_label}: a new conversation starts on it.", title="Model loaded")
+            then = ("a new conversation starts on it" if getattr(self, "_new_conversation_on_load", True)
+                    else "this conversation goes on with it")
+            self.notify(f"{self.model_label}: {then}.", title="Model loaded")
         elif message.restarted:
             self.notify("The engine is running again.", title="Engine")
         for note in message.notices:
@@ -272,10 +292,13 @@ class AdaSparkApp(App[int]):
         if entry is not None:
             await self.switch_model(entry.path, entry.name)
 
-    async def switch_model(self, path: str, label: str) -> bool:
-        """Run the model at `path` from now on: the engine process is restarted with it (its
-        learned state is the store's for that model) and a new conversation starts. False (and a
-        notification) while a reply runs, or if this app's engine cannot change models."""
+    async def switch_model(self, path: str | None, label: str, *, new_conversation: bool = True) -> bool:
+        """Run the model at `path` (None: the bundled one) from now on: the engine process is
+        restarted with it (its learned state is the store's for that model) and, with
+        new_conversation, a new conversation starts (else the open one goes on: a stored
+        conversation reopened on its own model). New conversations then take that model's
+        recommended sampling settings under the ones the user set (`sampling_given`). False (and
+        a notification) while a reply runs, or if this app's engine cannot change models."""
         try:
             chat = self.chat_screen
         except LookupError:
@@ -293,8 +316,15 @@ class AdaSparkApp(App[int]):
         self.load_error = None
         self.deaths_in_a_row = 0
         self.switching_to = label
+        self.n_ctx = None  # until the new engine says its context
+        if self.sampling_given is not None:
+            from ..engine.sampling import SamplingSettings, chat_defaults
+
+            self.sampling = SamplingSettings(**{**chat_defaults(path), **self.sampling_given})
+        self._new_conversation_on_load = new_conversation
         self.engine.switch(factory)
-        await chat.new_conversation()  # its settings name the new model (default_settings)
+        if new_conversation:
+            await chat.new_conversation()  # its settings name the new model (default_settings)
         self._update_subtitle()
         chat.set_status()
         return True
@@ -361,18 +391,19 @@ def engine_log_path() -> str | None:
 
 def run_chat(model: str | None, drafter: str | None, store_path: str | None, max_tokens: int = MAX_TOKENS,
              sampling: Any = None, n_ctx: int | None = None, system: str | None = None,
-             resume_id: str | None = None) -> int:
+             resume_id: str | None = None, sampling_given: dict[str, Any] | None = None) -> int:
     """Run `adaspark chat`; returns the exit code (2 with a one-line message on a user error).
 
     max_tokens, sampling and system: a new conversation's settings; resume_id: the stored
-    conversation to open at start (`--continue`), which keeps its own."""
+    conversation to open at start (`--continue`), which keeps its own; sampling_given: the
+    sampling values set by the options and the config file (a model switch keeps them)."""
     from ..engine.worker import EngineConfig
     from ..store import Store
 
     try:
         store = Store.open(store_path)
     except AdaSparkError as err:
-        print(f"error: {err}", file=sys.stderr)
+        print(f"adaspark: error: {err}", file=sys.stderr)
         return err.exit_code
 
     # The engine process opens the same file for its learned state (WAL, busy timeout).
@@ -384,6 +415,7 @@ def run_chat(model: str | None, drafter: str | None, store_path: str | None, max
         store_label=_store_label(store, store_path),
         max_tokens=max_tokens, engine_log=engine_log_path(), sampling=sampling,
         system=system, model_path=model, resume_id=resume_id,
+        sampling_given=dict(sampling_given or {}),
     )
     from ..config import load_config
 

@@ -133,6 +133,9 @@ class ChatScreen(Screen):
         self.last_reply: str = ""
         self._shown: list[Shown] = []  # parallel to `history`
         self.settings: ChatSettings = ChatSettings()  # the open conversation's (set on mount)
+        # tokens of the context the last reply's prompt and text took (the header shows it
+        # against n_ctx); None: not known (a conversation stored before it was recorded)
+        self.context_used: int | None = 0
         self.editing: int | None = None  # the history index of the user message being edited
         self._draft = ""  # the message box's text before editing began
         self._prompt_titles: tuple[str, str] | None = None  # the box's titles before editing began
@@ -291,20 +294,37 @@ class ChatScreen(Screen):
         self.history = history
         self._shown = shown
         self.last_reply = next((m["content"] for m in reversed(history) if m["role"] == "assistant"), "")
+        self.context_used = context_used_from(rows)
         self.settings, problems = ChatSettings.from_stored(conv, self.adaspark.default_settings())
         if problems:
             self.notify("This conversation's stored settings were partly unusable; the defaults apply "
                         "instead: " + "; ".join(problems), title="Settings", severity="warning", timeout=10)
         loaded = getattr(self.adaspark, "model_path", None)
-        if conv and conv.get("settings") and self.settings.model_path != loaded:
-            held = self.settings.model or self.settings.model_path or "the bundled model"
-            self.notify(f"This conversation was held with {held}; replies now come from "
-                        f"{self.adaspark.model_label} (Ctrl+T picks a model).",
-                        title="Model", severity="warning", timeout=10)
+        if conv and conv.get("settings") and not same_model(self.settings.model_path, loaded):
+            await self._follow_model(self.settings)
         self.adaspark.settings_changed()
         view.scroll_end(animate=False)
         self.refresh_conversations()
         self.prompt.focus()
+
+    async def _follow_model(self, settings: ChatSettings) -> None:
+        """An opened conversation held with another model: the engine switches to that model, as
+        a chat app reopens a chat on its own model; its file gone, the running model answers and
+        the notification says so."""
+        import os
+
+        held = settings.model or settings.model_path or "the bundled model"
+        path = settings.model_path
+        if path is not None and not os.path.isfile(path):
+            self.notify(f"This conversation was held with {held}, whose file {path} is not there any more; "
+                        f"replies now come from {self.adaspark.model_label} (Ctrl+T picks a model).",
+                        title="Model", severity="warning", timeout=10)
+            return
+        switch = getattr(self.adaspark, "switch_model", None)
+        if switch is None or not await switch(path, held, new_conversation=False):
+            self.notify(f"This conversation was held with {held}; replies now come from "
+                        f"{self.adaspark.model_label} (Ctrl+T picks a model).",
+                        title="Model", severity="warning", timeout=10)
 
     async def new_conversation(self) -> None:
         if self.generating:
@@ -315,6 +335,7 @@ class ChatScreen(Screen):
         self.history = []
         self._shown = []
         self.last_reply = ""
+        self.context_used = 0
         self.settings = self.adaspark.default_settings()
         self.adaspark.settings_changed()
         await self.chat_view.clear()
@@ -562,6 +583,8 @@ class ChatScreen(Screen):
             # app is closed while the last fragments render.
             meta = reply_meta(result, self.adaspark.model_label, self.stats.shown_rate)
             self._record(request, result.text, meta, user_msg, reply_msg)
+            self.context_used = result.prompt_length + result.n_tokens
+            self.adaspark.settings_changed()  # the header's context figure
             await self._drop_replaced(request)
             await reply_msg.finish(reply_note(meta))
             await self.chat_view.mark_context(reply_msg, result.dropped_turns, result.capped_to)
@@ -995,11 +1018,41 @@ def reply_meta(result: ReplyResult, model: str, shown_rate: float | None = None)
     if result.seed is not None:
         meta["seed"] = result.seed
     meta["prompt_tokens"] = result.prompt_tokens
+    meta["prompt_length"] = result.prompt_length  # the whole prompt: with n_tokens, the context used
     if result.dropped_turns:  # the marker above the reply, shown again when the chat is reopened
         meta["dropped_turns"] = result.dropped_turns
     if result.capped_to is not None:
         meta["capped_to"] = result.capped_to
     return meta
+
+
+def same_model(a: str | None, b: str | None) -> bool:
+    """Whether two model paths (None: the bundled model) name the same file."""
+    import os
+
+    if a == b:
+        return True
+    try:
+        from ...engine.backend import default_model_path
+
+        a, b = (default_model_path() if x is None else x for x in (a, b))
+    except AdaSparkError:  # no bundled model: None names nothing else
+        return False
+    return os.path.realpath(a) == os.path.realpath(b)
+
+
+def context_used_from(rows: list[dict[str, Any]]) -> int | None:
+    """The context tokens a stored conversation's last reply took (its prompt and its text), from
+    that reply's meta; 0 with no reply, None when the meta does not tell (stored before)."""
+    for m in reversed(rows):
+        if m.get("role") != "assistant":
+            continue
+        meta = m.get("meta") if isinstance(m.get("meta"), dict) else {}
+        length, n = meta.get("prompt_length"), meta.get("n_tokens")
+        if isinstance(length, int) and isinstance(n, int):
+            return length + n
+        return None
+    return 0
 
 
 def reply_note(meta: dict[str, Any] | None) -> str:
