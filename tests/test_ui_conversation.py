@@ -598,3 +598,17 @@ async def test_a_model_switch_gives_new_conversations_its_recommended_sampling(s
         await finished(pilot)
         call = read_log(log, "generate")[-1]
         assert call["sampling"]["temperature"] == 0.25 and call["sampling"]["top_k"] == 7
+
+
+async def test_settings_dialog_types_after_the_system_prompt_there_is(store, tmp_path, log):
+    app = make_app(store, scripted(["one"], log_path=log), tmp_path, sampling=T08, system="You are a pirate.")
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("f3")
+        await wait_until(pilot, lambda: isinstance(app.screen, SettingsScreen))
+        await pilot.press(*" Be brief.")
+        await pilot.press("enter")  # a new line in the system prompt, not a save
+        await pilot.press(*"Arr")
+        assert isinstance(app.screen, SettingsScreen)
+        await pilot.press("ctrl+s")
+        await wait_until(pilot, lambda: isinstance(app.screen, ChatScreen))
+        assert app.chat_screen.settings.system == "You are a pirate. Be brief.\nArr"

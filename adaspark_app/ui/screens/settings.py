@@ -65,7 +65,7 @@ class SettingsScreen(ModalScreen[ChatSettings | None]):
             yield Label(f"Settings of {self.where}", classes="title")
             model = self.settings.model or "the loaded model"
             yield Static(f"Model: {model}", classes="muted", id="model")
-            yield Label("System prompt (sent first; blank: none)")
+            yield Label("System prompt (sent first; blank: none; Enter: a new line, Ctrl+S saves)")
             yield TextArea(values["system"], id="system", soft_wrap=True, show_line_numbers=False,
                            tab_behavior="focus")
             with Grid():
@@ -79,7 +79,9 @@ class SettingsScreen(ModalScreen[ChatSettings | None]):
                 yield Button("Save", id="save", variant="primary")
 
     def on_mount(self) -> None:
-        self.query_one("#system", TextArea).focus()
+        area = self.query_one("#system", TextArea)
+        area.focus()
+        area.move_cursor(area.document.end)  # typing adds to the prompt there is, as in an editor
 
     def form(self) -> dict[str, str]:
         """The fields' text as typed."""
