@@ -612,3 +612,20 @@ async def test_settings_dialog_types_after_the_system_prompt_there_is(store, tmp
         await pilot.press("ctrl+s")
         await wait_until(pilot, lambda: isinstance(app.screen, ChatScreen))
         assert app.chat_screen.settings.system == "You are a pirate. Be brief.\nArr"
+
+
+async def test_a_model_that_fails_to_load_exits_with_the_clis_one_line(store, tmp_path):
+    from textual.app import App
+
+    from adaspark_app.errors import ModelLoadError
+    from ui_fakes import failing
+
+    app = AdaSparkApp(failing(ModelLoadError("llama.cpp could not load the model file /x.gguf")), store,
+                      store_label="ui.db", export_dir=tmp_path)
+    shown: list[str] = []
+    app.exit = lambda *a, message=None, **k: (shown.append(str(message)), App.exit(app, *a, message=message, **k))
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_until(pilot, lambda: app.return_code is not None, what="the app to exit")
+    assert app.return_code == 2
+    # printed on stderr once the terminal is restored: the same form as every other CLI error
+    assert shown == ["adaspark: error: llama.cpp could not load the model file /x.gguf"]

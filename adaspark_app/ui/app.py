@@ -168,7 +168,7 @@ class AdaSparkApp(App[int]):
         self.load_error = message.error
         self.switching_to = None  # a picked model that fails: said below; Ctrl+T picks another
         if self.exit_on_load_error and not message.restarted:
-            self.exit(2, return_code=2, message=f"error: {message.error}")
+            self.exit(2, return_code=2, message=f"adaspark: error: {message.error}")  # as the CLI says it
             return
         self.notify(message.error, title="The model failed to load", severity="error", timeout=30)
         try:
