@@ -7,8 +7,13 @@ gemma270m.gguf; each target whose file is missing is skipped on its own). Run wi
     ADASPARK_TARGETS_DIR=~/.cache/adaspark/targets python3 -m pytest -q -m target tests/test_real_targets.py
 
 Two paste-and-ask prompts per target (the shortest first turns of the long-paste and pasted-code
-corpora), greedy, arms `ar`, `pinned:8` (always verifies 8 rows, so multi-row kernels really
-run) and `adaspark`, with the engine's self-check on.
+corpora) and one two-turn MT-Bench chat (the second reply sees the first, so a drifted first reply
+shows there too), greedy, arms `ar`, `pinned:8` and `pinned:16` (always verify 8 or 16 rows: the
+widths where ggml's tiled K-quant matmul would take over, so the batch kernels really run) and
+`adaspark`, with the engine's self-check on. The self-check compares an emitted token with its
+row's argmax in the batch that verified it, so it cannot see a batch computing a row differently
+from a one-row step; ``test_rows_verified_in_a_batch_equal_one_row_steps`` checks that directly,
+logits bit for bit, at 16 rows.
 """
 
 from __future__ import annotations
@@ -26,7 +31,8 @@ pytestmark = [pytest.mark.target, pytest.mark.model]
 TARGETS_ENV = "ADASPARK_TARGETS_DIR"
 TARGETS = ("qwen0.5b", "qwen1.5b", "gemma270m")
 CORPORA = Path(__file__).resolve().parents[1] / "benchmarks" / "corpora"
-ARMS = ("ar", "pinned:8", "adaspark")
+ARMS = ("ar", "pinned:8", "pinned:16", "adaspark")
+CHAT = "mt-bench-81"  # a two-turn chat (writing), both turns asked
 MAX_TOKENS = 64
 
 
@@ -41,12 +47,18 @@ def _target_path(name: str) -> Path:
     return path
 
 
+def _rows(corpus: str) -> list[dict]:
+    return [json.loads(line) for line in (CORPORA / corpus).read_text().splitlines() if line.strip()]
+
+
 def _prompts() -> list[dict]:
-    """The shortest first turn of each paste-and-ask corpus (long paste, pasted code)."""
+    """The shortest first turn of each paste-and-ask corpus (long paste, pasted code), as
+    one-turn conversations, then the two-turn chat CHAT."""
     out = []
     for corpus in ("longpaste.jsonl", "longcode.jsonl"):
-        rows = [json.loads(line) for line in (CORPORA / corpus).read_text().splitlines() if line.strip()]
-        out.append(min(rows, key=lambda r: len(r["turns"][0])))
+        conv = min(_rows(corpus), key=lambda r: len(r["turns"][0]))
+        out.append({**conv, "turns": conv["turns"][:1]})
+    out.append(next(r for r in _rows("mtbench.jsonl") if r["id"] == CHAT))
     return out
 
 
@@ -61,26 +73,30 @@ def target_replies(request) -> tuple[str, dict]:
         try:
             tokens, widths = [], {}
             for conv in prompts:
-                r = eng.generate(conv["id"], [{"role": "user", "content": conv["turns"][0]}],
-                                 max_tokens=MAX_TOKENS)
-                tokens.append(list(r.tokens))
-                for w, n in r.widths.items():
-                    widths[w] = widths.get(w, 0) + n
+                messages: list[dict] = []
+                for turn in conv["turns"]:  # later turns see this arm's own earlier replies
+                    messages.append({"role": "user", "content": turn})
+                    r = eng.generate(conv["id"], messages, max_tokens=MAX_TOKENS)
+                    messages.append({"role": "assistant", "content": r.text})
+                    tokens.append(list(r.tokens))
+                    for w, n in r.widths.items():
+                        widths[w] = widths.get(w, 0) + n
             out[arm] = (tokens, eng.decoder.checked_rows, widths)
         finally:
             eng.close()
     return request.param, out
 
 
-def test_pinned_width_really_verifies_many_rows(target_replies):
-    """pinned:8 ran multi-row verifies on this target, so the identity below covers the batch kernels."""
+@pytest.mark.parametrize("arm,width", [("pinned:8", 8), ("pinned:16", 16)])
+def test_pinned_width_really_verifies_many_rows(target_replies, arm, width):
+    """pinned:N ran N-row verifies on this target, so the identity below covers the batch kernels."""
     name, out = target_replies
-    _, checked, widths = out["pinned:8"]
+    _, checked, widths = out[arm]
     assert checked > 0, name
-    assert any(int(w) > 1 for w in widths), (name, widths)
+    assert widths.get(width, widths.get(str(width), 0)) > 0, (name, widths)
 
 
-@pytest.mark.parametrize("arm", ["pinned:8", "adaspark"])
+@pytest.mark.parametrize("arm", ["pinned:8", "pinned:16", "adaspark"])
 def test_replies_identical_to_ar_on_real_target(target_replies, arm):
     """Each reply's tokens equal plain decode's on the same target, byte for byte."""
     name, out = target_replies
@@ -88,3 +104,26 @@ def test_replies_identical_to_ar_on_real_target(target_replies, arm):
     assert all(base), f"{name}: ar gave an empty reply"
     same = sum(a == b for a, b in zip(base, other))
     assert same == len(base), f"{name} {arm}: {same}/{len(base)} replies identical to ar"
+
+
+@pytest.mark.parametrize("name", TARGETS)
+def test_rows_verified_in_a_batch_equal_one_row_steps(name):
+    """16 rows verified as one batch give the logits of the same rows decoded one at a time, bit
+    for bit, after a 300-token prefill (benchmarks/targets/row_identity.py's check): the
+    property that makes every arm's reply equal `ar`'s, tested without the luck of a near tie."""
+    import sys
+
+    sys.path.insert(0, str(CORPORA.parents[1] / "benchmarks" / "targets"))
+    from row_identity import compare  # noqa: E402 - a benchmark module, not a package
+
+    from adaspark_app.engine.backend import LlamaBackend
+
+    path = _target_path(name)
+    b = LlamaBackend(str(path), n_ctx=1024, n_threads=2)
+    try:
+        text = "\n\n".join(r["turns"][0] for r in _rows("longpaste.jsonl")[:3])
+        res = compare(b, b.tokenize(text)[:301], 16)
+    finally:
+        b.close()
+    same = [r["row"] for r in res if r["identical"]]
+    assert len(same) == 16, f"{name}: rows identical {same}, max diffs {[r['max_abs_diff'] for r in res]}"
