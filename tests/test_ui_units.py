@@ -306,3 +306,20 @@ def test_the_ui_lowers_only_its_own_threads_and_the_engine_keeps_normal_priority
     assert out["main"] == [min(base + 19, 19), policy] and out["later"] == out["main"]
     assert out["early"] == [base, out["other"]]
     assert out["early_child"] == [base, out["other"]]
+
+
+def test_the_display_speed_counts_from_the_texts_arrival_not_its_first_showing():
+    """A reply whose frames were held back and drawn late, in two frames 10 ms apart, delivered
+    its text over 2 s from the first batch's arrival: that is the speed the user saw, not the
+    thousands of tokens a second that timing the two frames alone would give."""
+    s = SpecStats()
+    s.start_reply()
+    s.arrived(100.0, 5)
+    s.arrived(101.0, 120)  # later batches do not move the start
+    s.shown(101.99, 150)
+    s.shown(102.0, 205)
+    assert s.shown_rate == pytest.approx((205 - 5) / 2.0)
+    s.start_reply()  # a new reply forgets the old start
+    s.shown(200.0, 10)
+    s.shown(201.0, 60)
+    assert s.shown_rate == pytest.approx(50.0)

@@ -92,6 +92,7 @@ class SpecStats:
         self.final_rate: float | None = None  # the engine's ReplyResult.tokens_per_s, once known
         self._shown_first: tuple[float, int] | None = None  # (wall seconds, tokens) when text first showed
         self._shown_last: tuple[float, int] | None = None
+        self._arrived: tuple[float, int] | None = None  # (wall seconds, tokens) when text first arrived
 
     def add(self, event: RoundEvent) -> None:
         """Take one round (events arrive in round order)."""
@@ -118,6 +119,12 @@ class SpecStats:
         self.final_rate = tokens_per_s if tokens_per_s > 0 else None
         self.reply_tokens = max(self.reply_tokens, n_tokens)
 
+    def arrived(self, wall_s: float, tokens: int) -> None:
+        """Text up to `tokens` reply tokens reached the UI process at `wall_s`; the first call of a
+        reply starts the display's clock (so text held back by frame pacing counts as late)."""
+        if self._arrived is None:
+            self._arrived = (wall_s, tokens)
+
     def shown(self, wall_s: float, tokens: int) -> None:
         """Text up to `tokens` reply tokens reached the screen at wall time `wall_s`."""
         if self._shown_first is None:
@@ -137,10 +144,12 @@ class SpecStats:
 
     @property
     def shown_rate(self) -> float | None:
-        """Tokens per wall second between the first and the last text shown (the display's speed)."""
+        """Tokens per wall second from the first text's arrival (else its first showing) to the
+        last text shown: the display's speed. Timed from the showing alone, a reply held back
+        and drawn in two late frames would read as thousands of tokens a second."""
         if self._shown_first is None or self._shown_last is None:
             return None
-        (t0, n0), (t1, n1) = self._shown_first, self._shown_last
+        (t0, n0), (t1, n1) = self._arrived or self._shown_first, self._shown_last
         if t1 <= t0 or n1 <= n0:
             return None
         return (n1 - n0) / (t1 - t0)

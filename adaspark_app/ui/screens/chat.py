@@ -494,6 +494,7 @@ class ChatScreen(Screen):
                 self._received.append(event.text)
                 self._unshown.append(event.text)
             self._received_tokens = max(self._received_tokens, event.reply_tokens)
+        self.stats.arrived(time.monotonic(), self._received_tokens)
         gauges = gauges_from(message.gauges)
         if gauges is not None:
             self.stats.set_gauges(gauges)
