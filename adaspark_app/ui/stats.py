@@ -120,8 +120,9 @@ class SpecStats:
         self.reply_tokens = max(self.reply_tokens, n_tokens)
 
     def arrived(self, wall_s: float, tokens: int) -> None:
-        """Text up to `tokens` reply tokens reached the UI process at `wall_s`; the first call of a
-        reply starts the display's clock (so text held back by frame pacing counts as late)."""
+        """Text up to `tokens` reply tokens was produced at `wall_s` (the engine's monotonic clock);
+        the first call of a reply starts the display's clock, so text held back on its way (a
+        UI starved of CPU, frame pacing) counts as late."""
         if self._arrived is None:
             self._arrived = (wall_s, tokens)
 

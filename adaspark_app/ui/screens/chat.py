@@ -493,8 +493,10 @@ class ChatScreen(Screen):
             if event.text:
                 self._received.append(event.text)
                 self._unshown.append(event.text)
+                # the engine's clock (CLOCK_MONOTONIC, one for every process): the display's
+                # speed runs from when the text existed, so a starved UI reads as late
+                self.stats.arrived(t, event.reply_tokens)
             self._received_tokens = max(self._received_tokens, event.reply_tokens)
-        self.stats.arrived(time.monotonic(), self._received_tokens)
         gauges = gauges_from(message.gauges)
         if gauges is not None:
             self.stats.set_gauges(gauges)
