@@ -94,14 +94,15 @@ def render_markdown(report: Mapping[str, Any]) -> str:
         lines.append(f"| `{arm}` | {a['replies']} | {a['looped']} | {_fmt(a['tokens_per_s'])} | "
                      f"{_fmt(a['tokens_per_round'], '.2f')} | {a['rounds']} | {a['measure_rounds']} | "
                      f"{_fmt_shares(a['width_shares'])} |")
-    lines += ["", "## Acceptance and its pricing", "",
+    priced_arms = [a for a in arms if summ["arms"][a].get("tree_rounds") or summ["arms"][a].get("accepted_by_source")]
+    lines += [] if not priced_arms else ["", "## Acceptance and its pricing", "",
               "Accepted draft tokens per round by the source that proposed them (non-looped replies); "
               "calibration is the acceptance model's expected accepted tokens over the tokens the "
               "target accepted, summed over priced rounds of more than one row (cold-start "
               "measurements left out): 1.00 is calibrated, above 1 it over-promises.", "",
               "| arm | accepted/round by source | tree rounds | expected | accepted | calibration |",
               "|---|---|---|---|---|---|"]
-    for arm in arms:
+    for arm in priced_arms:  # engines that report rounds (not the peers timed on a client clock)
         a = summ["arms"][arm]
         src = ", ".join(f"{k} {v:.3f}" for k, v in (a.get("accepted_per_round_by_source") or {}).items()) or "-"
         lines.append(f"| `{arm}` | {src} | {a.get('tree_rounds', 0)} | {_fmt(a.get('expected_accepted'), '.1f')} | "
