@@ -36,11 +36,14 @@ async def test_chat_past_a_small_context_keeps_answering_with_the_marker(tmp_pat
         async with app.run_test(size=SIZE) as pilot:
             chat = app.chat_screen
             for q in QUESTIONS:
+                before = len(chat.history)
                 chat.prompt.text = q
                 chat.prompt.focus()
                 await pilot.press("enter")
-                await wait_until(pilot, lambda: chat.generating, timeout=10, what="the reply to start")
-                await wait_until(pilot, lambda: not chat.generating, timeout=REPLY_TIMEOUT,
+                # the turn and its reply in the history, and the reply over (a 16-token reply on a
+                # warm engine can start and end between two polls of `generating`)
+                await wait_until(pilot, lambda: len(chat.history) >= before + 2 and not chat.generating,
+                                 timeout=REPLY_TIMEOUT,
                                  what=lambda: f"a reply ({[n.message for n in app._notifications]})")
             errors = [n.message for n in app._notifications if n.severity == "error"]
             assert not errors, errors
