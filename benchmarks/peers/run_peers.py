@@ -46,8 +46,8 @@ from adaspark_app import native  # noqa: E402
 from adaspark_app.bench.report import write_report  # noqa: E402
 from adaspark_app.bench.runner import arm_order, cap_marks, machine_info, warm_page_cache  # noqa: E402
 from adaspark_app.runner import Conversation, load_script  # noqa: E402
-from adaspark_app.cli import SAMPLING_FLAGS  # noqa: E402
-from adaspark_app.engine.sampling import settings_from  # noqa: E402
+from adaspark_app.cli import _add_sampling as add_sampling_options  # noqa: E402
+from adaspark_app.cli import _check_sampling as check_sampling  # noqa: E402
 
 DEFAULT_PEERS = "lcpp-plain,lcpp-pld,adaspark"
 SERVER_SPEC = {"server-plain": [], "server-ngram-mod": ["--spec-type", "ngram-mod"],
@@ -316,13 +316,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--keep-capped", action="store_true",
                     help="keep replies that reach --max-tokens (a fixed-length comparison)")
     ap.add_argument("--out", default=str(Path(__file__).resolve().parent / "results"))
-    g = ap.add_argument_group("sampling (as `adaspark run`; unset: greedy, as before)")
-    for flag in SAMPLING_FLAGS:
-        g.add_argument(flag, dest=flag[2:].replace("-", "_"), default=None, metavar="X")
+    add_sampling_options(ap)  # as `adaspark run`: unset, greedy
     args = ap.parse_args(argv)
-    values = {f[2:].replace("-", "_"): getattr(args, f[2:].replace("-", "_")) for f in SAMPLING_FLAGS}
-    sampling = settings_from(values, None)
-    sampling = None if sampling.greedy else sampling.resolved()
+    sampling = check_sampling(args)  # the seed drawn once, so every peer and reply shares it
+    sampling = None if sampling.greedy else sampling
     args.model = args.model or default_model_path()
     # a TERM (or an INT, ignored by background jobs) unwinds through `finally`, which stops
     # the llama-server processes this script started
