@@ -33,8 +33,9 @@ REFIT_ITERATIONS: int = 60  # iterations of the refit's solver (iteratively rewe
 REFIT_EPS: float = 1e-5  # residual floor of the reweighting, in units of the class scale
 REACH_PATIENCE: int = 8  # rounds before a pending width wider than every tree seen teaches the table its reach
 SPLIT_PATIENCE: int = 512  # rounds a split width may wait for a round where it could win before it is dropped
-COLD_ALWAYS_BELOW: int = 16  # DEVIATION: ladder widths below this are measured unconditionally; wider ones only where they could win
+COLD_ALWAYS_BELOW: int = 16  # DEVIATION: ladder widths from this up are measured where they could win at their lower neighbour's price (narrower ones: at a roofline bound)
 CONDITIONAL_MEASUREMENTS: int = 1  # DEVIATION: a width measured only where it could win (wide ladder, split) is priced after 1 (cold start)
+ROOFLINE_SLOPE_SHARE: float = 0.5  # DEVIATION: a narrow cold width's lower-bound price rises by half the per-row slope of the two widest priced widths below it
 PENDING_STALL: int = 64  # rounds a width may wait for a tree wide enough before it stops forcing drafting
 FIXED_EMA_WEIGHT: float = 0.2  # weight of the newest round in the running D that prices a drafted round before it is timed
 

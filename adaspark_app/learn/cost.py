@@ -170,7 +170,8 @@ class _Ftrl:
             wi = max(w[i], 0.0) if i > 0 else w[i]
             den = (FTRL_BETA + math.sqrt(self.n[i])) / FTRL_ALPHA + LAMBDA2
             self.z[i] = 0.0 if wi == 0.0 else -wi * den - math.copysign(LAMBDA1, wi)
-            self.w[i] = wi
+            # w read back from z, as load_state does: a reloaded law then prices bit for bit alike
+            self.w[i] = self._weight(i)
 
     def state_dict(self) -> dict:
         return {"z": [float(v) for v in self.z], "n": [float(v) for v in self.n]}
@@ -366,14 +367,20 @@ class RowClass:
         return self.origin == "split" or (self.origin == "ladder" and self.width >= COLD_ALWAYS_BELOW)
 
     @property
+    def needed(self) -> int:
+        """Measurements before the width is offered: §3.2's three, or for a conditional width
+        CONDITIONAL_MEASUREMENTS (a deviation): each of its measurements is a verify of many rows
+        run only because it could win, and once offered every round verified at it goes on
+        teaching its class. One sample prices it at that sample's time, which interference can
+        only raise: the error leans toward narrower widths, never toward a width that costs more
+        than priced. A narrow ladder width is also measured only where it could win
+        (``scheduler._cold_could_win``) but keeps the three: its rounds are cheap and common."""
+        return CONDITIONAL_MEASUREMENTS if self.conditional else MEASUREMENTS_BEFORE_PRICED
+
+    @property
     def priced(self) -> bool:
-        """Measured enough to be offered. A conditional width needs CONDITIONAL_MEASUREMENTS
-        (a deviation from §3.2's three): each of its measurements is a verify of many rows run
-        only because it could win, and once offered every round verified at it goes on teaching
-        its class. One sample prices it at that sample's time, which interference can only raise:
-        the error leans toward narrower widths, never toward a width that costs more than priced."""
-        need = CONDITIONAL_MEASUREMENTS if self.conditional else MEASUREMENTS_BEFORE_PRICED
-        return self.count >= need
+        """Measured enough to be offered (``needed``)."""
+        return self.count >= self.needed
 
     def observe(self, context: int, seconds: float, d_clock: float, d_drafter: bool = False) -> None:
         self.count += 1

@@ -80,7 +80,12 @@ class GainLine:
         """Scale all evidence by ``factor``: the fit (a, b) is unchanged, Z^2 shrinks with it."""
         if self.count:
             self.stats = [v * factor for v in self.stats]
-            self.z2 *= factor
+            # solved from the faded sums, as load_state does (not z2 *= factor: equal in exact
+            # arithmetic, not in floats), so a reloaded line decides bit for bit alike
+            if self.stats[0] > 0.0:
+                self._solve()
+            else:
+                self.a, self.b, self.z2 = 1.0, 0.0, 0.0
 
     def evidence(self) -> float:
         """Share of the fitted correction in use: (|Z| / GAIN_EVIDENCE_Z)^2, at most 1.

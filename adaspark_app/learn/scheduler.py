@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .chooser import Scored, WidthChooser, s_at
-from .constants import COLD_ALWAYS_BELOW, HOLD_ROUNDS_BEFORE_SPLIT, LADDER, PENDING_STALL, PROBE_COPY_EDGES
+from .constants import (COLD_ALWAYS_BELOW, HOLD_ROUNDS_BEFORE_SPLIT, LADDER, PENDING_STALL, PROBE_COPY_EDGES,
+                        ROOFLINE_SLOPE_SHARE)
 from .cost import VerifyCostModel, context_band
 from .gains import Gains
 from .gates import PROBE_NONE, PROBE_SHORT_COPY, DraftGate, DrafterGate
@@ -128,11 +129,14 @@ class WidthScheduler:
         measure it for PENDING_STALL rounds.
         """
         self.probe = int(probe)
+        if not self.cost.is_priced(1) and 1 in self.cost.widths():
+            # Width 1 is a plain step: timed by plain steps for free. Measured on a drafted round
+            # it paid D for a tree it threw away (with the drafter ~6 ms a round on the bundled
+            # model, a fifth of the cold start).
+            return False
         if self.cost.cold_pending() and self.stall < PENDING_STALL:
             return True
         gate = self._gate(context)
-        if not self.cost.is_priced(1):
-            return True
         return not gate.take_skip()
 
     def plan(self, context: int, s_drafter: np.ndarray, s_ngram: np.ndarray, fixed_s: float,
@@ -222,17 +226,48 @@ class WidthScheduler:
 
         The paper measures every ladder width unconditionally. On a CPU, where every row costs,
         three verifies each of 16, 32 and 64 rows cost about a hundred plain steps, and most rounds'
-        trees could not use them. So a cold width of COLD_ALWAYS_BELOW rows or more is measured only in
-        a round where it could win: at its priced lower neighbour's price (a lower bound on its
-        own) it must clear the switching margin against the best priced width, the split rule of
-        §3.2 applied to the ladder. A width never measured stays unoffered.
+        trees could not use them. So a cold width is measured only in a round where it could win:
+        at a lower bound on its price it must clear the switching margin against the best priced
+        width, the split rule of §3.2 applied to the ladder. The bound is the roofline bound
+        (``_roofline_bound``) while the nearest priced width below is narrow (under
+        COLD_ALWAYS_BELOW rows), else that neighbour's price: with a drafter the first reply's
+        trees (a fresh acceptance model, a drafter right on few rows) were measured at 4, 8 and
+        16 rows while accepting nothing, since a lower neighbour's price alone lets any tree
+        that promises a little more win. Width 1 is timed by plain steps (``wants_draft``). A
+        width never measured stays unoffered.
         """
         below = [a for a in scored if a < w]
-        if w < COLD_ALWAYS_BELOW or not below:
+        if w == 1 or not below:
             return True
         best = max(scored.values(), key=lambda x: x.score)
         alt = self._optimistic(below[-1], w, scored, s_d, s_n, gains, rho)
+        narrow = [a for a in below if a < COLD_ALWAYS_BELOW]
+        if len(narrow) >= 2 and below[-1] == narrow[-1]:
+            # nearest priced width below is narrow: the roofline of the narrow widths bounds it
+            alt = self._roofline_bound(alt, narrow[-2], narrow[-1], scored, rho)
         return self.chooser.beats(alt, best, rho is not None) > 0.0
+
+    @staticmethod
+    def _roofline_bound(alt: Scored, a2: int, a: int, scored: dict[int, Scored], rho: float | None) -> Scored:
+        """A narrow cold width n = alt.width priced at a tighter lower bound than T(a).
+
+        Below the compute roof a verify's time rises about linearly in its rows once the
+        weights are streamed (one-row step: memory bound; issue 19's tables: 2-row to 64-row
+        verifies rise 0.52-0.66 one-row steps per row), so T(n) >= T(a) + s (n - a) with s the
+        slope between the two widest priced widths below. Half of it (ROOFLINE_SLOPE_SHARE)
+        keeps the bound below a curve that flattens (a tiled kernel). The slope is taken between
+        narrow widths only and used only while the nearest priced width below is narrow: wide
+        classes may cost less than narrower ones (Proposition 2), where a slope between them
+        would overprice the wider. On a concave curve (a routed mixture-of-experts target) the
+        1->2 slope over-reaches 16 rows (by 25% on tests/learn_sim.routed): there a wide width
+        waits until a wider narrow one is priced. On the bundled model with the drafter a 16-row cold width
+        priced at 2 rows' price (the old bound) was measured on a 15-row drafter tree that
+        accepted nothing (36 ms for one token).
+        """
+        slope = max(0.0, (scored[a].seconds - scored[a2].seconds) / (a - a2))
+        sec = alt.seconds + ROOFLINE_SLOPE_SHARE * slope * (alt.width - a)
+        e = alt.tokens
+        return Scored(alt.width, e, sec, e - rho * sec if rho is not None else e / max(sec, 1e-12))
 
     def _split_to_measure(
         self, chosen: int, scored: dict[int, Scored], s_d: list[float], s_n: list[float],
