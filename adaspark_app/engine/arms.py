@@ -23,6 +23,7 @@ import numpy as np
 from ..errors import ArgumentError
 from ..learn.gates import PROBE_NONE, probe_class
 from ..learn.kinds import Decider, NgramKind
+from .ngram import long_copy_floor
 from .rounds import DraftDecision, RoundStart, RoundTree, Verified, WidthChoice
 
 if TYPE_CHECKING:  # the decoder hands itself to the policy; no import cycle at run time
@@ -141,6 +142,10 @@ class ChainPolicy(ArmPolicy):
 class AdaSparkPolicy(ArmPolicy):
     """`adaspark`: the gates decide whether to draft, the scheduler chooses the width and learns."""
 
+    def __init__(self, arm: Arm) -> None:
+        super().__init__(arm)
+        self.last_whole = 0  # the last round's draft tokens if all were accepted (ngram.long_copy_floor)
+
     @staticmethod
     def probe(dec: "Decoder") -> int:
         """The gates' probe class of the n-gram proposal at the anchor: a copy whose context earlier
@@ -174,11 +179,20 @@ class AdaSparkPolicy(ArmPolicy):
         fixed_ema = dec.fixed_estimate(tree.use_drafter)
         plan = dec.scheduler.plan(r.context, tree.s_d, tree.s_n, fixed_ema if fixed_ema is not None else fixed_now,
                                   may_measure=not r.first_round)
+        if r.first_round:
+            self.last_whole = 0  # a new request: the last reply's copy confirms nothing here
+        # A confirmed long copy is verified at least as far as llama.cpp's ngram-mod would (the
+        # special case and why: ngram.long_copy_floor); a measurement keeps its width.
+        floor = 0 if plan.measured else long_copy_floor(dec.ngram.long_copy(), self.last_whole)
+        if floor > plan.width:
+            return WidthChoice(width=floor, decided_by=Decider.LONG_COPY, predicted_s=None, plan=plan)
         return WidthChoice(width=plan.width, decided_by=plan.decided_by, measured=plan.measured,
                            predicted_s=plan.predicted_verify_s, plan=plan)
 
     def observe(self, dec: "Decoder", tree: RoundTree, choice: WidthChoice, result: Verified,
                 r: RoundStart) -> None:
+        # whole: every row accepted but at most the last, which may be the exploration row
+        self.last_whole = len(result.path) if len(result.path) >= choice.width - 2 else 0
         sel = np.asarray(choice.selected, dtype=np.int64)
         # The gains learn what the round committed against what it priced: the cut path and the
         # committable Q (tree.committable), the terms Eq. (7) scores; the uncut path over-valued
@@ -189,6 +203,7 @@ class AdaSparkPolicy(ArmPolicy):
                               np.array([j in in_path for j in choice.selected], dtype=bool), tree.use_drafter)
 
     def observe_plain(self, dec: "Decoder", r: RoundStart, step_s: float) -> None:
+        self.last_whole = 0
         dec.scheduler.observe_plain(r.context, step_s, r.first_round)
 
     def after_round(self, dec: "Decoder", r: RoundStart, gate: DraftDecision, committed: int) -> None:

@@ -485,7 +485,9 @@ class Decoder:
         for depth0, head in enumerate(heads):
             if head >= 0:
                 suffix.append(cands.token[head])
-            steps = self.ngram.chain(suffix, NGRAM_MAX_DEPTH - depth0)
+            # the anchor's chain runs to 63 tokens on a long copy (ngram.LONG_COPY_DEPTH), so the
+            # chooser may verify it whole; chains below a pick stay within NGRAM_MAX_DEPTH
+            steps = self.ngram.chain(suffix, self.ngram.anchor_depth() if head < 0 else NGRAM_MAX_DEPTH - depth0)
             par = head
             for st in steps:
                 kind = int(st.kind)

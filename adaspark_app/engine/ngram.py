@@ -16,6 +16,15 @@ Lookups are hash maps from the last L tokens to the most recent position that fo
 for a ladder of L from 4 to 32, plus a follower-count table of 3-grams. ``extend`` updates them
 for the new tokens only (no rebuild per round); a lookup is at most one dict probe per ladder
 length, and reading on along a passage is O(1) per step. Pure Python, no llama_cpp.
+
+Long copies (issue 19). llama.cpp's ngram-mod drafts only when the last ``LONG_COPY_MATCH`` (24)
+tokens occurred before and the text after them chains on for at least ``LONG_COPY_MIN`` (48)
+tokens, and then verifies the whole chain (up to 64 tokens); there it is right nearly always. The
+acceptance model cannot tell such a copy from a 32-token match (evidence is capped at 32) and the
+cost model seldom has prices past 32 rows, so Eq. (7) alone verifies such copies in several
+rounds of at most 32 rows. ``long_copy_rows`` names the rounds where ngram-mod's rule fires; the
+engine then follows the anchor's chain to ``LONG_COPY_DEPTH`` tokens and verifies at least that
+many rows (arms.AdaSparkPolicy), so AdaSpark verifies at least what ngram-mod would.
 """
 
 from __future__ import annotations
@@ -34,6 +43,47 @@ NGRAM_MIN_COPY = NGRAM_FOLLOWER_CONTEXT + 1
 COPY_CONTEXTS: tuple[int, ...] = tuple(
     L for L in COPY_CONTEXT_LADDER if NGRAM_MIN_COPY <= L <= NGRAM_MAX_DEPTH
 ) or (NGRAM_MIN_COPY,)
+# ngram-mod's rule (llama.cpp common/common.h defaults n_match 24, n_min 48, n_max 64): a copy
+# matched on at least LONG_COPY_MATCH tokens whose passage runs on LONG_COPY_MIN more is verified
+# whole, up to LONG_COPY_DEPTH tokens: 63 so the verify (anchor + chain) fits the widest batch, 64.
+LONG_COPY_MATCH = 24
+LONG_COPY_MIN = 48
+LONG_COPY_DEPTH = 63
+# The width floor (long_copy_floor) needs the copy confirmed: the round before verified a draft of
+# at least this many tokens (more than the 31 a chain below the anchor held before) and the target
+# accepted all of it. 24 (ngram-mod's own match) cost up to 5 points of the oracle's share on
+# Qwen-0.5B pastes in the replay; 32 lost nothing anywhere (ngram_mod_replay_qwen0.5b.md).
+LONG_COPY_CONFIRM = 32
+
+
+def long_copy_rows(steps: Sequence["NgramStep"]) -> int:
+    """Rows ngram-mod's rule verifies for the anchor's chain ``steps``: 1 + the chain's leading
+    copy steps when the first is a copy matched on >= LONG_COPY_MATCH tokens and they number at
+    least LONG_COPY_MIN (capped at LONG_COPY_DEPTH); else 0 (the rule does not fire)."""
+    if not steps or steps[0].kind != NgramKind.COPY or steps[0].evidence < LONG_COPY_MATCH:
+        return 0
+    k = 0
+    for st in steps[:LONG_COPY_DEPTH]:
+        if st.kind != NgramKind.COPY:
+            break
+        k += 1
+    return 1 + k if k >= LONG_COPY_MIN else 0
+
+
+def long_copy_floor(rows: int, last_whole: int) -> int:
+    """The width floor for a round whose anchor chain ngram-mod's rule verifies in ``rows`` rows
+    (``long_copy_rows``; 0: it does not fire), given ``last_whole``: the draft tokens of the round
+    before when the target accepted all of them, else 0.
+
+    Why a floor outside Eq. (7), and why only once confirmed: the acceptance model caps a copy's
+    evidence at 32 tokens and the cost model rarely holds prices past 32 rows, so V(n) cannot see
+    that a copy which has just been right for 32+ tokens in a row is worth verifying whole; once
+    it has been, verifying what ngram-mod would is safe. Unconfirmed, it is not: replaying
+    Qwen-0.5B's paste-and-ask replies (benchmarks/ngram_mod_replay.py), a floor on every firing of
+    the rule cut the priced speed from 2.39x to 2.19x (pastes' copies part from their source every
+    few dozen tokens, and a 64-row verify costs 24 one-row steps there against 13 for 32 rows).
+    """
+    return rows if rows > 0 and last_whole >= LONG_COPY_CONFIRM else 0
 
 
 @dataclass(frozen=True)
@@ -59,7 +109,7 @@ class NgramIndex:
     proposal at the anchor, used to measure the source precision p_src of Eq. (6).
     """
 
-    __slots__ = ("_tokens", "_pos", "_follow", "_best", "_first", "_ambiguous")
+    __slots__ = ("_tokens", "_pos", "_follow", "_best", "_first", "_ambiguous", "_long")
 
     def __init__(self, tokens: Sequence[int] = ()) -> None:
         self._tokens: list[int] = []
@@ -71,6 +121,7 @@ class NgramIndex:
         self._first: tuple[int, NgramStep | None] = (-1, None)  # (length, first step) cache
         # contexts of NGRAM_MIN_COPY tokens that earlier passages continued with 2+ different tokens
         self._ambiguous: set[tuple[int, ...]] = set()
+        self._long: tuple[int, int] = (-1, 0)  # (length, long_copy_rows at the anchor) cache
         self.extend(tokens)
 
     def __len__(self) -> int:
@@ -192,6 +243,24 @@ class NgramIndex:
             steps = self.chain((), 1)
             self._first = (n, steps[0] if steps else None)
         return self._first[1]
+
+    def long_copy(self) -> int:
+        """Rows ngram-mod's rule would verify from the end of the committed text (``long_copy_rows``
+        of the anchor's chain followed to LONG_COPY_DEPTH), or 0 when it would not draft. Cached
+        per length; the chain is only followed when the first step is a long enough copy."""
+        n = len(self._tokens)
+        if self._long[0] != n:
+            first = self.first_step()
+            rows = 0
+            if first is not None and first.kind == NgramKind.COPY and first.evidence >= LONG_COPY_MATCH:
+                rows = long_copy_rows(self.chain((), LONG_COPY_DEPTH))
+            self._long = (n, rows)
+        return self._long[1]
+
+    def anchor_depth(self) -> int:
+        """How deep the engine follows the anchor's chain: LONG_COPY_DEPTH where ngram-mod's rule
+        fires (the copy is verified whole), else NGRAM_MAX_DEPTH."""
+        return LONG_COPY_DEPTH if self.long_copy() else NGRAM_MAX_DEPTH
 
     def anchor_ambiguous(self) -> bool:
         """Whether the last NGRAM_MIN_COPY committed tokens occurred before followed by two or more

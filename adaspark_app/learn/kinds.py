@@ -48,6 +48,7 @@ class Decider(str, Enum):
     COLD = "cold"  # a cold-start measurement of a width with < 3 measurements (Algorithm 1 line 8)
     SPLIT = "split"  # a measurement of a new split width, in a round where it could win (§3.2)
     CLAMP = "clamp"  # the width was cut to what the tree, the reply's token budget or the context holds
+    LONG_COPY = "long_copy"  # a confirmed long copy verified whole, as llama.cpp's ngram-mod would (arms.py)
     DRAFT_GATE = "draft_gate"  # the draft gate skipped drafting: a plain one-token step
     DRAFTER_GATE = "drafter_gate"  # the drafter gate left the drafter out and nothing else was proposed
     NO_PROPOSAL = "no_proposal"  # nothing to propose (no drafter, no n-gram continuation): a plain step

@@ -1,0 +1,146 @@
+"""The long-copy rule (issue 19): where llama.cpp's ngram-mod would draft, AdaSpark follows the
+anchor's copy to 63 tokens and, once the copy is confirmed, verifies at least that many rows.
+
+Synthetic tests with known answers (seeded random texts), the replay's re-implementation of
+ngram-mod's rule, and one test on the bundled model that the floor's wide verifies stay
+byte-identical to `ar`.
+"""
+
+from __future__ import annotations
+
+import random
+import sys
+from pathlib import Path
+
+import pytest
+
+from adaspark_app.engine.ngram import (LONG_COPY_CONFIRM, LONG_COPY_DEPTH, LONG_COPY_MATCH, LONG_COPY_MIN,
+                                       NgramIndex, NgramStep, long_copy_floor, long_copy_rows)
+from adaspark_app.learn.constants import NGRAM_MAX_DEPTH
+from adaspark_app.learn.kinds import NgramKind
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+
+
+def _text(seed: int, n: int, vocab: int = 50_000) -> list[int]:
+    rng = random.Random(seed)
+    return [rng.randrange(vocab) for _ in range(n)]
+
+
+def _copies(evidence: int, n: int) -> list[NgramStep]:
+    return [NgramStep(1000 + i, NgramKind.COPY, min(evidence + i, 32)) for i in range(n)]
+
+
+def test_rule_fires_on_a_24_token_match_that_runs_48_more():
+    assert long_copy_rows(_copies(LONG_COPY_MATCH, LONG_COPY_MIN)) == LONG_COPY_MIN + 1
+    assert long_copy_rows(_copies(LONG_COPY_MATCH - 1, 63)) == 0  # matched on 23 tokens only
+    assert long_copy_rows(_copies(32, LONG_COPY_MIN - 1)) == 0  # the copy runs 47: ngram-mod drafts nothing
+    assert long_copy_rows([]) == 0
+
+
+def test_rule_counts_only_leading_copy_steps_and_caps_at_the_widest_batch():
+    steps = _copies(32, 50) + [NgramStep(7, NgramKind.FOLLOWER, 3)] + _copies(32, 20)
+    assert long_copy_rows(steps) == 51
+    short = _copies(32, 40) + [NgramStep(7, NgramKind.FOLLOWER, 3)] + _copies(32, 20)
+    assert long_copy_rows(short) == 0
+    assert long_copy_rows(_copies(32, 100)) == LONG_COPY_DEPTH + 1 == 64
+    assert long_copy_rows([NgramStep(7, NgramKind.FOLLOWER, 9)] + _copies(32, 60)) == 0
+
+
+def test_index_follows_a_long_copy_to_63_tokens_and_a_short_one_to_32():
+    a = _text(19, 120)
+    idx = NgramIndex(a + a[:30])  # the last 30 tokens repeat the text's start
+    assert idx.long_copy() == 64
+    assert idx.anchor_depth() == LONG_COPY_DEPTH
+    chain = idx.chain((), idx.anchor_depth())
+    assert [s.token for s in chain] == a[30:93]  # the rest of the passage, 63 tokens
+    short = NgramIndex(a + a[:LONG_COPY_MATCH - 1])
+    assert short.long_copy() == 0
+    assert short.anchor_depth() == NGRAM_MAX_DEPTH
+
+
+def test_long_copy_needs_the_passage_to_run_48_tokens_past_the_match():
+    a = _text(7, 200)
+    # the earlier passage (a[50:80]) is followed by 60 tokens, then unrelated text: the copy's
+    # read-on still runs (it does not stop at passage ends), so the rule fires
+    idx = NgramIndex(a[:140] + a[50:80])
+    assert idx.long_copy() == 64
+    # the cache follows extend: one token that breaks the match turns the rule off
+    idx.extend([123_456])
+    assert idx.long_copy() == 0
+
+
+def test_floor_only_after_a_confirmed_copy():
+    assert long_copy_floor(64, LONG_COPY_CONFIRM) == 64
+    assert long_copy_floor(64, LONG_COPY_CONFIRM - 1) == 0
+    assert long_copy_floor(0, 63) == 0
+    assert long_copy_floor(49, 40) == 49
+
+
+def test_replay_reimplements_ngram_mod_exactly_on_known_texts():
+    from ngram_mod_replay import ModTable
+
+    a = _text(3, 200)
+    prompt = a[:150]
+    # the reply restates a[10:...]: once the anchor's last 24 tokens are a[10:34], the table
+    # (the whole prompt) chains a[34:98], 64 tokens, and the draft is all of them
+    mod = ModTable(prompt)
+    assert mod.draft(prompt + a[10:34]) == a[34:98]
+    # a copy whose source has only 35 indexed 24-grams after it (the prompt's last 24 tokens
+    # start none: they have no follower yet): the chain breaks at 35 < 48, so nothing is drafted
+    short = a[:60] + a[20:39]
+    assert ModTable(short).draft(short + a[39:44]) == []
+    # the same copy with a longer source drafts 64 tokens
+    longer = a[:150] + a[20:39]
+    assert ModTable(longer).draft(longer + a[39:44]) == a[44:108]
+    # 24 tokens never seen: no draft
+    assert ModTable(prompt).draft(prompt + _text(4, 24)) == []
+    # the reply's own text is added only in chunks, up to 24 tokens before the anchor: 30 fresh
+    # tokens repeated right away chain into that unindexed tail before reaching 48: nothing
+    fresh = _text(5, 30)
+    assert ModTable(prompt).draft(prompt + fresh + fresh[:24]) == []
+
+
+@pytest.mark.model
+def test_long_copy_floor_stays_byte_identical_to_ar(model_path, monkeypatch):
+    """The bundled model asked to repeat a passage verbatim, twice (the first request spends its
+    copy on cold-start measurements). The floor is forced on every firing of the rule (confirmed
+    or not, so it fires within a short reply): the wide verifies it forces give the same replies
+    as `ar`."""
+    from adaspark_app.engine import arms
+    from adaspark_app.engine.chat_engine import ChatEngine
+    from engine_clock import deterministic_clock
+
+    passage = ("The committee met on Tuesday to review the annual budget, the new hiring plan, the "
+               "schedule for the spring conference, and the proposal to move the archive to the "
+               "north building before the end of the year. After a long discussion the members agreed "
+               "to raise the travel allowance, to postpone the purchase of new laptops until March, and "
+               "to ask the treasurer for a monthly report on the costs of the building work, which had "
+               "run over the estimate twice since the summer.")
+    msgs = [{"role": "user", "content": f"Repeat this text exactly:\n\n{passage}"}]
+    fired: list[int] = []
+
+    def floor_always(rows: int, last_whole: int) -> int:
+        if rows:
+            fired.append(rows)
+        return rows
+
+    monkeypatch.setattr(arms, "long_copy_floor", floor_always)
+    replies: dict[str, list] = {}
+    widths: list[int] = []
+    for arm in ("ar", "adaspark"):
+        with deterministic_clock():
+            eng = ChatEngine(model_path, arm=arm, n_ctx=1024, n_threads=2)
+            try:
+                out = []
+                for k in range(2):
+                    r = eng.generate(f"long-copy-{k}", msgs, max_tokens=96,
+                                     on_round=lambda ev: widths.append(ev.width))
+                    out.append(r.tokens)
+                    eng.reset_conversation()
+                replies[arm] = out
+            finally:
+                eng.close()
+    assert replies["adaspark"] == replies["ar"]
+    assert fired and max(fired) == LONG_COPY_DEPTH + 1
+    assert max(widths) >= LONG_COPY_MIN + 1  # a verify as wide as ngram-mod's draft ran
