@@ -54,6 +54,13 @@ KEPT_FIELDS = ("round_index", "context", "width", "measured", "verify_ms_predict
                "expected_accepted", "accepted", "committed", "priced_by", "rows_by_source",
                "accepted_by_source", "offered", "band_rate", "text", "reply_tokens", "reply_seconds", "prefill")
 PREFILL_MAX_S = 0.3
+# UI_CPU_PROFILE=FILE: cProfile of the UI's main thread over the streaming windows only (the
+# profiler's own overhead inflates every figure; use it for where the time goes, not how much).
+PROFILER = None
+if os.environ.get("UI_CPU_PROFILE") and "_child" in sys.argv:
+    import cProfile
+
+    PROFILER = cProfile.Profile()
 RATE = 110.0  # replayed tokens per second: about `adaspark run`'s speed on the bundled model (report.md)
 
 
@@ -245,10 +252,14 @@ def child(args: argparse.Namespace) -> None:
                 async def reply_rounds(message: Any) -> None:
                     if self._stream_from is None:  # the decode's first token has arrived
                         self._stream_from = (*cpu(), MeasuredApp.frames, MeasuredApp.bytes_out, time.monotonic())
+                        if PROFILER is not None:
+                            PROFILER.enable()
                     await rounds(message)
 
                 async def reply_done(message: Any) -> None:
                     self._stream_to = (*cpu(), MeasuredApp.frames, MeasuredApp.bytes_out, time.monotonic())
+                    if PROFILER is not None:
+                        PROFILER.disable()
                     await done(message)
 
                 chat.reply_rounds, chat.reply_done = reply_rounds, reply_done  # type: ignore[method-assign]
@@ -280,6 +291,8 @@ def child(args: argparse.Namespace) -> None:
             self.set_timer(0.3, self._send_next)
 
         def _finish(self) -> None:
+            if PROFILER is not None:
+                PROFILER.dump_stats(os.environ["UI_CPU_PROFILE"])
             p0, m0, f0, t0 = self._idle_from
             p1, m1 = cpu()
             out["idle"] = {"seconds": time.monotonic() - t0, "cpu_s": p1 - p0, "main_cpu_s": m1 - m0,

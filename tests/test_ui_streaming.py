@@ -149,13 +149,14 @@ async def test_settled_blocks_render_as_markdown_and_the_rest_waits_as_plain_tex
         await pilot.pause()
         # The first write laid out the tail: nothing was settled yet, so all is plain text.
         assert msg.body.source == ""
-        assert "**bold**" in str(msg.tail_widget.render())
+        assert "**bold**" in msg.tail_widget.text and any("**bold**" in r for r in msg.tail_widget.rows)
         # Within the tail's room, later fragments repaint the tail only (the Markdown stays).
         assert msg._reserved >= 6
         await msg.write("tten")
         assert msg.body.source == "" and msg.tail.endswith("wri" + "tten")
-        # Past the room, the settled paragraph moves to the Markdown, the rest stays plain.
-        await msg.write(" and more.\n" * 20)
+        # Past the room (a page of the view), the settled paragraph moves to the Markdown, the
+        # rest stays plain.
+        await msg.write(" and more.\n" * 60)
         await pilot.pause()
         assert msg.body.source == "First **bold** paragraph.\n\n"
         assert msg.tail.startswith("Second paragraph")

@@ -44,7 +44,7 @@ from typing import Any, Callable
 from ..errors import AdaSparkError
 from .events import RoundEvent
 
-BATCH_INTERVAL_S = 0.1  # at most ~10 messages a second to the UI: it repaints at 10 Hz at most
+BATCH_INTERVAL_S = 0.25  # at most ~4 messages a second to the UI: it shows text 4 times a second at most (chat.TEXT_INTERVAL_S); each message wakes two UI threads and the flusher
 GAUGE_INTERVAL_S = 0.5  # the panel's learned figures change slowly; reading them costs engine time
 
 

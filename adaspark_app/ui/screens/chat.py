@@ -34,6 +34,7 @@ from ...engine.events import ReplyResult, RoundEvent
 from ...engine.sampling import SamplingSettings
 from ...errors import AdaSparkError
 from ..chat_settings import DEFAULT_MAX_TOKENS, ChatSettings
+from ..compositor import install as install_cropped_compositor
 from ..export import conversation_markdown, export_path, slug
 from ..stats import EngineGauges, SpecStats, gauges_from
 from ..widgets import ChatMessage, ChatView, ConversationSidebar, PromptInput, SpecPanel
@@ -127,6 +128,7 @@ class ChatScreen(Screen):
 
     def __init__(self) -> None:
         super().__init__()
+        install_cropped_compositor(self)  # a frame renders only the widgets it changed (compositor.py)
         self.stats = SpecStats()
         self.conversation_id: str | None = None
         self.history: list[dict[str, str]] = []
@@ -414,7 +416,7 @@ class ChatScreen(Screen):
         user_msg = None if request.regenerate else await view.add_message("user", request.prompt)
         reply_msg = await view.add_message("assistant", "")
         reply_msg.set_note("…")  # until the reply ends: hiding it would move the view
-        reply_msg.make_room()  # laid out with the new messages, before the first token
+        reply_msg.make_room(request.prompt)  # laid out with the new messages, before the first token
         # No await from here on until the request is sent: the engine's answer is handled by the
         # app's message loop, which must find this reply's state in place.
         self._pending = (user_msg, reply_msg)

@@ -12,6 +12,7 @@ from textual.containers import Vertical, VerticalScroll
 from textual.widgets import Label, Markdown, Static
 
 from ..settled import settled_length
+from .stream_tail import StreamTail
 
 ROLE_LABELS = {"user": "You", "assistant": "Assistant", "system": "System"}
 # Code-fence languages whose highlighter is built before the first reply (see warm_up).
@@ -43,8 +44,14 @@ class ChatMessage(Vertical):
 
     A reply under generation shows its settled blocks (`settled.settled_length`) as Markdown and
     the rest as plain text below them (the "tail", with room kept below it): most frames repaint
-    the tail alone; the Markdown grows when the tail outgrows its room, or every COMMIT_S. When
-    the reply ends, the tail joins the Markdown.
+    the tail alone; the Markdown grows when the tail outgrows its room (the view then turns a
+    page, keeping KEEP_LINES of the last one in sight), or every COMMIT_S. When the reply ends,
+    the tail joins the Markdown.
+
+    Why pages: each time the tail's room is renewed the view moves, and Textual re-renders the
+    whole chat column (~30 ms on a 160x48 screen, 3/4 of the UI's CPU while a reply streams,
+    taken from a verify on two cores). Room of a third of the view renewed it 3-4 times in a
+    512-token reply; a page's worth, once or not at all.
     """
 
     DEFAULT_CSS = """
@@ -64,8 +71,11 @@ class ChatMessage(Vertical):
     ChatMessage > Markdown > MarkdownParagraph { margin: 0; }
     """
 
-    HEADROOM_MIN = 6  # lines of room given to the tail at a time, at least (else a third of the view)
-    COMMIT_S = 2.0  # settled blocks move from the plain tail to the Markdown at least this often
+    HEADROOM_MIN = 6  # lines of room given to the tail at a time, at least (else a page of the view)
+    KEEP_LINES = 3  # lines of the previous page left in sight when the tail turns a page
+    # Settled blocks move from the plain tail to the Markdown at least this often: a move is one
+    # layout (~30 ms), so this keeps it under 0.5% of a core while the reply streams.
+    COMMIT_S = 6.0
 
     def __init__(self, role: str, content: str = "", note: str = "", **kwargs) -> None:
         super().__init__(classes=role, **kwargs)
@@ -81,7 +91,7 @@ class ChatMessage(Vertical):
         yield Label(ROLE_LABELS.get(self.role, self.role.title()), classes="role")
         if self.role == "assistant":
             yield Markdown(self._initial, parser_factory=shared_parser)
-            yield Static("", classes="tail", markup=False)
+            yield StreamTail(classes="tail")
         else:
             # What the user typed, as typed: line breaks kept, nothing interpreted.
             yield Static(Text(self._initial), classes="plain")
@@ -97,8 +107,8 @@ class ChatMessage(Vertical):
         return self.query_one(Markdown)
 
     @property
-    def tail_widget(self) -> Static:
-        return self.query_one(".tail", Static)
+    def tail_widget(self) -> StreamTail:
+        return self.query_one(".tail", StreamTail)
 
     @property
     def text(self) -> str:
@@ -126,33 +136,52 @@ class ChatMessage(Vertical):
         now = time.monotonic()
         tail = self.tail_widget
         if tail.display and tail.size.width and now - self._committed_at < self.COMMIT_S:
-            tail.update(self._tail_text(), layout=False)
+            shown, text = tail.text, self._tail_text()
+            if text.startswith(shown):
+                tail.append(text[len(shown):])  # repaints the rows the new text changed
+            else:
+                tail.set_text(text)
             if self._tail_height(tail) <= self._reserved:
                 return
         await self._relayout(now)
 
-    def make_room(self) -> None:
+    def make_room(self, above: str = "") -> None:
         """Before a reply's first token: show the (empty) tail with its room, so the first text
-        is drawn in place instead of moving the view while the engine decodes."""
+        is drawn in place instead of moving the view while the engine decodes. `above` is the
+        message the reply answers: the room leaves it in sight if it takes at most half the
+        view (a long paste leaves its last KEEP_LINES)."""
         tail = self.tail_widget
         tail.display = True
-        self._reserved = self._room()
+        room = self._room()
+        view_height = self._view_height()
+        if above and view_height:
+            # the message's lines at the view's width, its role line and margin, this role line
+            shown = _wrapped_lines(above, max(1, self._view_width() - 4)) + 4
+            if shown <= view_height // 2:
+                room = max(self.HEADROOM_MIN, room - shown)
+        self._reserved = room
         tail.styles.min_height = self._reserved
         self._committed_at = time.monotonic()
 
+    def _view_height(self) -> int:
+        return getattr(getattr(self.parent, "size", None), "height", 0)
+
+    def _view_width(self) -> int:
+        return getattr(getattr(self.parent, "size", None), "width", 0)
+
     def _room(self) -> int:
-        """Lines of room the tail gets at a time: a third of the view, at least HEADROOM_MIN."""
-        view = self.parent
-        return max(self.HEADROOM_MIN, getattr(getattr(view, "size", None), "height", 0) // 3)
+        """Lines of room the tail gets at a time: a page of the view less KEEP_LINES, at least
+        HEADROOM_MIN."""
+        return max(self.HEADROOM_MIN, self._view_height() - self.KEEP_LINES)
 
     def _tail_text(self) -> str:
         # The blank lines a settled block leaves at the tail's start are the Markdown's gap.
         return self._tail.lstrip("\n")
 
     @staticmethod
-    def _tail_height(tail: Static) -> int:
+    def _tail_height(tail: StreamTail) -> int:
         """Lines the tail's text takes at its present width."""
-        return tail.get_content_height(tail.size, tail.app.size, tail.content_size.width)
+        return len(tail.rows) if tail.size.width else tail.content_height(0)
 
     async def _relayout(self, now: float) -> None:
         """Move the settled blocks to the Markdown and give the tail room for what follows."""
@@ -163,11 +192,11 @@ class ChatMessage(Vertical):
             await self.body.append(settled)
         self._committed_at = now
         text = self._tail_text()
-        tail.update(text, layout=False)
+        tail.set_text(text)
         tail.display = True
         need = self._tail_height(tail) if tail.size.width else text.count("\n") + 1
         # Rendered Markdown is seldom as tall as its source, so the view moves here anyway:
-        # room for the next third of a view of text.
+        # room for the next page of text (the view shows the last KEEP_LINES above it).
         self._reserved = need + self._room()
         tail.styles.min_height = self._reserved
 
@@ -183,7 +212,7 @@ class ChatMessage(Vertical):
             tail, self._tail = self._tail, ""
             await self.body.append(tail)
         if self.role == "assistant":
-            self.tail_widget.update("")
+            self.tail_widget.set_text("")
             self.tail_widget.display = False
         self.release_headroom()
         self.set_note(note)
@@ -193,6 +222,11 @@ class ChatMessage(Vertical):
         label = self.query_one(".note", Label)
         label.update(note)
         label.display = bool(note)
+
+
+def _wrapped_lines(text: str, width: int) -> int:
+    """Lines `text` takes wrapped at `width` columns (an estimate: words are not kept whole)."""
+    return sum(max(1, -(-len(line) // width)) for line in text.split("\n"))
 
 
 def context_marker_text(dropped_turns: int, capped_to: int | None = None) -> str:
