@@ -13,6 +13,11 @@ overhead D. Policies compared:
   whether it singles out rounds worth drafting that the bucket alone does not (``SPLITS``).
 
     python benchmarks/ngram_policy_ceiling.py SCRIPT.jsonl [--max-tokens 128] [--overhead 0.12] [--splits]
+        [--model GGUF --costs VERIFY_COSTS.json]
+
+``--model`` decodes the replies on another target (default: the bundled model) and ``--costs``
+prices rounds by that target's verify costs (verify_costs.py's JSON: median process time per
+width over the one-row time); without it, the bundled model's ratios below.
 """
 
 from __future__ import annotations
@@ -44,8 +49,18 @@ def ebin(e: int) -> int:
     return min(int(math.log2(max(e, 1))), 5)
 
 
-def ar_replies(script: str, max_tokens: int) -> list[tuple[list[int], list[int]]]:
-    eng = ChatEngine(None, arm="ar", n_ctx=4096, n_threads=2)
+def set_costs(path: str) -> None:
+    """Price rounds by a target's measured verify costs instead of the bundled model's."""
+    from ngram_mod_replay import load_costs
+
+    global WIDTHS, RATIOS
+    table = load_costs(path)
+    WIDTHS = tuple(sorted(table))
+    RATIOS = tuple(table[w] for w in WIDTHS)
+
+
+def ar_replies(script: str, max_tokens: int, model: str | None = None) -> list[tuple[list[int], list[int]]]:
+    eng = ChatEngine(model, arm="ar", n_ctx=4096, n_threads=2)
     out = []
     for c in load_script(script):
         msgs = []
@@ -128,8 +143,12 @@ def main() -> None:
     ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--overhead", type=float, default=0.12, help="a drafted round's host time D over a one-row step")
     ap.add_argument("--splits", action="store_true", help="also search each bucket split by each of SPLITS")
+    ap.add_argument("--model", default=None, help="the target GGUF (default: the bundled model)")
+    ap.add_argument("--costs", default=None, help="the target's verify costs (verify_costs.py JSON)")
     a = ap.parse_args()
-    seqs = positions(ar_replies(a.script, a.max_tokens), a.splits)
+    if a.costs:
+        set_costs(a.costs)
+    seqs = positions(ar_replies(a.script, a.max_tokens, a.model), a.splits)
     d = a.overhead
 
     def oracle(kind, ev, run, feats):

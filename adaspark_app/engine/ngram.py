@@ -19,12 +19,12 @@ length, and reading on along a passage is O(1) per step. Pure Python, no llama_c
 
 Long copies (issue 19). llama.cpp's ngram-mod drafts only when the last ``LONG_COPY_MATCH`` (24)
 tokens occurred before and the text after them chains on for at least ``LONG_COPY_MIN`` (48)
-tokens, and then verifies the whole chain (up to 64 tokens); there it is right nearly always. The
-acceptance model cannot tell such a copy from a 32-token match (evidence is capped at 32) and the
-cost model seldom has prices past 32 rows, so Eq. (7) alone verifies such copies in several
-rounds of at most 32 rows. ``long_copy_rows`` names the rounds where ngram-mod's rule fires; the
-engine then follows the anchor's chain to ``LONG_COPY_DEPTH`` tokens and verifies at least that
-many rows (arms.AdaSparkPolicy), so AdaSpark verifies at least what ngram-mod would.
+tokens, and then verifies the whole chain (up to 64 tokens). In the replay of Qwen-0.5B's replies
+(benchmarks/ngram_mod_replay.py) its drafts were all right on repeated chat text and about half
+right on pastes. Chains here used to stop 32 tokens below the anchor, so no verify could reach
+ngram-mod's. ``long_copy_rows`` names the rounds where its rule fires; the engine then follows the
+anchor's chain to ``LONG_COPY_DEPTH`` tokens, so Eq. (7) may choose up to 64 rows, and once the copy
+is confirmed verifies all of it (``long_copy_floor``, arms.AdaSparkPolicy).
 """
 
 from __future__ import annotations
@@ -78,10 +78,12 @@ def long_copy_floor(rows: int, last_whole: int) -> int:
     Why a floor outside Eq. (7), and why only once confirmed: the acceptance model caps a copy's
     evidence at 32 tokens and the cost model rarely holds prices past 32 rows, so V(n) cannot see
     that a copy which has just been right for 32+ tokens in a row is worth verifying whole; once
-    it has been, verifying what ngram-mod would is safe. Unconfirmed, it is not: replaying
+    it has been, verifying what ngram-mod would lost nothing in the replay. Unconfirmed, it loses:
+    replaying
     Qwen-0.5B's paste-and-ask replies (benchmarks/ngram_mod_replay.py), a floor on every firing of
     the rule cut the priced speed from 2.39x to 2.19x (pastes' copies part from their source every
-    few dozen tokens, and a 64-row verify costs 24 one-row steps there against 13 for 32 rows).
+    few dozen tokens, and a 64-row verify costs 14.7 one-row steps there against 7.7 for 32 rows,
+    verify_cost_cpu_qwen0.5b.json).
     """
     return rows if rows > 0 and last_whole >= LONG_COPY_CONFIRM else 0
 
