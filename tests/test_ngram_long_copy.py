@@ -119,23 +119,29 @@ def test_long_copy_floor_stays_byte_identical_to_ar(model_path, monkeypatch):
                "run over the estimate twice since the summer.")
     msgs = [{"role": "user", "content": f"Repeat this text exactly:\n\n{passage}"}]
     fired: list[int] = []
+    events: list[tuple[int, int]] = []  # (width, accepted) per round of the adaspark arm
+    calls: list[tuple[int, int]] = []  # (rounds before the call, last_whole) per floor query
+    starts: set[int] = set()  # round index at which each request began
 
     def floor_always(rows: int, last_whole: int) -> int:
+        calls.append((len(events), last_whole))
         if rows:
             fired.append(rows)
         return rows
 
     monkeypatch.setattr(arms, "long_copy_floor", floor_always)
     replies: dict[str, list] = {}
-    widths: list[int] = []
     for arm in ("ar", "adaspark"):
         with deterministic_clock():
             eng = ChatEngine(model_path, arm=arm, n_ctx=1024, n_threads=2)
             try:
                 out = []
                 for k in range(2):
+                    if arm == "adaspark":
+                        starts.add(len(events))
                     r = eng.generate(f"long-copy-{k}", msgs, max_tokens=96,
-                                     on_round=lambda ev: widths.append(ev.width))
+                                     on_round=lambda ev, arm=arm: arm == "adaspark" and events.append(
+                                         (ev.width, ev.accepted)))
                     out.append(r.tokens)
                     eng.reset_conversation()
                 replies[arm] = out
@@ -143,4 +149,14 @@ def test_long_copy_floor_stays_byte_identical_to_ar(model_path, monkeypatch):
                 eng.close()
     assert replies["adaspark"] == replies["ar"]
     assert fired and max(fired) == LONG_COPY_DEPTH + 1
-    assert max(widths) >= LONG_COPY_MIN + 1  # a verify as wide as ngram-mod's draft ran
+    assert max(w for w, _ in events) >= LONG_COPY_MIN + 1  # a verify as wide as ngram-mod's draft ran
+    # the confirmation the floor is given: the last round's draft when it was accepted whole (all
+    # rows but at most an exploration row), else 0; nothing at a request's first round
+    assert calls
+    for k, last_whole in calls:
+        if k in starts:
+            assert last_whole == 0
+            continue
+        width, accepted = events[k - 1]
+        assert last_whole == (accepted if width > 1 and accepted >= width - 2 else 0)
+    assert any(lw > 0 for _, lw in calls)
