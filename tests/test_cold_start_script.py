@@ -31,8 +31,11 @@ def test_excess_is_time_beyond_plain_decode_of_the_same_tokens(tmp_path, capsys)
     assert a["measured_widths"] == [8, 4] and a["rows_beyond_committed"] == 6
     assert b["excess_ms"] == pytest.approx(90.0), "a reply with few plain steps uses the file's"
     assert res["cold_over_first"] == pytest.approx(120.0 / 140.0)
+    # every round of a: 140 ms for 12 tokens that plain decode takes 120 ms for
+    assert a["over_plain_ms"] == pytest.approx(20.0) and res["first_over_plain"] == pytest.approx(20.0 / 140.0)
     path = tmp_path / "ROUNDS.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     assert cold_start.main([str(path)]) == 0
-    assert "85.7%" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "85.7%" in out and "every round: 14.3%" in out
     assert cold_start.main([str(tmp_path / "missing.jsonl")]) == 2
