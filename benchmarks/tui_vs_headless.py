@@ -62,13 +62,14 @@ class Reply:
     first: bool = False  # this arm ran first for the conversation
 
 
-def load_conversations(n_chat: int, n_paste: int) -> list[dict]:
-    """The first `n_chat` MT-Bench conversations (two turns) and `n_paste` long pastes (one), turns
-    stripped: the chat sends what was typed without surrounding blanks, so both arms get that."""
+def load_conversations(n_chat: int, n_paste: int, offset: int = 0) -> list[dict]:
+    """`n_chat` MT-Bench conversations (two turns) and `n_paste` long pastes (one), from the
+    `offset`-th of each on, turns stripped: the chat sends what was typed without surrounding
+    blanks, so both arms get that."""
     def take(name: str, n: int) -> list[dict]:
         rows = [json.loads(line) for line in (CORPORA / name).read_text().splitlines() if line.strip()]
         return [{"id": r["id"], "category": r.get("category") or name, "turns": [t.strip() for t in r["turns"]]}
-                for r in rows[:n]]
+                for r in rows[offset:offset + n]]
     return take("mtbench.jsonl", n_chat) + take("longpaste.jsonl", n_paste)
 
 
@@ -110,13 +111,13 @@ def user_rows(db: Path) -> list[str]:
 
 
 def run_tui(conv: dict, adaspark: list[str], max_tokens: int, work: Path, session: str,
-            ui_priority: str | None = None) -> list[Reply]:
+            ui_priority: str | None = None, model: list[str] = ()) -> list[Reply]:
     db = work / f"tui-{conv['id']}.db"
     env = ["env", "-u", "COLUMNS", "-u", "LINES"]  # the terminal's own size, not an inherited one
     if ui_priority is not None:
         env.append(f"ADASPARK_UI_PRIORITY={ui_priority}")
     cmd = " ".join(shlex.quote(a) for a in [*env, *adaspark, "chat", "--temperature", "0", "--store", str(db),
-                                             "--max-tokens", str(max_tokens)])
+                                             "--max-tokens", str(max_tokens), *model])
     tmux("kill-session", "-t", session, check=False)
     tmux("new-session", "-d", "-s", session, "-x", str(SIZE[0]), "-y", str(SIZE[1]), cmd)
     try:
@@ -157,12 +158,12 @@ def run_tui(conv: dict, adaspark: list[str], max_tokens: int, work: Path, sessio
 
 
 # ---------------------------------------------------------------------------- the headless arm
-def run_headless(conv: dict, adaspark: list[str], max_tokens: int, work: Path) -> list[Reply]:
+def run_headless(conv: dict, adaspark: list[str], max_tokens: int, work: Path, model: list[str] = ()) -> list[Reply]:
     script = work / f"run-{conv['id']}.jsonl"
     out = work / f"run-{conv['id']}.out.jsonl"
     script.write_text(json.dumps({"id": conv["id"], "turns": conv["turns"]}) + "\n", encoding="utf-8")
     subprocess.run([*adaspark, "run", str(script), "--max-tokens", str(max_tokens), "--fresh-store",
-                    "--out", str(out)], check=True, stdin=subprocess.DEVNULL)
+                    "--out", str(out), *model], check=True, stdin=subprocess.DEVNULL)
     replies = []
     for line in out.read_text().splitlines():
         d = json.loads(line)
@@ -207,6 +208,7 @@ def write_report(outdir: Path, command: str, pairs: list[tuple[Reply, Reply]], m
              f"- CPU: {meta['cpu']} ({meta['cores']} cores), {meta['platform']}, Python {meta['python']}, "
              f"kernels {meta['kernels']}",
              f"- load average at start {meta['load_start']} / at end {meta['load_end']}",
+             f"- model: {meta.get('model', 'bundled')} (both arms), conversations {', '.join(meta['conversations'])}",
              f"- TUI: tmux {SIZE[0]}x{SIZE[1]}, `adaspark chat --temperature 0 --store FRESH.db "
              f"--max-tokens {meta['max_tokens']}`, "
              "speed = `tokens_per_s` from the assistant row's meta (engine n_tokens / decode_s)",
@@ -247,6 +249,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--chat", type=int, default=6, help="MT-Bench conversations (two turns each)")
     ap.add_argument("--paste", type=int, default=4, help="long-paste conversations (one turn each)")
     ap.add_argument("--max-tokens", type=int, default=256)
+    ap.add_argument("--offset", type=int, default=0, help="skip this many conversations of each corpus")
+    ap.add_argument("--model", default=None, help="a GGUF for both arms (default: the bundled model)")
     ap.add_argument("--out", default=str(ROOT / "results" / "tui-vs-headless"))
     ap.add_argument("--ui-priority", choices=("low", "idle", "normal"), default=None,
                     help="ADASPARK_UI_PRIORITY for the chat (default: the app's own choice)")
@@ -258,14 +262,15 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     adaspark = shlex.split(args.adaspark) if args.adaspark else (
         ["adaspark"] if shutil.which("adaspark") else [sys.executable, "-m", "adaspark_app.cli"])
-    convs = load_conversations(args.chat, args.paste)
+    convs = load_conversations(args.chat, args.paste, args.offset)
+    model = ["--model", args.model] if args.model else []
     command = "python benchmarks/tui_vs_headless.py " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
     from adaspark_app import native
 
     meta = {"cpu": cpu_model(), "cores": os.cpu_count(), "platform": platform.platform(),
             "python": platform.python_version(), "kernels": native.activate(), "max_tokens": args.max_tokens,
             "load_start": [round(x, 2) for x in os.getloadavg()], "conversations": [c["id"] for c in convs],
-            "ui_priority": args.ui_priority}
+            "ui_priority": args.ui_priority, "model": args.model or "bundled"}
     t0 = time.monotonic()
     pairs: list[tuple[Reply, Reply]] = []
     try:
@@ -277,9 +282,10 @@ def main(argv: list[str] | None = None) -> int:
                 got: dict[str, list[Reply]] = {}
                 for arm in arms:
                     if arm == "tui":
-                        got[arm] = run_tui(conv, adaspark, args.max_tokens, work, session="chat", ui_priority=args.ui_priority)
+                        got[arm] = run_tui(conv, adaspark, args.max_tokens, work, session="chat",
+                                           ui_priority=args.ui_priority, model=model)
                     else:
-                        got[arm] = run_headless(conv, adaspark, args.max_tokens, work)
+                        got[arm] = run_headless(conv, adaspark, args.max_tokens, work, model=model)
                 for tui, run in zip(got["tui"], got["headless"]):
                     tui.first, run.first = tui_first, not tui_first
                     pairs.append((tui, run))

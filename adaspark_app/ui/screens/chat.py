@@ -78,6 +78,8 @@ class ReplyRequest:
     hidden: list[ChatMessage] = field(default_factory=list)  # the replaced turns' widgets, hidden meanwhile
     edit_index: int | None = None  # the history index of the edited user message
     sampling: SamplingSettings | None = None  # the settings (and seed, if fixed) of this reply
+    sent: bool = False  # asked of the engine (after the first paint of its messages: _send_request)
+    stop_before_send: bool = False  # Esc came before the request was sent
 
 
 @dataclass
@@ -430,21 +432,42 @@ class ChatScreen(Screen):
         self.generating = True
         # A blink is a repaint, taken from the decode: none while the reply streams.
         self._cursor_blink, self.prompt.cursor_blink = self.prompt.cursor_blink, False
-        try:
-            request.request_id = app.engine.generate(request.conversation_id, request.messages,
-                                                     request.max_tokens, request.turn,
-                                                     sampling=request.sampling)
-        except RuntimeError as err:
-            self._pending = None
-            await self._withdraw(request, user_msg, reply_msg)
-            self.notify(f"{err}; your message is back in the box.", severity="error")
-            self._end_generation()
-            return False
         self.set_status()
         self.panel.show()
         if request.created_conversation:
             self.refresh_conversations()
+        # The engine is asked once the new messages are laid out and painted. That frame (a
+        # layout of the chat column and a full repaint, 30-50 ms) would otherwise run beside the
+        # reply's first rounds on a two-core machine and be taken from them: a 256-token second
+        # turn decodes in under a second here, so it cost it several percent.
+        self.call_after_refresh(self._send_request, request)
         return True
+
+    async def _send_request(self, request: ReplyRequest) -> None:
+        """Send `request` to the engine (after the first paint of its messages, see _start)."""
+        if self._request is not request or request.sent:
+            return  # withdrawn meanwhile (the engine died, or the screen moved on)
+        pending = self._pending
+        if request.stop_before_send:
+            self._pending = None
+            try:
+                if pending is not None:
+                    await self._withdraw(request, *pending)
+                    self.notify("Stopped before the first token; " + _given_back(request))
+            finally:
+                self._end_generation()
+            return
+        try:
+            request.request_id = self.adaspark.engine.generate(request.conversation_id, request.messages,
+                                                               request.max_tokens, request.turn,
+                                                               sampling=request.sampling)
+            request.sent = True
+        except RuntimeError as err:
+            self._pending = None
+            if pending is not None:
+                await self._withdraw(request, *pending)
+            self.notify(f"{err}; your message is back in the box.", severity="error")
+            self._end_generation()
 
     async def regenerate(self) -> bool:
         """A new reply to the last user message, with a new seed; the turns before it are kept
@@ -731,7 +754,11 @@ class ChatScreen(Screen):
             return False
         if self.cancel_requested_at is None:
             self.cancel_requested_at = time.monotonic()
-        self.adaspark.engine.cancel()
+        request = self._request
+        if request is not None and not request.sent:
+            request.stop_before_send = True  # _send_request gives the prompt back instead
+        else:
+            self.adaspark.engine.cancel()
         self.set_status("Stopping…")
         return True
 
