@@ -9,6 +9,7 @@ engine in its own process (tests/ui_fakes.py).
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 
@@ -204,45 +205,46 @@ async def test_while_a_reply_streams_the_cursor_does_not_blink_and_the_text_is_e
         store.close()
 
 
-async def test_the_engine_is_asked_only_after_the_new_messages_are_painted(tmp_path):
-    # The first layout and paint of a send (30-50 ms) must not run beside the reply's first rounds.
+@contextlib.asynccontextmanager
+async def ready_chat(tmp_path: Path, replies: list[str]):
+    """The real app on a fresh store with the scripted engine, loaded."""
     store = Store.open(tmp_path / "s.db")
-    app = AdaSparkApp(scripted(["Fine."]), store, store_label="s.db", exit_on_load_error=False)
+    app = AdaSparkApp(scripted(replies), store, store_label="s.db", exit_on_load_error=False)
     try:
         async with app.run_test(size=SIZE) as pilot:
-            chat = app.chat_screen
             await wait_until(pilot, lambda: app.engine.ready)
-            painted: list[bool] = []
-            generate = app.engine.generate
-
-            def spy(*args, **kwargs):
-                reply_msg = chat.chat_view.messages()[-1]
-                painted.append(bool(reply_msg.tail_widget.size.height) and bool(reply_msg.region.height))
-                return generate(*args, **kwargs)
-
-            app.engine.generate = spy  # type: ignore[method-assign]
-            assert await chat.send("hello")
-            assert painted == [] and app.engine.pending is None  # not yet: nothing laid out
-            await wait_until(pilot, lambda: not chat.generating)
-            assert painted == [True]
-            assert chat.chat_view.messages()[-1].text == "Fine."
+            yield app, pilot, store
     finally:
         store.close()
+
+
+async def test_the_engine_is_asked_only_after_the_new_messages_are_painted(tmp_path):
+    # The first layout and paint of a send (30-50 ms) must not run beside the reply's first rounds.
+    async with ready_chat(tmp_path, ["Fine."]) as (app, pilot, store):
+        chat = app.chat_screen
+        painted: list[bool] = []
+        generate = app.engine.generate
+
+        def spy(*args, **kwargs):
+            reply_msg = chat.chat_view.messages()[-1]
+            painted.append(bool(reply_msg.tail_widget.size.height) and bool(reply_msg.region.height))
+            return generate(*args, **kwargs)
+
+        app.engine.generate = spy  # type: ignore[method-assign]
+        assert await chat.send("hello")
+        assert painted == [] and app.engine.pending is None  # not yet: nothing laid out
+        await wait_until(pilot, lambda: not chat.generating)
+        assert painted == [True]
+        assert chat.chat_view.messages()[-1].text == "Fine."
 
 
 async def test_esc_before_the_request_is_sent_gives_the_prompt_back(tmp_path):
-    store = Store.open(tmp_path / "s.db")
-    app = AdaSparkApp(scripted(["never"]), store, store_label="s.db", exit_on_load_error=False)
-    try:
-        async with app.run_test(size=SIZE) as pilot:
-            chat = app.chat_screen
-            await wait_until(pilot, lambda: app.engine.ready)
-            asked: list[tuple] = []
-            app.engine.generate = lambda *a, **k: asked.append(a) or 1  # type: ignore[method-assign]
-            assert await chat.send("stop me")
-            assert chat.stop_reply()
-            await wait_until(pilot, lambda: not chat.generating)
-            assert asked == [] and chat.prompt.text == "stop me"
-            assert not chat.chat_view.messages() and store.list_conversations() == []
-    finally:
-        store.close()
+    async with ready_chat(tmp_path, ["never"]) as (app, pilot, store):
+        chat = app.chat_screen
+        asked: list[tuple] = []
+        app.engine.generate = lambda *a, **k: asked.append(a) or 1  # type: ignore[method-assign]
+        assert await chat.send("stop me")
+        assert chat.stop_reply()
+        await wait_until(pilot, lambda: not chat.generating)
+        assert asked == [] and chat.prompt.text == "stop me"
+        assert not chat.chat_view.messages() and store.list_conversations() == []
