@@ -75,4 +75,4 @@ def test_run_cli_with_store_then_store_show(model_path, public_prompts, tmp_path
     s = subprocess.run([sys.executable, "-m", "adaspark_app.cli", "store", "show", "--store", str(db)],
                        capture_output=True, text=True, timeout=120)
     assert s.returncode == 0, s.stderr
-    assert "Smollm2 135M" in s.stdout  # the bundled model's general.name, read back from the store
+    assert "SmolLM2-135M-Instruct (bundled, Q4_1)" in s.stdout  # the bundled model's name, read back from the store

@@ -84,6 +84,11 @@ class ChatEngine:
         except ModelLoadError:
             desc = b.description
             quant = desc.split()[-1] if desc else ""
+        if _is_bundled(b.model_path):
+            # as `adaspark models` names it: its file's general.name is a training run's
+            from ..models import BUNDLED_NAME
+
+            return f"{BUNDLED_NAME[:-1]}, {quant})" if quant and BUNDLED_NAME.endswith(")") else BUNDLED_NAME
         return f"{b.name} ({quant})" if quant else b.name
 
     def _load_drafter(self, drafter_path: str):
@@ -314,3 +319,13 @@ class ChatEngine:
 
 
 __all__ = ["ChatEngine", "ModelLoadError"]
+
+
+def _is_bundled(path: str) -> bool:
+    """Whether `path` is the bundled model's file."""
+    import os
+
+    try:
+        return os.path.realpath(path) == os.path.realpath(default_model_path())
+    except Exception:  # no bundled model installed: nothing is it
+        return False
