@@ -235,3 +235,64 @@ def test_each_variant_this_machine_can_run_loads_and_keeps_q4_1_identity(variant
                          env=env, capture_output=True, text=True, timeout=600,
                          cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     assert out.returncode == 0 and " passed" in out.stdout, out.stdout[-2000:] + out.stderr[-2000:]
+
+
+# ---------------------------------------------------------------- Q4_K and Q6_K kernels
+_K_QUANT_PROBE = """
+import json, sys
+import numpy as np
+sys.path.insert(0, "benchmarks/targets")
+from kernel_identity import GGML_TYPES, _libs, mul_mat
+base, cpu, status = _libs()
+rng = np.random.default_rng(7)
+w = rng.standard_normal((37, 512)).astype(np.float32) * 0.05  # 37 rows: the tiles' remainders too
+x = rng.standard_normal((13, 512)).astype(np.float32)
+out = {"status": status}
+for name in ("Q4_K", "Q6_K"):
+    for n in (2, 3, 5, 8, 13):
+        for threads in (1, 2):
+            batched = mul_mat(base, cpu, GGML_TYPES[name], w, x[:n], threads)
+            alone = np.stack([mul_mat(base, cpu, GGML_TYPES[name], w, x[j:j + 1], threads)[0] for j in range(n)])
+            out[f"{name} n={n} t={threads}"] = {"batched": batched.tobytes().hex(), "alone": alone.tobytes().hex(),
+                                                "err": float(np.abs(batched - x[:n] @ w.T).max())}
+print(json.dumps(out))
+"""
+
+
+def _k_quant_products(env: dict) -> dict:
+    out = subprocess.run([sys.executable, "-c", _K_QUANT_PROBE], env=env, capture_output=True, text=True, timeout=120,
+                         cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    assert out.returncode == 0, out.stderr[-2000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_patch_adds_the_k_quant_kernels_and_their_dispatch_cases_once():
+    text = ("// before\n" + build._CLASS_ANCHOR + "\n// middle\n" + build._CASE_ANCHOR + "\n// after\n")
+    out = build.patch_sgemm(text)
+    assert out.count("class tinyBLAS_K_AVX2") == 1
+    for case in ("case GGML_TYPE_Q4_K:", "case GGML_TYPE_Q6_K:"):
+        assert out.count(case) == 1 and out.index(case) < out.index("case GGML_TYPE_Q4_0:")
+    assert out.index("class tinyBLAS_K_AVX2") < out.index("//PPC Implementation")
+
+
+@pytest.mark.parametrize("variant", list(build.VARIANTS))
+def test_k_quant_batches_equal_columns_alone_and_the_stock_kernels(variant):
+    """Q4_K and Q6_K x Q8_K through ggml itself (random weights, no model), on each variant this
+    machine can run: a column of a 2- to 13-column product equals the same column computed alone
+    (the stock one-row vec_dot kernel), bit for bit, on 1 and 2 threads, and equals what the stock
+    library computes for the batch; the variant's library really holds the multi-row kernel (else
+    this would compare stock with stock)."""
+    if variant not in build.built_variants():
+        pytest.skip(f"variant {variant} not built here")
+    if not set(build.required_flags(variant)) <= build.cpu_flags():
+        pytest.skip(f"this CPU cannot run variant {variant}")
+    assert b"tinyBLAS_K_AVX2" in build.variant_lib(variant).read_bytes()
+    env = {**_clean_env(), "GGML_CPU_TILED_MM": "0"}  # the backend's setting
+    ours = _k_quant_products({**env, native.VARIANT_ENV: variant})
+    stock = _k_quant_products({**env, "ADASPARK_STOCK_KERNELS": "1"})
+    assert ours.pop("status") == "q4_1-tinyblas" and stock.pop("status").startswith("stock")
+    assert len(ours) == 20
+    for key, got in ours.items():
+        assert got["batched"] == got["alone"], f"{key}: a batched column differs from the column alone"
+        assert got["batched"] == stock[key]["batched"], f"{key}: differs from the stock library's product"
+        assert got["err"] < 1.0, f"{key}: far from the float product ({got['err']})"

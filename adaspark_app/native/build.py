@@ -9,6 +9,10 @@ and every output element is summed in the stock kernel's order (fma of d_a d_b t
 integer dot into a vector accumulator, fma of m_a s_b into a scalar, then the same horizontal
 sum), so a row computes bit for bit alike in a one-row decode and a many-row verify; the test
 ``test_cells_written_by_a_verify_equal_plain_decode_cells`` checks it on the real model.
+``tinyblas_k_quants.inc`` does the same for Q4_K and Q6_K x Q8_K (the Q4_K_M files people run;
+stock ggml takes them one row at a time too, because ggml's tiled K-quant matmul sums in another
+order and the backend turns it off): tiles of up to 2 weight rows x 4 batch rows, each output
+computed as ``ggml_vec_dot_q4_K_q8_K`` / ``ggml_vec_dot_q6_K_q8_K``'s AVX2 path computes it.
 
 The source is llama-cpp-python's sdist from PyPI (the version this package pins, with the SHA-256
 PyPI lists for it; ``ADASPARK_LLAMA_SDIST`` may name a local copy), under ``vendor/llama.cpp``; only
@@ -44,6 +48,8 @@ LLAMA_CPP_PYTHON = "0.3.36"
 SDIST_SHA256 = "832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e"  # PyPI's
 HERE = Path(__file__).resolve().parent
 KERNEL = HERE / "tinyblas_q4_1.inc"
+#: Q4_K and Q6_K x Q8_K (the Q4_K_M files people run), summed in the stock vec_dot kernels' order.
+KERNEL_K = HERE / "tinyblas_k_quants.inc"
 LIB_DIR = HERE / "lib"
 LIB_NAME = "libggml-cpu.so"
 STAMP = LIB_DIR / "stamp.json"
@@ -131,6 +137,38 @@ _CASE = """    case GGML_TYPE_Q4_1: {
 #endif
     }
 
+    case GGML_TYPE_Q4_K: {
+#if defined(__AVX2__) && defined(__F16C__) && defined(__FMA__)
+        if (Btype != GGML_TYPE_Q8_K)
+            return false;
+        tinyBLAS_K_AVX2<block_q4_K> tb{
+            k, (const block_q4_K *)A, lda,
+            (const block_q8_K *)B, ldb,
+            (float *)C, ldc,
+            params->ith, params->nth};
+        tb.matmul(m, n);
+        return true;
+#else
+        return false;
+#endif
+    }
+
+    case GGML_TYPE_Q6_K: {
+#if defined(__AVX2__) && defined(__F16C__) && defined(__FMA__)
+        if (Btype != GGML_TYPE_Q8_K)
+            return false;
+        tinyBLAS_K_AVX2<block_q6_K> tb{
+            k, (const block_q6_K *)A, lda,
+            (const block_q8_K *)B, ldb,
+            (float *)C, ldc,
+            params->ith, params->nth};
+        tb.matmul(m, n);
+        return true;
+#else
+        return false;
+#endif
+    }
+
 """
 
 
@@ -143,6 +181,7 @@ def source_key(variant: str | None = None) -> str:
     variant's feature set."""
     h = hashlib.sha256(LLAMA_CPP_PYTHON.encode())
     h.update(KERNEL.read_bytes())
+    h.update(KERNEL_K.read_bytes())
     h.update((_CASE_ANCHOR + _CASE).encode())
     if variant is not None:
         h.update(("variant:" + variant + ":" + ",".join(VARIANTS[variant])).encode())
@@ -179,10 +218,11 @@ def is_built(variants: list[str] | None = None) -> bool:
 
 
 def patch_sgemm(text: str) -> str:
-    """sgemm.cpp with the Q4_1 kernel class and its dispatch case added."""
+    """sgemm.cpp with the Q4_1, Q4_K and Q6_K kernel classes and their dispatch cases added."""
     if text.count(_CLASS_ANCHOR) != 1 or text.count(_CASE_ANCHOR) != 1:
         raise BuildError("sgemm.cpp does not look like llama-cpp-python 0.3.36's: the patch does not apply")
-    text = text.replace(_CLASS_ANCHOR, "#endif // __AVX__\n" + KERNEL.read_text() + "\n//PPC Implementation")
+    text = text.replace(_CLASS_ANCHOR, "#endif // __AVX__\n" + KERNEL.read_text() + KERNEL_K.read_text()
+                        + "\n//PPC Implementation")
     return text.replace(_CASE_ANCHOR, _CASE + _CASE_ANCHOR)
 
 
@@ -281,7 +321,7 @@ def build(force: bool = False, jobs: int | None = None, say=print, variants: lis
     stamp = {v: e for v, e in read_stamp().get("variants", {}).items() if v in built_variants()}
     with tempfile.TemporaryDirectory(prefix="adaspark-kernels-") as tmp:
         tmp_path = Path(tmp)
-        say(f"adaspark: downloading llama-cpp-python {LLAMA_CPP_PYTHON}'s source for the Q4_1 kernels")
+        say(f"adaspark: downloading llama-cpp-python {LLAMA_CPP_PYTHON}'s source for the multi-row kernels")
         tar = _sdist(tmp_path)
         root = f"llama_cpp_python-{LLAMA_CPP_PYTHON}/vendor/llama.cpp/"
         with tarfile.open(tar) as tf:
@@ -293,7 +333,7 @@ def build(force: bool = False, jobs: int | None = None, say=print, variants: lis
         for n, variant in enumerate(todo, 1):
             t0 = time.monotonic()
             out = tmp_path / f"build-{variant}"
-            say(f"adaspark: building libggml-cpu with the Q4_1 kernels, variant {variant} ({n} of {len(todo)}, "
+            say(f"adaspark: building libggml-cpu with the multi-row kernels (Q4_1, Q4_K, Q6_K), variant {variant} ({n} of {len(todo)}, "
                 f"{jobs} jobs, about a minute)")
             with open(log, "a") as fp:
                 fp.write(f"=== variant {variant}: {' '.join(variant_cmake_flags(variant))}\n")

@@ -5,7 +5,7 @@ Calls ggml itself (through ctypes, the libggml-base / libggml-cpu that llama_cpp
 type with ggml_quantize_chunk, activations X (K x N); Y = mul_mat(W, X) over all N columns at
 once and over each column alone, compared bit for bit. A one-column product takes ggml's vec_dot
 kernel; N >= 2 may take llamafile's tinyBLAS (F32, F16, BF16, Q8_0, Q4_0, Q5_0, IQ4_NL and
-AdaSpark's Q4_1), so a type whose two kernels sum differently shows here.
+AdaSpark's Q4_1, Q4_K and Q6_K), so a type whose two kernels sum differently shows here.
 
     python benchmarks/targets/kernel_identity.py [--types Q4_K,Q6_K,Q5_0,Q8_0,Q4_1,Q5_1] [--k 896] [--m 128] [--n 8]
 """
@@ -34,6 +34,10 @@ class _InitParams(ctypes.Structure):
 
 def _libs():
     from adaspark_app import native
+
+    # as the backend does: ggml's tiled K-quant matmul (8+ columns) sums in another order; set
+    # GGML_CPU_TILED_MM=1 to see it
+    os.environ.setdefault("GGML_CPU_TILED_MM", "0")
 
     native.activate()
     import llama_cpp  # noqa: F401  (loads the libraries from LLAMA_CPP_LIB_PATH, if set)
