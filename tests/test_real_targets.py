@@ -13,7 +13,9 @@ widths where ggml's tiled K-quant matmul would take over, so the batch kernels r
 `adaspark`, with the engine's self-check on. The self-check compares an emitted token with its
 row's argmax in the batch that verified it, so it cannot see a batch computing a row differently
 from a one-row step; ``test_rows_verified_in_a_batch_equal_one_row_steps`` checks that directly,
-logits bit for bit, at 16 rows.
+logits bit for bit, at 16 rows. Those batches run AdaSpark's Q4_K/Q6_K multi-row kernels
+(``adaspark_app/native/tinyblas_k_quants.inc``); ``test_the_k_quant_batch_kernels_are_the_ones_tested``
+checks that the library in use has them.
 """
 
 from __future__ import annotations
@@ -127,3 +129,22 @@ def test_rows_verified_in_a_batch_equal_one_row_steps(name):
         b.close()
     same = [r["row"] for r in res if r["identical"]]
     assert len(same) == 16, f"{name}: rows identical {same}, max diffs {[r['max_abs_diff'] for r in res]}"
+
+
+def test_the_k_quant_batch_kernels_are_the_ones_tested():
+    """The identity tests above say something about AdaSpark's Q4_K/Q6_K multi-row kernels only if
+    those ran: this process's libggml-cpu is a variant built with them, and ggml's tiled K-quant
+    matmul (another summation order) is off."""
+    if not os.environ.get(TARGETS_ENV):
+        pytest.skip(f"{TARGETS_ENV} is not set (see benchmarks/targets/assemble.py)")
+    import llama_cpp  # noqa: F401 - maps libggml-cpu (native.activate ran in conftest)
+
+    from adaspark_app import native
+    from adaspark_app.engine import backend
+
+    backend._llama()  # what every engine does before its first decode
+    assert os.environ.get(backend.TILED_MM_ENV) == "0"
+    maps = Path("/proc/self/maps").read_text().splitlines()
+    libs = sorted({line.split()[-1] for line in maps if "libggml-cpu" in line})
+    assert native.status() == "q4_1-tinyblas" and len(libs) == 1, (native.status(), libs)
+    assert b"tinyBLAS_K_AVX2" in Path(libs[0]).read_bytes(), f"{libs[0]} has no K-quant multi-row kernel"
