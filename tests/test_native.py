@@ -2,10 +2,12 @@
 variant by the CPU's flags, and that an engine process really runs on the chosen library (each
 variant this machine can run, with the Q4_1 identity test run under it).
 
-The kernel's numerics are checked on the real model by test_engine_tree's
+The Q4_1 kernel's numerics are checked on the real model by test_engine_tree's
 test_cells_written_by_a_verify_equal_plain_decode_cells (cells written by 2-, 3- and 9-row
 verifies give bit-identical logits to cells written one row at a time), which runs on whatever
-library the process loaded: the patched one after a normal install.
+library the process loaded: the patched one after a normal install. The Q4_K and Q6_K kernels
+are checked here through ggml itself on random weights (no model needed), per variant this
+machine can run, against columns computed alone and against the stock library.
 """
 
 from __future__ import annotations
