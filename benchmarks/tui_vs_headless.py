@@ -102,6 +102,18 @@ def assistant_rows(db: Path) -> list[tuple[str, dict]]:
     return [(c, json.loads(m) if m else {}) for c, m in rows]
 
 
+def store_files_state(db: Path) -> tuple:
+    """Size and modification time of the store and its WAL (a stat each: no SQLite)."""
+    out = []
+    for p in (db, db.with_name(db.name + "-wal")):
+        try:
+            st = p.stat()
+            out.append((st.st_size, st.st_mtime_ns))
+        except OSError:
+            out.append(None)
+    return tuple(out)
+
+
 def user_rows(db: Path) -> list[str]:
     conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5)
     try:
@@ -136,7 +148,16 @@ def run_tui(conv: dict, adaspark: list[str], max_tokens: int, work: Path, sessio
             time.sleep(0.3 + len(text) / 20000)  # let the app take the paste in before Enter
             tmux("send-keys", "-t", session, "Enter")
             deadline = time.monotonic() + REPLY_TIMEOUT_S
-            while len(rows := assistant_rows(db)) <= before:
+            seen = None
+            while True:
+                # Query the store only when its files changed: a query (open, WAL index, read
+                # every reply) costs ~1 ms at normal priority, ten times a second, taken from the
+                # decode it waits for, while headless `run` is waited for without any polling.
+                now_seen = store_files_state(db)
+                if now_seen != seen:
+                    seen = now_seen
+                    if len(rows := assistant_rows(db)) > before:
+                        break
                 if time.monotonic() > deadline:
                     raise RuntimeError(f"no reply to turn {turn} of {conv['id']}")
                 time.sleep(0.1)
