@@ -116,60 +116,34 @@ def install_variants(flags: frozenset[str] | set[str]) -> list[str]:
 SGEMM = "ggml/src/ggml-cpu/llamafile/sgemm.cpp"
 
 # (anchor in sgemm.cpp, text put in its place): the kernel class after the x86 tinyBLAS classes,
-# and the Q4_1 case of llamafile_sgemm's dispatch.
+# and the kernels' cases of llamafile_sgemm's dispatch (_CASE, one per _KERNEL_CASES entry).
 _CLASS_ANCHOR = "#endif // __AVX__\n\n//PPC Implementation"
 _CASE_ANCHOR = """    case GGML_TYPE_Q4_0: {
         if (Btype != GGML_TYPE_Q8_0)
             return false;"""
-_CASE = """    case GGML_TYPE_Q4_1: {
+_CASE_TEMPLATE = """    case GGML_TYPE_{atype}: {{
 #if defined(__AVX2__) && defined(__F16C__) && defined(__FMA__)
-        if (Btype != GGML_TYPE_Q8_1)
+        if (Btype != GGML_TYPE_{btype})
             return false;
-        tinyBLAS_Q4_1_AVX<float> tb{
-            k, (const block_q4_1 *)A, lda,
-            (const block_q8_1 *)B, ldb,
+        {cls} tb{{
+            k, (const block_{a} *)A, lda,
+            (const block_{b} *)B, ldb,
             (float *)C, ldc,
-            params->ith, params->nth};
+            params->ith, params->nth}};
         tb.matmul(m, n);
         return true;
 #else
         return false;
 #endif
-    }
-
-    case GGML_TYPE_Q4_K: {
-#if defined(__AVX2__) && defined(__F16C__) && defined(__FMA__)
-        if (Btype != GGML_TYPE_Q8_K)
-            return false;
-        tinyBLAS_K_AVX2<block_q4_K> tb{
-            k, (const block_q4_K *)A, lda,
-            (const block_q8_K *)B, ldb,
-            (float *)C, ldc,
-            params->ith, params->nth};
-        tb.matmul(m, n);
-        return true;
-#else
-        return false;
-#endif
-    }
-
-    case GGML_TYPE_Q6_K: {
-#if defined(__AVX2__) && defined(__F16C__) && defined(__FMA__)
-        if (Btype != GGML_TYPE_Q8_K)
-            return false;
-        tinyBLAS_K_AVX2<block_q6_K> tb{
-            k, (const block_q6_K *)A, lda,
-            (const block_q8_K *)B, ldb,
-            (float *)C, ldc,
-            params->ith, params->nth};
-        tb.matmul(m, n);
-        return true;
-#else
-        return false;
-#endif
-    }
+    }}
 
 """
+# (weight type, activation type, kernel class): one dispatch case each, from the template above
+_KERNEL_CASES = (("q4_1", "q8_1", "tinyBLAS_Q4_1_AVX<float>"),
+                 ("q4_K", "q8_K", "tinyBLAS_K_AVX2<block_q4_K>"),
+                 ("q6_K", "q8_K", "tinyBLAS_K_AVX2<block_q6_K>"))
+_CASE = "".join(_CASE_TEMPLATE.format(atype=a.upper(), btype=bt.upper(), cls=cls, a=a, b=bt)
+                for a, bt, cls in _KERNEL_CASES)
 
 
 class BuildError(RuntimeError):
