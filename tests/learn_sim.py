@@ -14,7 +14,7 @@ noise while the learner still learns from noisy observations.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -97,6 +97,27 @@ class Tree:
     path: set[int]  # nodes of the full tree on the target's path
 
 
+def draw_path(children: Mapping[int, Sequence[int]], q: Sequence[float], rng: np.random.Generator) -> list[int]:
+    """The target's path through a tree (node -1 is the root): at each node one child is drawn
+    with probability q[child] (or none, with what is left), until none or a leaf."""
+    path: list[int] = []
+    node = -1
+    while True:
+        kids = children.get(node, [])
+        if not kids:
+            return path
+        u, acc_mass, nxt = rng.random(), 0.0, None
+        for kid in kids:
+            acc_mass += q[kid]
+            if u < acc_mass:
+                nxt = kid
+                break
+        if nxt is None:
+            return path
+        path.append(nxt)
+        node = nxt
+
+
 def build_tree(rng: np.random.Generator, acc: Acceptance, max_nodes: int = 63) -> Tree:
     p = float(rng.beta(acc.pick * acc.pick_conc, (1.0 - acc.pick) * acc.pick_conc))
     parents: list[int] = []
@@ -141,24 +162,7 @@ def build_tree(rng: np.random.Generator, acc: Acceptance, max_nodes: int = 63) -
     children: dict[int, list[int]] = {}
     for i in range(m):
         children.setdefault(int(par[i]), []).append(i)
-    path: set[int] = set()
-    node = -1
-    while True:
-        kids = children.get(node, [])
-        if not kids:
-            break
-        u = rng.random()
-        acc_mass = 0.0
-        nxt = None
-        for kid in kids:
-            acc_mass += q[kid]
-            if u < acc_mass:
-                nxt = kid
-                break
-        if nxt is None:
-            break
-        path.add(nxt)
-        node = nxt
+    path = set(draw_path(children, q, rng))
     return Tree(
         parent=np.array([pos_of.get(int(par[o]), -1) if par[o] >= 0 else -1 for o in order]),
         q_true=q[order],

@@ -22,6 +22,7 @@ from adaspark_app.learn.kinds import NgramKind
 from adaspark_app.learn.precision import SourcePrecision
 from adaspark_app.learn.scheduler import WidthScheduler
 from adaspark_app.engine.ngram import NgramStep
+from learn_sim import draw_path
 
 
 # --- 1. the D clock -------------------------------------------------------------------------
@@ -87,22 +88,7 @@ def _tree(rng: np.random.Generator) -> tuple[Candidates, np.ndarray]:
 
 def _walk(c: Candidates, q: np.ndarray, rng: np.random.Generator) -> list[int]:
     """The target's path: at each node one child is drawn by q (or none)."""
-    path, cur = [], -1
-    while True:
-        kids = list(c.children.get(cur, {}).values())
-        if not kids:
-            return path
-        u, acc = rng.random(), 0.0
-        nxt = None
-        for k in kids:
-            acc += q[k]
-            if u < acc:
-                nxt = k
-                break
-        if nxt is None:
-            return path
-        path.append(nxt)
-        cur = nxt
+    return draw_path({node: list(kids.values()) for node, kids in c.children.items()}, q, rng)
 
 
 def test_pricing_the_committable_q_is_calibrated_and_the_uncut_q_over_promises():
