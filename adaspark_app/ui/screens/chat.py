@@ -447,16 +447,10 @@ class ChatScreen(Screen):
         """Send `request` to the engine (after the first paint of its messages, see _start)."""
         if self._request is not request or request.sent:
             return  # withdrawn meanwhile (the engine died, or the screen moved on)
-        pending = self._pending
         if request.stop_before_send:
-            self._pending = None
-            try:
-                if pending is not None:
-                    await self._withdraw(request, *pending)
-                    self.notify("Stopped before the first token; " + _given_back(request))
-            finally:
-                self._end_generation()
+            await self.reply_stopped_early(request.request_id)  # unsent: its id is still 0
             return
+        pending = self._pending
         try:
             request.request_id = self.adaspark.engine.generate(request.conversation_id, request.messages,
                                                                request.max_tokens, request.turn,
@@ -648,7 +642,8 @@ class ChatScreen(Screen):
         request.hidden = []
 
     async def reply_stopped_early(self, request_id: int) -> None:
-        """Esc before the engine had started the reply (it was still loading)."""
+        """Esc before the engine had started the reply (it was still loading, or the request was
+        not sent yet: _send_request)."""
         if not self._is_current(request_id):
             return
         request, pending, self._pending = self._request, self._pending, None

@@ -181,7 +181,7 @@ class ChatMessage(Vertical):
     @staticmethod
     def _tail_height(tail: StreamTail) -> int:
         """Lines the tail's text takes at its present width."""
-        return len(tail.rows) if tail.size.width else tail.content_height(0)
+        return tail.content_height(tail.size.width)
 
     async def _relayout(self, now: float) -> None:
         """Move the settled blocks to the Markdown and give the tail room for what follows."""
@@ -194,7 +194,7 @@ class ChatMessage(Vertical):
         text = self._tail_text()
         tail.set_text(text)
         tail.display = True
-        need = self._tail_height(tail) if tail.size.width else text.count("\n") + 1
+        need = self._tail_height(tail)
         # Rendered Markdown is seldom as tall as its source, so the view moves here anyway:
         # room for the next page of text (the view shows the last KEEP_LINES above it).
         self._reserved = need + self._room()

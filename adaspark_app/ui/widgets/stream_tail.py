@@ -44,7 +44,7 @@ class StreamTail(Widget):
         self._text = text
         self._rows: list[str] = []
         self._last_start = 0  # index in _rows of the last paragraph's first row
-        self._wrapped_at = 0  # the width _rows were wrapped at (0: not yet)
+        self._wrapped_at: int | None = None  # the width _rows were wrapped at (None: stale)
 
     @property
     def text(self) -> str:
@@ -53,13 +53,12 @@ class StreamTail(Widget):
     @property
     def rows(self) -> list[str]:
         """The rows shown (wrapped at the widget's present width)."""
-        self._ensure_wrapped()
-        return list(self._rows)
+        return list(self._rows_at(self.size.width))
 
     def set_text(self, text: str) -> None:
         """Replace the whole text (repaints every row; no layout: the caller sets the room)."""
         self._text = text
-        self._wrapped_at = 0
+        self._wrapped_at = None
         self.refresh()
 
     def append(self, fragment: str) -> None:
@@ -67,9 +66,9 @@ class StreamTail(Widget):
         if not fragment:
             return
         self._text += fragment
-        width = self._width()
-        if not self._wrapped_at or self._wrapped_at != width:
-            self._wrapped_at = 0
+        width = self.size.width
+        if not width or self._wrapped_at != width:
+            self._wrapped_at = None
             self.refresh()
             return
         old = self._rows
@@ -82,45 +81,45 @@ class StreamTail(Widget):
         self._rows = new_rows
         end = max(len(old), len(new_rows))
         if first < end:
-            self.refresh(Region(0, first, self.size.width, end - first))
+            self.refresh(Region(0, first, width, end - first))
 
     def content_height(self, width: int) -> int:
-        """Rows the text takes at `width` cells (the widget's content width)."""
+        """Rows the text takes at `width` cells (the widget's content width; 0: not laid out, the
+        text's lines)."""
         if width <= 0:
             return self._text.count("\n") + 1
-        return len(self._wrap(self._text, width, 0, keep=False))
+        return len(self._rows_at(width))
 
     def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
         return self.content_height(width)
 
     def render_line(self, y: int) -> Strip:
-        self._ensure_wrapped()
+        rows = self._rows_at(self.size.width)
         style = self.rich_style
-        if 0 <= y < len(self._rows):
-            return Strip([Segment(self._rows[y], style)]).adjust_cell_length(self.size.width, style)
+        if 0 <= y < len(rows):
+            return Strip([Segment(rows[y], style)]).adjust_cell_length(self.size.width, style)
         return Strip.blank(self.size.width, style)
 
     def on_resize(self) -> None:
-        self._wrapped_at = 0
+        self._wrapped_at = None
         self.refresh()
 
     # ------------------------------------------------------------------ wrapping
-    def _width(self) -> int:
-        return self.size.width
-
-    def _ensure_wrapped(self) -> None:
-        width = self._width()
-        if self._wrapped_at != width or not self._rows:
+    def _rows_at(self, width: int) -> list[str]:
+        """The text's rows at `width`, wrapped once per width and text (the layout's height and
+        the paint read the same rows)."""
+        if self._wrapped_at != width:
             self._rows = self._wrap(self._text, width, 0)
             self._wrapped_at = width
+        return self._rows
 
-    def _wrap(self, text: str, width: int, first_row: int, keep: bool = True) -> list[str]:
+    def _wrap(self, text: str, width: int, first_row: int) -> list[str]:
         """Rows of `text` (paragraphs split at newlines); records where its last paragraph starts
-        (as a row index offset by `first_row`) unless `keep` is False."""
+        (as a row index offset by `first_row`)."""
         rows: list[str] = []
         paragraphs = text.split("\n")
         for i, paragraph in enumerate(paragraphs):
-            if i == len(paragraphs) - 1 and keep:
+            if i == len(paragraphs) - 1:
                 self._last_start = first_row + len(rows)
             rows.extend(wrap_paragraph(paragraph, width) if width > 0 else [paragraph])
         return rows
