@@ -85,10 +85,9 @@ class ChatEngine:
             desc = b.description
             quant = desc.split()[-1] if desc else ""
         if _is_bundled(b.model_path):
-            # as `adaspark models` names it: its file's general.name is a training run's
-            from ..models import BUNDLED_NAME
+            from ..models import BUNDLED_NAME, BUNDLED_TITLE  # as `adaspark models` names it
 
-            return f"{BUNDLED_NAME[:-1]}, {quant})" if quant and BUNDLED_NAME.endswith(")") else BUNDLED_NAME
+            return f"{BUNDLED_TITLE} (bundled, {quant})" if quant else BUNDLED_NAME
         return f"{b.name} ({quant})" if quant else b.name
 
     def _load_drafter(self, drafter_path: str):
@@ -327,5 +326,5 @@ def _is_bundled(path: str) -> bool:
 
     try:
         return os.path.realpath(path) == os.path.realpath(default_model_path())
-    except Exception:  # no bundled model installed: nothing is it
+    except ModelLoadError:  # no bundled model installed: nothing is it
         return False

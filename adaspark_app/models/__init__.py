@@ -2,7 +2,7 @@
 bundled model and named folders (discovery.py), each entry's header facts (entry.py), and the
 `adaspark models` command (command.py). Nothing here imports llama_cpp."""
 
-from .discovery import BUNDLED_NAME, discover_models, find_model
+from .discovery import BUNDLED_NAME, BUNDLED_TITLE, discover_models, find_model
 from .entry import ModelEntry, human_size
 
-__all__ = ["BUNDLED_NAME", "ModelEntry", "discover_models", "find_model", "human_size"]
+__all__ = ["BUNDLED_NAME", "BUNDLED_TITLE", "ModelEntry", "discover_models", "find_model", "human_size"]

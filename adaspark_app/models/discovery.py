@@ -30,7 +30,9 @@ from typing import Iterable, Iterator, Sequence
 from .entry import SOURCES, ModelEntry, inspect_model, is_gguf_name
 from .locations import env_model_dirs, hf_hub_cache, lmstudio_model_dirs, ollama_models_dirs
 
-BUNDLED_NAME = "SmolLM2-135M-Instruct (bundled)"
+# The bundled model as every listing and label names it (its file's general.name is a training run's).
+BUNDLED_TITLE = "SmolLM2-135M-Instruct"
+BUNDLED_NAME = f"{BUNDLED_TITLE} (bundled)"
 OLLAMA_MODEL_MEDIA = "application/vnd.ollama.image.model"
 OLLAMA_REGISTRY = "registry.ollama.ai"
 OLLAMA_LIBRARY = "library"

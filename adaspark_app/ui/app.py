@@ -20,6 +20,7 @@ from textual.screen import Screen
 
 from ..engine.sampling import GREEDY
 from ..errors import AdaSparkError
+from ..models import BUNDLED_NAME
 from .chat_settings import ChatSettings
 from .engine_client import (EngineClient, EngineDied, EngineDone, EngineLoaded, EngineLoadFailed,
                             EngineReplyFailed, EngineRounds, EngineStopped, lower_ui_priority)
@@ -28,7 +29,6 @@ from .screens.chat import MAX_TOKENS
 from .stats import gauges_from
 from .widgets.sidebar import ConversationList
 
-BUNDLED_MODEL_LABEL = "SmolLM2-135M-Instruct (bundled)"
 QUIT_GRACE_S = 5.0  # how long Ctrl+Q waits for a running reply to stop and be saved
 MAX_RESTARTS = 3  # engine deaths in a row (no reply completed between them) before giving up
 
@@ -54,7 +54,7 @@ class AdaSparkApp(App[int]):
                 tooltip="Choose a model (those `adaspark models` lists): a new conversation starts on it"),
     ]
 
-    def __init__(self, engine_factory: Callable[[], Any], store: Any, model_label: str = BUNDLED_MODEL_LABEL,
+    def __init__(self, engine_factory: Callable[[], Any], store: Any, model_label: str = BUNDLED_NAME,
                  drafter_label: str | None = None, store_label: str = "", *, export_dir: Path | None = None,
                  max_tokens: int = MAX_TOKENS, exit_on_load_error: bool = True,
                  engine_log: str | None = None, sampling: Any = None, system: str | None = None,
@@ -410,7 +410,7 @@ def run_chat(model: str | None, drafter: str | None, store_path: str | None, max
     config = EngineConfig(model_path=model, drafter_path=drafter, store_path=str(store.path), n_ctx=n_ctx)
     app = AdaSparkApp(
         config, store,
-        model_label=Path(model).name if model else BUNDLED_MODEL_LABEL,
+        model_label=Path(model).name if model else BUNDLED_NAME,
         drafter_label=Path(drafter).name if drafter else None,
         store_label=_store_label(store, store_path),
         max_tokens=max_tokens, engine_log=engine_log_path(), sampling=sampling,
