@@ -50,7 +50,7 @@ import numpy as np
 from adaspark_app.engine.backend import LlamaBackend, _llama
 from adaspark_app.engine.ngram import LONG_COPY_CONFIRM, LONG_COPY_DEPTH, NgramIndex, long_copy_rows
 from adaspark_app.engine.template import chat_template_for
-from adaspark_app.learn.kinds import NgramKind
+from ngram_policy_ceiling import ebin  # the same evidence bins (benchmarks/ is the script's own directory)
 
 MOD_MATCH, MOD_MAX, MOD_MIN, MOD_CHUNK = 24, 64, 48, 32  # ngram-mod's defaults (common.h)
 # Qwen2.5-Coder-0.5B Q4_K_M, verify over one-row step at 400 tokens (issue 19's table).
@@ -161,10 +161,6 @@ def run_of(chain: list[int], reply: list[int], pos: int) -> int:
     while k < len(chain) and pos + k < len(reply) and chain[k] == reply[pos + k]:
         k += 1
     return k
-
-
-def ebin(e: int) -> int:
-    return min(int(math.log2(max(e, 1))), 5)
 
 
 def positions(prompt: list[int], reply: list[int]):

@@ -56,11 +56,17 @@ LONG_COPY_DEPTH = 63
 LONG_COPY_CONFIRM = 32
 
 
+def starts_long_copy(step: "NgramStep | None") -> bool:
+    """Whether a chain's first step could start ngram-mod's draft: a copy matched on at least
+    LONG_COPY_MATCH tokens."""
+    return step is not None and step.kind == NgramKind.COPY and step.evidence >= LONG_COPY_MATCH
+
+
 def long_copy_rows(steps: Sequence["NgramStep"]) -> int:
     """Rows ngram-mod's rule verifies for the anchor's chain ``steps``: 1 + the chain's leading
     copy steps when the first is a copy matched on >= LONG_COPY_MATCH tokens and they number at
     least LONG_COPY_MIN (capped at LONG_COPY_DEPTH); else 0 (the rule does not fire)."""
-    if not steps or steps[0].kind != NgramKind.COPY or steps[0].evidence < LONG_COPY_MATCH:
+    if not steps or not starts_long_copy(steps[0]):
         return 0
     k = 0
     for st in steps[:LONG_COPY_DEPTH]:
@@ -252,10 +258,8 @@ class NgramIndex:
         per length; the chain is only followed when the first step is a long enough copy."""
         n = len(self._tokens)
         if self._long[0] != n:
-            first = self.first_step()
-            rows = 0
-            if first is not None and first.kind == NgramKind.COPY and first.evidence >= LONG_COPY_MATCH:
-                rows = long_copy_rows(self.chain((), LONG_COPY_DEPTH))
+            # the chain is followed only where its first step could start a long copy
+            rows = long_copy_rows(self.chain((), LONG_COPY_DEPTH)) if starts_long_copy(self.first_step()) else 0
             self._long = (n, rows)
         return self._long[1]
 
