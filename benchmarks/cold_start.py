@@ -32,20 +32,14 @@ import statistics
 import sys
 from pathlib import Path
 
+from adaspark_app.errors import ScriptError
+from adaspark_app.runner import read_jsonl
+
 
 def load(path: Path) -> list[dict]:
-    """The rows of a ROUNDS.jsonl file (prefill rows kept: they mark a reply's start)."""
-    rows = []
-    with path.open() as f:
-        for n, line in enumerate(f, 1):
-            line = line.strip()
-            if not line:
-                continue
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError as e:
-                raise SystemExit(f"{path}:{n}: not JSON ({e.msg})")
-    return rows
+    """The rows of a ROUNDS.jsonl file (prefill rows kept: they mark a reply's start); a
+    malformed line is a ScriptError naming it (runner.read_jsonl)."""
+    return [row for _, row in read_jsonl(str(path), "rounds log")]
 
 
 def _plain_ms(rows: list[dict]) -> float | None:
@@ -99,7 +93,12 @@ def main(argv: list[str] | None = None) -> int:
     if not a.rounds.is_file():
         print(f"cold_start: {a.rounds}: no such file", file=sys.stderr)
         return 2
-    res = cold_start(load(a.rounds))
+    try:
+        rows = load(a.rounds)
+    except ScriptError as err:
+        print(f"cold_start: {err}", file=sys.stderr)
+        return 2
+    res = cold_start(rows)
     if a.json:
         print(json.dumps(res, indent=1))
         return 0

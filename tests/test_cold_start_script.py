@@ -39,3 +39,7 @@ def test_excess_is_time_beyond_plain_decode_of_the_same_tokens(tmp_path, capsys)
     out = capsys.readouterr().out
     assert "85.7%" in out and "every round: 14.3%" in out
     assert cold_start.main([str(tmp_path / "missing.jsonl")]) == 2
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps(rows[0]) + "\n{not json\n")
+    assert cold_start.main([str(bad)]) == 2
+    assert "bad.jsonl:2: malformed JSON" in capsys.readouterr().err
