@@ -44,7 +44,9 @@ from typing import Any, Callable
 from ..errors import AdaSparkError
 from .events import RoundEvent
 
-BATCH_INTERVAL_S = 0.25  # at most ~4 messages a second to the UI: it shows text 4 times a second at most (chat.TEXT_INTERVAL_S); each message wakes two UI threads and the flusher
+# At most ~4 messages a second to the UI, which shows text 4 times a second at most
+# (chat.TEXT_INTERVAL_S); each message wakes two UI threads and the flusher.
+BATCH_INTERVAL_S = 0.25
 GAUGE_INTERVAL_S = 0.5  # the panel's learned figures change slowly; reading them costs engine time
 
 
