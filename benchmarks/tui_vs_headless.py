@@ -10,12 +10,16 @@ For each scripted conversation (short chat from MT-Bench, long pastes from Share
 - headless: `adaspark run CONV.jsonl --max-tokens N --fresh-store --out OUT.jsonl`.
 
 The two run back to back per conversation, alternating which goes first, each on a fresh store.
-Reported: the speed ratio TUI / headless per reply, and overall the geometric mean with a 95%
+With `--control`, a third arm runs `adaspark run` once more (fresh store, same turns), and the
+three rotate which goes first: control / headless is what the machine's own noise does to a
+reply's ratio with no UI at all, the reference for how far below 1 a TUI / headless ratio may fall
+by chance. Reported: the speed ratio TUI / headless per reply, and overall the geometric mean with a 95%
 bootstrap interval over conversations (adaspark_app/bench/stats.py), the display's own speed
 (`shown_tokens_per_s`), and whether the texts are identical. Usage:
 
     python benchmarks/tui_vs_headless.py [--chat 6] [--paste 4] [--max-tokens 256]
         [--out benchmarks/results/tui-vs-headless] [--ui-priority low|idle|normal] [--adaspark "adaspark"]
+        [--control]
 
 Needs tmux. Run it on a quiet machine: both arms share its cores with anything else running.
 """
@@ -49,7 +53,7 @@ REPLY_TIMEOUT_S = 600.0
 
 @dataclass
 class Reply:
-    arm: str  # "tui" | "headless"
+    arm: str  # "tui" | "headless" | "control" (headless again: the A/A reference)
     conversation: str
     turn: int
     category: str
@@ -179,16 +183,17 @@ def run_tui(conv: dict, adaspark: list[str], max_tokens: int, work: Path, sessio
 
 
 # ---------------------------------------------------------------------------- the headless arm
-def run_headless(conv: dict, adaspark: list[str], max_tokens: int, work: Path, model: list[str] = ()) -> list[Reply]:
+def run_headless(conv: dict, adaspark: list[str], max_tokens: int, work: Path, model: list[str] = (),
+                 arm: str = "headless") -> list[Reply]:
     script = work / f"run-{conv['id']}.jsonl"
-    out = work / f"run-{conv['id']}.out.jsonl"
+    out = work / f"{arm}-{conv['id']}.out.jsonl"
     script.write_text(json.dumps({"id": conv["id"], "turns": conv["turns"]}) + "\n", encoding="utf-8")
     subprocess.run([*adaspark, "run", str(script), "--max-tokens", str(max_tokens), "--fresh-store",
                     "--out", str(out), *model], check=True, stdin=subprocess.DEVNULL)
     replies = []
     for line in out.read_text().splitlines():
         d = json.loads(line)
-        replies.append(Reply("headless", conv["id"], int(d["turn"]), conv["category"], d["text"],
+        replies.append(Reply(arm, conv["id"], int(d["turn"]), conv["category"], d["text"],
                              int(d["n_tokens"]), float(d["decode_s"]), float(d["tokens_per_s"]), bool(d["looped"])))
     return replies
 
@@ -220,8 +225,20 @@ def cpu_model() -> str:
     return platform.processor() or "unknown"
 
 
-def write_report(outdir: Path, command: str, pairs: list[tuple[Reply, Reply]], meta: dict) -> str:
+def summary_line(label: str, s: dict) -> str:
+    return (f"**{label}: {s['geomean_ratio']:.3f}x [{s['ci95'][0]:.3f}, {s['ci95'][1]:.3f}]** "
+            f"(geometric mean over {s['with_speed']} replies, 95% bootstrap interval over "
+            f"{s['conversations']} conversations); lowest reply {s['min_ratio']:.3f}x; "
+            f"{s['replies_at_or_above_0.95']}/{s['with_speed']} replies at 0.95x or more; "
+            f"identical texts {s['identical']}/{s['replies']}.")
+
+
+def write_report(outdir: Path, command: str, pairs: list[tuple[Reply, Reply]], meta: dict,
+                 controls: list[Reply] | None = None) -> str:
+    """report.md, replies.jsonl and report.json in `outdir`; `controls[i]` is the control arm's
+    reply for `pairs[i]` (``--control``)."""
     s = summarize(pairs)
+    sc = summarize([(c, run) for c, (_, run) in zip(controls, pairs)]) if controls else None
     nice_label = ("the app's default" if meta["ui_priority"] is None
                   else f"ADASPARK_UI_PRIORITY={meta['ui_priority']}")
     lines = ["# TUI against headless: does `adaspark chat` decode at `adaspark run` speed?", "",
@@ -235,25 +252,29 @@ def write_report(outdir: Path, command: str, pairs: list[tuple[Reply, Reply]], m
              "speed = `tokens_per_s` from the assistant row's meta (engine n_tokens / decode_s)",
              f"- UI priority: {nice_label}",
              f"- headless: `adaspark run CONV.jsonl --max-tokens {meta['max_tokens']} --fresh-store`",
-             "- order: per conversation, alternating which arm runs first; fresh stores in both",
+             ("- control: `adaspark run` again (fresh store, same turns); order: per conversation, "
+              "rotating which of the three arms runs first; fresh stores in all" if controls else
+              "- order: per conversation, alternating which arm runs first; fresh stores in both"),
              f"- generated {meta['generated']}, elapsed {meta['elapsed_s']:.0f} s", ""]
     if "geomean_ratio" in s:
-        lines += [f"**TUI / headless: {s['geomean_ratio']:.3f}x [{s['ci95'][0]:.3f}, {s['ci95'][1]:.3f}]** "
-                  f"(geometric mean over {s['with_speed']} replies, 95% bootstrap interval over "
-                  f"{s['conversations']} conversations); lowest reply {s['min_ratio']:.3f}x; "
-                  f"{s['replies_at_or_above_0.95']}/{s['with_speed']} replies at 0.95x or more; "
-                  f"identical texts {s['identical']}/{s['replies']}.", ""]
+        lines += [summary_line("TUI / headless", s), ""]
+    if sc and "geomean_ratio" in sc:
+        lines += [summary_line("control / headless (headless twice, no UI)", sc), ""]
+    ctrl_head = " control / headless |" if controls else ""
     lines += ["| conversation | turn | category | tokens | headless tok/s | TUI tok/s | TUI / headless | "
-              "on screen tok/s | first | identical |", "|---|---|---|---|---|---|---|---|---|---|"]
-    for tui, run in pairs:
+              f"on screen tok/s | first | identical |{ctrl_head}",
+              "|---|---|---|---|---|---|---|---|---|---|" + ("---|" if controls else "")]
+    for i, (tui, run) in enumerate(pairs):
         ratio = tui.tokens_per_s / run.tokens_per_s if run.tokens_per_s > 0 and tui.tokens_per_s > 0 else None
         shown = f"{tui.shown_tokens_per_s:.1f}" if tui.shown_tokens_per_s else "-"
-        first = "TUI" if tui.first else "headless"
+        first = "TUI" if tui.first else "control" if controls and controls[i].first else "headless"
         cap = " (cap)" if tui.looped or run.looped else ""
         lines.append(f"| {tui.conversation} | {tui.turn} | {tui.category} | {tui.n_tokens}{cap} | "
                      f"{run.tokens_per_s:.1f} | {tui.tokens_per_s:.1f} | "
                      f"{'-' if ratio is None else f'{ratio:.3f}'} | {shown} | {first} | "
-                     f"{'yes' if tui.text == run.text else 'NO'} |")
+                     f"{'yes' if tui.text == run.text else 'NO'} |"
+                     + (f" {controls[i].tokens_per_s / run.tokens_per_s:.3f} |" if controls and run.tokens_per_s > 0
+                        else (" - |" if controls else "")))
     text = "\n".join(lines) + "\n"
     outdir.mkdir(parents=True, exist_ok=True)
     (outdir / "report.md").write_text(text, encoding="utf-8")
@@ -261,7 +282,9 @@ def write_report(outdir: Path, command: str, pairs: list[tuple[Reply, Reply]], m
         for tui, run in pairs:
             f.write(json.dumps(asdict(tui)) + "\n")
             f.write(json.dumps(asdict(run)) + "\n")
-    (outdir / "report.json").write_text(json.dumps({"summary": s, "meta": meta}, indent=2) + "\n")
+        for c in controls or []:
+            f.write(json.dumps(asdict(c)) + "\n")
+    (outdir / "report.json").write_text(json.dumps({"summary": s, "control": sc, "meta": meta}, indent=2) + "\n")
     return text
 
 
@@ -277,6 +300,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="ADASPARK_UI_PRIORITY for the chat (default: the app's own choice)")
     ap.add_argument("--adaspark", default=None,
                     help="how to invoke adaspark (default: the `adaspark` command, else python -m adaspark_app.cli)")
+    ap.add_argument("--control", action="store_true",
+                    help="a third arm: `adaspark run` again, the A/A reference for per-reply noise")
     args = ap.parse_args(argv)
     if shutil.which("tmux") is None:
         print("tui_vs_headless: tmux is needed", file=sys.stderr)
@@ -294,32 +319,41 @@ def main(argv: list[str] | None = None) -> int:
             "ui_priority": args.ui_priority, "model": args.model or "bundled"}
     t0 = time.monotonic()
     pairs: list[tuple[Reply, Reply]] = []
+    controls: list[Reply] = []
     try:
         with tempfile.TemporaryDirectory(prefix="adaspark-tui-bench-") as tmp:
             work = Path(tmp)
             for i, conv in enumerate(convs):
-                tui_first = i % 2 == 0
-                arms = ("tui", "headless") if tui_first else ("headless", "tui")
+                if args.control:
+                    arms = ("tui", "headless", "control")[i % 3:] + ("tui", "headless", "control")[:i % 3]
+                else:
+                    arms = ("tui", "headless") if i % 2 == 0 else ("headless", "tui")
                 got: dict[str, list[Reply]] = {}
                 for arm in arms:
                     if arm == "tui":
                         got[arm] = run_tui(conv, adaspark, args.max_tokens, work, session="chat",
                                            ui_priority=args.ui_priority, model=model)
                     else:
-                        got[arm] = run_headless(conv, adaspark, args.max_tokens, work, model=model)
-                for tui, run in zip(got["tui"], got["headless"]):
-                    tui.first, run.first = tui_first, not tui_first
+                        got[arm] = run_headless(conv, adaspark, args.max_tokens, work, model=model, arm=arm)
+                for k, (tui, run) in enumerate(zip(got["tui"], got["headless"])):
+                    tui.first, run.first = arms[0] == "tui", arms[0] == "headless"
                     pairs.append((tui, run))
+                    if args.control:
+                        ctrl = got["control"][k]
+                        ctrl.first = arms[0] == "control"
+                        controls.append(ctrl)
                     r = tui.tokens_per_s / run.tokens_per_s if run.tokens_per_s > 0 else float("nan")
+                    c = (f", control {controls[-1].tokens_per_s / run.tokens_per_s:.3f}"
+                         if args.control and run.tokens_per_s > 0 else "")
                     print(f"{conv['id']} turn {tui.turn}: headless {run.tokens_per_s:.1f} tok/s, TUI "
-                          f"{tui.tokens_per_s:.1f} tok/s, ratio {r:.3f}, identical {tui.text == run.text}", flush=True)
+                          f"{tui.tokens_per_s:.1f} tok/s, ratio {r:.3f}{c}, identical {tui.text == run.text}", flush=True)
     finally:  # no chat left running in a tmux server, whatever happened
         tmux("kill-server", check=False)
         shutil.rmtree(Path(tmux_socket()).parent, ignore_errors=True)
     meta["load_end"] = [round(x, 2) for x in os.getloadavg()]
     meta["elapsed_s"] = time.monotonic() - t0
     meta["generated"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    print(write_report(Path(args.out), command, pairs, meta))
+    print(write_report(Path(args.out), command, pairs, meta, controls or None))
     return 0
 
 
