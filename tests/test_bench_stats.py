@@ -120,6 +120,34 @@ def test_per_category_comparison_uses_only_that_category():
     assert comp["overall"]["geomean_ratio"] == pytest.approx(2.0 ** (2 / 5))
 
 
+def test_context_bands_double_from_512_tokens():
+    assert [stats.context_band(c) for c in (0, 511, 512, 1023, 1024, 2047, 2048, 5000)] == \
+        ["0-511", "0-511", "512-1023", "512-1023", "1024-2047", "1024-2047", "2048-4095", "4096-8191"]
+    assert stats.context_band(None) is None
+
+
+def test_per_band_comparison_groups_turns_by_where_the_base_reply_started():
+    """Known answer: first turns (short prompts) at 1.5x, second turns (long histories) at 0.8x;
+    the band is the base reply's start, and replies with no recorded start join no band."""
+    records = []
+    for conv in ("a", "b", "c"):
+        for turn, (start, r) in enumerate(((100, 1.5), (1500, 0.8))):
+            base, arm = rec("ar", conv, turn, 100.0), rec("x", conv, turn, 100.0 * r)
+            base.start_context, arm.start_context = start, start + 7
+            records += [base, arm]
+    records += [rec("ar", "d", 0, 100.0), rec("x", "d", 0, 300.0)]  # no start recorded
+    summary = stats.full_comparison(records, ["ar", "x"], resamples=200)
+    by_band = summary["comparisons"]["x"]["by_band"]
+    assert summary["bands"] == ["0-511", "1024-2047"]
+    assert by_band["0-511"]["geomean_ratio"] == pytest.approx(1.5)
+    assert by_band["1024-2047"]["geomean_ratio"] == pytest.approx(0.8)
+    assert by_band["0-511"]["replies"] == by_band["1024-2047"]["replies"] == 3
+    assert summary["comparisons"]["x"]["overall"]["replies"] == 7
+    # read back from OUT.jsonl-style dicts: the start is `prompt_length`
+    assert ReplyRecord.from_json({"arm": "x", "conversation": "a", "turn": 0, "n_tokens": 1,
+                                  "decode_s": 1.0, "prompt_length": 1500}).start_context == 1500
+
+
 def test_repeats_average_speed_and_loop_in_any_repeat_counts():
     records = [rec("ar", "a", 0, 100, repeat=0), rec("ar", "a", 0, 100, repeat=1),
                rec("x", "a", 0, 100, repeat=0), rec("x", "a", 0, 200, repeat=1),

@@ -84,6 +84,18 @@ def render_markdown(report: Mapping[str, Any]) -> str:
                 c = comp["by_category"][cat]
                 cells.append(f"{_fmt_ratio(c)} (n={c['replies']})")
             lines.append(f"| {cat} | " + " | ".join(cells) + " |")
+    bnds = summ.get("bands") or []
+    if bnds and summ["comparisons"]:
+        lines += ["", "## By context band", "",
+                  "Replies grouped by the context (prompt and history, in tokens) they started at.", "",
+                  "| context band | " + " | ".join(f"`{a}`" for a in summ["comparisons"]) + " |",
+                  "|---|" + "---|" * len(summ["comparisons"])]
+        for band in bnds:
+            cells = []
+            for comp in summ["comparisons"].values():
+                c = (comp.get("by_band") or {}).get(band)
+                cells.append("-" if c is None else f"{_fmt_ratio(c)} (n={c['replies']})")
+            lines.append(f"| {band} | " + " | ".join(cells) + " |")
     lines += ["", "## Arms", "",
               "tok/s is summed generated tokens over summed decode seconds; tokens per round and "
               "tok/s leave out the arm's own looped replies; width shares count every round.", "",

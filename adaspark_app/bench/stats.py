@@ -24,6 +24,26 @@ import numpy as np
 BOOTSTRAP_RESAMPLES = 2000  # percentile interval; 2,000 resamples put the 2.5% tails within ~0.3% of converged
 BOOTSTRAP_SEED = 0  # fixed so a report can be recomputed exactly from its replies
 CONFIDENCE = 0.95
+BAND_FIRST = 512  # context bands: [0, 512), [512, 1024), [1024, 2048), ... by where a reply starts
+
+
+def context_band(start_context: int | None) -> str | None:
+    """The context band of a reply that starts at `start_context` tokens (prompt included):
+    "0-511", "512-1023", "1024-2047", ... doubling; None when the start is unknown.
+
+    A pinned width may beat the learner in one band and lose in another (verify costs grow with
+    context, and so does the text a copy can come from), so the report compares arms per band."""
+    if start_context is None or start_context < 0:
+        return None
+    lo, hi = 0, BAND_FIRST
+    while start_context >= hi:
+        lo, hi = hi, hi * 2
+    return f"{lo}-{hi - 1}"
+
+
+def band_key(label: str) -> int:
+    """Sort key of a band label (its lower end)."""
+    return int(label.split("-", 1)[0])
 
 
 @dataclass
@@ -44,6 +64,7 @@ class ReplyRecord:
     repeat: int = 0
     accepted_by_source: dict[str, int] = field(default_factory=dict)  # accepted draft tokens by source
     calibration: dict[str, float] = field(default_factory=dict)  # tree rounds: rounds, expected, accepted
+    start_context: int | None = None  # tokens in context when the reply began (`prompt_length`)
 
     @property
     def speed(self) -> float | None:
@@ -70,6 +91,7 @@ class ReplyRecord:
             repeat=int(d.get("repeat", 0) or 0),
             accepted_by_source={str(k): int(v) for k, v in (d.get("accepted_by_source") or {}).items()},
             calibration={str(k): float(v) for k, v in (d.get("calibration") or {}).items()},
+            start_context=int(d["prompt_length"]) if d.get("prompt_length") is not None else None,
         )
 
 
@@ -89,6 +111,7 @@ class MergedReply:
     rounds: int
     widths: dict[int, int]
     measure_rounds: int
+    start_context: int | None = None
 
 
 @dataclass
@@ -187,7 +210,7 @@ def merge_repeats(records: Iterable[ReplyRecord]) -> dict[tuple[str, str, int], 
             speed=speed, looped=any(r.looped for r in rs), text=rs[0].text,
             n_tokens=sum(r.n_tokens for r in rs), decode_s=sum(r.decode_s for r in rs),
             rounds=sum(r.rounds for r in rs), widths=dict(widths),
-            measure_rounds=sum(r.measure_rounds for r in rs),
+            measure_rounds=sum(r.measure_rounds for r in rs), start_context=rs[0].start_context,
         )
     return merged
 
@@ -198,17 +221,22 @@ def compare(
     base: str,
     *,
     category: str | None = None,
+    band: str | None = None,
     resamples: int = BOOTSTRAP_RESAMPLES,
     seed: int = BOOTSTRAP_SEED,
 ) -> Comparison:
     """`arm` over `base`: geometric mean of per-reply speed ratios, bootstrap interval over
     conversations, exclusions counted, identical-reply share. `category` restricts the replies
-    to one category (the base reply's category decides)."""
+    to one category (the base reply's category decides), `band` to the turns whose base reply
+    started in that context band (`context_band`)."""
     arm_keys = {(c, t) for (a, c, t) in merged if a == arm}
     base_keys = {(c, t) for (a, c, t) in merged if a == base}
     if category is not None:
         arm_keys = {k for k in arm_keys if merged[(arm, *k)].category == category}
         base_keys = {k for k in base_keys if merged[(base, *k)].category == category}
+    if band is not None:  # by the base reply's start: a turn keeps its band in every arm
+        base_keys = {k for k in base_keys if context_band(merged[(base, *k)].start_context) == band}
+        arm_keys &= base_keys
     paired_keys = sorted(arm_keys & base_keys)
     unpaired = len(arm_keys ^ base_keys)
     by_conv: dict[str, list[float]] = defaultdict(list)
@@ -338,6 +366,12 @@ def categories(merged: Mapping[tuple[str, str, int], MergedReply], base: str) ->
     return sorted({m.category for (a, _, _), m in merged.items() if a == base and m.category})
 
 
+def bands(merged: Mapping[tuple[str, str, int], MergedReply], base: str) -> list[str]:
+    """Context bands present among the base arm's replies, lowest first (unknown starts left out)."""
+    found = {context_band(m.start_context) for (a, _, _), m in merged.items() if a == base}
+    return sorted((b for b in found if b is not None), key=band_key)
+
+
 def full_comparison(
     records: Sequence[ReplyRecord],
     arms: Sequence[str],
@@ -346,21 +380,25 @@ def full_comparison(
     seed: int = BOOTSTRAP_SEED,
 ) -> dict:
     """Everything the report shows: each arm's summary, and each later arm against the first,
-    over all replies and per category. JSON-ready."""
+    over all replies, per category and per context band. JSON-ready."""
     base = arms[0]
     merged = merge_repeats(records)
     cats = categories(merged, base)
+    bnds = bands(merged, base)
     out = {
         "base_arm": base,
         "arms": {a: summarize_arm(records, a).to_json() for a in arms},
         "comparisons": {},
         "categories": cats,
+        "bands": bnds,
     }
     for arm in arms[1:]:
         overall = compare(merged, arm, base, resamples=resamples, seed=seed)
         per_cat = {c: compare(merged, arm, base, category=c, resamples=resamples, seed=seed).to_json()
                    for c in cats}
-        out["comparisons"][arm] = {"overall": overall.to_json(), "by_category": per_cat}
+        per_band = {b: compare(merged, arm, base, band=b, resamples=resamples, seed=seed).to_json()
+                    for b in bnds}
+        out["comparisons"][arm] = {"overall": overall.to_json(), "by_category": per_cat, "by_band": per_band}
     # looped in any arm: the paper's "looped" column
     looped_any = {(c, t) for (a, c, t), m in merged.items() if m.looped}
     out["looped_any_arm"] = len(looped_any)
