@@ -3,30 +3,37 @@
 #
 #   LLAMA_SERVER_BIN=.../llama-server benchmarks/real_targets_bench.sh [STEP ...]
 #
-# Steps (default: all, in this order): tui tui-qwen qwen-chat qwen-paste q15-paste.
+# Steps (default: all, in this order): tui tui-qwen qwen-chat qwen-paste q15-paste pinned.
 # Targets come from benchmarks/targets/assemble.py (~/.cache/adaspark/targets). Held-out sets are
-# in benchmarks/results/real-targets/s24/ (conversations no tuning in this repo looked at).
-# Every step writes its report under benchmarks/results/; a failed step stops the run.
+# in benchmarks/results/real-targets/$SET/ (default s25: conversations no tuning in this repo
+# looked at; s24's sets and reports stay as they were run). Every step writes its report under
+# benchmarks/results/; a failed step stops the run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 T=${ADASPARK_TARGETS:-$HOME/.cache/adaspark/targets}
-S=benchmarks/results/real-targets/s24
+SET=${SET:-s25}
+S=benchmarks/results/real-targets/$SET
+U=benchmarks/results/tui-vs-headless
 PEERS=adaspark:ar,adaspark,server-ngram-mod,server-plain
-steps=("$@"); [ ${#steps[@]} -eq 0 ] && steps=(tui tui-qwen qwen-chat qwen-paste q15-paste)
+steps=("$@"); [ ${#steps[@]} -eq 0 ] && steps=(tui tui-qwen qwen-chat qwen-paste q15-paste pinned)
 lscpu | grep "Model name"
 for step in "${steps[@]}"; do
   echo "== $step $(date -u +%H:%M:%S) load $(cut -d' ' -f1-3 /proc/loadavg)"
   case $step in
-    tui) python benchmarks/tui_vs_headless.py --chat 8 --paste 6 --offset 8 --max-tokens 512 \
-           --out benchmarks/results/tui-vs-headless/s24-512 ;;
-    tui-qwen) python benchmarks/tui_vs_headless.py --model "$T/qwen0.5b.gguf" --chat 3 --paste 2 --offset 16 \
-           --max-tokens 256 --out benchmarks/results/tui-vs-headless/s24-qwen0.5b ;;
+    # TUI against headless, with headless run twice (--control) as the reference for noise
+    tui) python benchmarks/tui_vs_headless.py --chat 8 --paste 4 --offset 44 --paste-offset 0 \
+           --max-tokens 512 --control --out $U/$SET-512 ;;
+    tui-qwen) python benchmarks/tui_vs_headless.py --model "$T/qwen0.5b.gguf" --chat 3 --paste 2 --offset 56 \
+           --paste-offset 4 --max-tokens 256 --control --out $U/$SET-qwen0.5b ;;
     qwen-chat) python benchmarks/peers/run_peers.py $S/chat-heldout.jsonl --model "$T/qwen0.5b.gguf" \
            --peers $PEERS --max-tokens 128 --keep-capped --out $S/qwen0.5b-chat ;;
     qwen-paste) python benchmarks/peers/run_peers.py $S/paste-heldout.jsonl --model "$T/qwen0.5b.gguf" \
            --peers $PEERS --max-tokens 128 --keep-capped --out $S/qwen0.5b-paste ;;
     q15-paste) python benchmarks/peers/run_peers.py $S/paste-heldout-1.5b.jsonl --model "$T/qwen1.5b.gguf" \
            --peers $PEERS --max-tokens 128 --keep-capped --out $S/qwen1.5b-paste ;;
+    # pinned widths against the learner (base adaspark), by category and by context band
+    pinned) adaspark bench $S/pinned-mix.jsonl --model "$T/qwen0.5b.gguf" --arms adaspark,pinned:4,pinned:8,ar \
+           --max-tokens 128 --keep-capped --no-progress --report $S/qwen0.5b-pinned ;;
     *) echo "unknown step $step" >&2; exit 2 ;;
   esac
 done

@@ -66,15 +66,16 @@ class Reply:
     first: bool = False  # this arm ran first for the conversation
 
 
-def load_conversations(n_chat: int, n_paste: int, offset: int = 0) -> list[dict]:
-    """`n_chat` MT-Bench conversations (two turns) and `n_paste` long pastes (one), from the
-    `offset`-th of each on, turns stripped: the chat sends what was typed without surrounding
-    blanks, so both arms get that."""
-    def take(name: str, n: int) -> list[dict]:
+def load_conversations(n_chat: int, n_paste: int, offset: int = 0, paste_offset: int | None = None) -> list[dict]:
+    """`n_chat` MT-Bench conversations (two turns) from the `offset`-th on and `n_paste` long
+    pastes (one) from the `paste_offset`-th (default: `offset`), turns stripped: the chat sends
+    what was typed without surrounding blanks, so both arms get that."""
+    def take(name: str, n: int, start: int) -> list[dict]:
         rows = [json.loads(line) for line in (CORPORA / name).read_text().splitlines() if line.strip()]
         return [{"id": r["id"], "category": r.get("category") or name, "turns": [t.strip() for t in r["turns"]]}
-                for r in rows[offset:offset + n]]
-    return take("mtbench.jsonl", n_chat) + take("longpaste.jsonl", n_paste)
+                for r in rows[start:start + n]]
+    return take("mtbench.jsonl", n_chat, offset) + take("longpaste.jsonl", n_paste,
+                                                         offset if paste_offset is None else paste_offset)
 
 
 # ---------------------------------------------------------------------------- the TUI arm
@@ -294,6 +295,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--paste", type=int, default=4, help="long-paste conversations (one turn each)")
     ap.add_argument("--max-tokens", type=int, default=256)
     ap.add_argument("--offset", type=int, default=0, help="skip this many conversations of each corpus")
+    ap.add_argument("--paste-offset", type=int, default=None, help="skip this many long pastes (default: --offset)")
     ap.add_argument("--model", default=None, help="a GGUF for both arms (default: the bundled model)")
     ap.add_argument("--out", default=str(ROOT / "results" / "tui-vs-headless"))
     ap.add_argument("--ui-priority", choices=("low", "idle", "normal"), default=None,
@@ -308,7 +310,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     adaspark = shlex.split(args.adaspark) if args.adaspark else (
         ["adaspark"] if shutil.which("adaspark") else [sys.executable, "-m", "adaspark_app.cli"])
-    convs = load_conversations(args.chat, args.paste, args.offset)
+    convs = load_conversations(args.chat, args.paste, args.offset, args.paste_offset)
     model = ["--model", args.model] if args.model else []
     command = "python benchmarks/tui_vs_headless.py " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
     from adaspark_app import native

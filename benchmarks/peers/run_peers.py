@@ -230,7 +230,8 @@ class AdaSparkPeer:
                                    on_round=lambda ev: t.piece(ev.text), turn=turn, sampling=sampling)
         extra = {"engine_n_tokens": res.n_tokens, "engine_decode_s": res.decode_s,
                  "rounds": res.rounds, "widths": {str(k): v for k, v in res.widths.items()},
-                 "measure_rounds": res.measure_rounds}
+                 "measure_rounds": res.measure_rounds,
+                 "prompt_length": res.prompt_length}  # the report's context band
         return t, res.looped, extra, res.text
 
     def close(self) -> None:
