@@ -50,6 +50,8 @@ HERE = Path(__file__).resolve().parent
 KERNEL = HERE / "tinyblas_q4_1.inc"
 #: Q4_K and Q6_K x Q8_K (the Q4_K_M files people run), summed in the stock vec_dot kernels' order.
 KERNEL_K = HERE / "tinyblas_k_quants.inc"
+#: Flash attention for the BF16 K / F16 V cache, one code path for every batch size (ops.cpp).
+KERNEL_FA = HERE / "flash_attn_bf16.inc"
 LIB_DIR = HERE / "lib"
 LIB_NAME = "libggml-cpu.so"
 STAMP = LIB_DIR / "stamp.json"
@@ -114,6 +116,16 @@ def install_variants(flags: frozenset[str] | set[str]) -> list[str]:
     best = best_variant(flags)
     return [] if best is None else list(dict.fromkeys([best, FLOOR_VARIANT]))
 SGEMM = "ggml/src/ggml-cpu/llamafile/sgemm.cpp"
+OPS = "ggml/src/ggml-cpu/ops.cpp"
+# ggml's flash attention entry: AdaSpark's kernel goes before it and is tried first in it
+_FA_ANCHOR = """static void ggml_compute_forward_flash_attn_ext_f16(
+        const ggml_compute_params * params,
+        ggml_tensor * dst) {
+"""
+_FA_CALL = """    if (adaspark_flash_attn_bf16(params, dst)) {
+        return;
+    }
+"""
 
 # (anchor in sgemm.cpp, text put in its place): the kernel class after the x86 tinyBLAS classes,
 # and the kernels' cases of llamafile_sgemm's dispatch (_CASE, one per _KERNEL_CASES entry).
@@ -156,6 +168,8 @@ def source_key(variant: str | None = None) -> str:
     h = hashlib.sha256(LLAMA_CPP_PYTHON.encode())
     h.update(KERNEL.read_bytes())
     h.update(KERNEL_K.read_bytes())
+    h.update(KERNEL_FA.read_bytes())
+    h.update((_FA_ANCHOR + _FA_CALL).encode())
     h.update((_CASE_ANCHOR + _CASE).encode())
     if variant is not None:
         h.update(("variant:" + variant + ":" + ",".join(VARIANTS[variant])).encode())
@@ -198,6 +212,13 @@ def patch_sgemm(text: str) -> str:
     text = text.replace(_CLASS_ANCHOR, "#endif // __AVX__\n" + KERNEL.read_text() + KERNEL_K.read_text()
                         + "\n//PPC Implementation")
     return text.replace(_CASE_ANCHOR, _CASE + _CASE_ANCHOR)
+
+
+def patch_ops(text: str) -> str:
+    """ops.cpp with AdaSpark's flash attention tried first for the BF16 K / F16 V cache."""
+    if text.count(_FA_ANCHOR) != 1:
+        raise BuildError("ops.cpp does not look like llama-cpp-python 0.3.36's: the patch does not apply")
+    return text.replace(_FA_ANCHOR, KERNEL_FA.read_text() + "\n" + _FA_ANCHOR + _FA_CALL)
 
 
 def _sdist(dest: Path) -> Path:
@@ -304,10 +325,12 @@ def build(force: bool = False, jobs: int | None = None, say=print, variants: lis
         src = tmp_path / root
         sgemm = src / SGEMM
         sgemm.write_text(patch_sgemm(sgemm.read_text()))
+        ops = src / OPS
+        ops.write_text(patch_ops(ops.read_text()))
         for n, variant in enumerate(todo, 1):
             t0 = time.monotonic()
             out = tmp_path / f"build-{variant}"
-            say(f"adaspark: building libggml-cpu with the multi-row kernels (Q4_1, Q4_K, Q6_K), variant {variant} ({n} of {len(todo)}, "
+            say(f"adaspark: building libggml-cpu with the multi-row kernels (Q4_1, Q4_K, Q6_K) and the attention kernel, variant {variant} ({n} of {len(todo)}, "
                 f"{jobs} jobs, about a minute)")
             with open(log, "a") as fp:
                 fp.write(f"=== variant {variant}: {' '.join(variant_cmake_flags(variant))}\n")
