@@ -352,3 +352,58 @@ def test_q0_batches_equal_columns_alone_and_the_stock_kernels(variant):
         assert got["batched"] == stock[key]["batched"], f"{key}: differs from the stock library's product"
         assert got["alone"] == stock[key]["alone"], f"{key}: a column alone differs from the stock vec_dot's"
         assert got["err"] < 1.0, f"{key}: far from the float product ({got['err']})"
+
+
+_STOCK_ROWS_PROBE = """
+import hashlib, json, sys
+from adaspark_app import native
+native.activate()
+from adaspark_app.engine.backend import LlamaBackend, default_model_path
+b = LlamaBackend(default_model_path(), n_ctx=512, n_threads=int(sys.argv[1]))
+text = "def fib(n):\\n    return n if n < 2 else fib(n - 1) + fib(n - 2)\\n" * 8 + "Explain this code."
+toks = b.tokenize(text)[:160]
+n = len(toks) - 1
+b.prefill(toks[:-1], 0, argmax=False)
+chain, one = [toks[-1]], []
+for i in range(6):
+    out = b.verify([chain[-1]], [n + i], [(0,)])
+    one.append(hashlib.sha256(b.logits_rows(1)[0].tobytes()).hexdigest())
+    chain.append(int(out.argmax[0]))
+b.seq_rm(0, n, -1)
+b.verify(chain[:6], list(range(n, n + 6)), [(0,)] * 6)
+batch = [hashlib.sha256(r.tobytes()).hexdigest() for r in b.logits_rows(6)]
+print(json.dumps({"status": native.status(), "variant": native.variant(), "one": one, "batch": batch}))
+"""
+
+
+def _stock_rows(env: dict, threads: int) -> dict:
+    out = subprocess.run([sys.executable, "-c", _STOCK_ROWS_PROBE, str(threads)], env=env, capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.model
+@pytest.mark.parametrize("variant", list(build.VARIANTS))
+def test_bundled_model_rows_equal_the_stock_librarys(variant):
+    """On the bundled model (Q4_1 layers: AdaSpark's Q4_1 kernel; its tied Q8_0 output matrix:
+    the Q0 kernel on the VNNI variants, for one-row steps too) 6 one-row steps and the same 6 rows
+    verified as one batch give logits bit-identical to the stock library's, on 1 and 2 threads:
+    the batch-vs-alone tests compare a kernel with itself where it also takes one-row products.
+    Only the variants with that kernel: the stock library is compiled for this CPU, and the
+    AVX2-only or non-VNNI variants' attention and BF16 code sum otherwise (haswell and skylakex
+    differ from it at the first step with the stock Q0 code)."""
+    if variant not in build.built_variants():
+        pytest.skip(f"variant {variant} not built here")
+    if not set(build.required_flags(variant)) <= build.cpu_flags():
+        pytest.skip(f"this CPU cannot run variant {variant}")
+    if not {"AVX512", "AVX512_VNNI"} <= set(build.VARIANTS[variant]):
+        pytest.skip(f"variant {variant} has no Q0 kernel")
+    env = _clean_env()
+    for threads in (1, 2):
+        ours = _stock_rows({**env, native.VARIANT_ENV: variant}, threads)
+        stock = _stock_rows({**env, "ADASPARK_STOCK_KERNELS": "1"}, threads)
+        assert ours["variant"] == variant and stock["status"].startswith("stock")
+        assert ours["one"] == stock["one"], f"{threads} thread(s): a one-row step differs from the stock library's"
+        assert ours["batch"] == stock["batch"], f"{threads} thread(s): a verified row differs from the stock library's"
+        assert ours["batch"] == ours["one"], f"{threads} thread(s): a verified row differs from its one-row step"
