@@ -390,8 +390,9 @@ def test_bundled_model_rows_equal_the_stock_librarys():
     verified as one batch give logits bit-identical to the stock library's, on 1 and 2 threads:
     the batch-vs-alone tests compare a kernel with itself where it also takes one-row products.
     On this CPU's own variant only: the stock library is compiled for this CPU, and a lesser
-    variant's other code may sum otherwise (here icelake, skylakex and haswell differ from it at
-    the first step, alike, whatever their Q0 code: their BF16 K-cache dot products)."""
+    variant's other code may sum otherwise (here icelake, with the Q0 kernel, and skylakex,
+    without, give the same logits as each other and differ from it at the first step: zen4 adds
+    only AVX512_BF16 to icelake, used by the BF16 K cache's dot products; haswell differs too)."""
     variant = build.best_variant(build.cpu_flags(), among=build.built_variants())
     if variant is None or variant != build.best_variant(build.cpu_flags()):
         pytest.skip("this CPU's own variant is not built here")
