@@ -5,9 +5,10 @@ variant this machine can run, with the Q4_1 identity test run under it).
 The Q4_1 kernel's numerics are checked on the real model by test_engine_tree's
 test_cells_written_by_a_verify_equal_plain_decode_cells (cells written by 2-, 3- and 9-row
 verifies give bit-identical logits to cells written one row at a time), which runs on whatever
-library the process loaded: the patched one after a normal install. The Q4_K and Q6_K kernels
-are checked here through ggml itself on random weights (no model needed), per variant this
-machine can run, against columns computed alone and against the stock library.
+library the process loaded: the patched one after a normal install. The Q4_K and Q6_K kernels,
+and the Q4_0/Q5_0/Q8_0 kernel of the AVX-512 VNNI variants, are checked here through ggml itself
+on random weights (no model needed), per variant this machine can run, against columns computed
+alone and against the stock library.
 """
 
 from __future__ import annotations
@@ -23,8 +24,16 @@ from adaspark_app import native
 from adaspark_app.native import build
 
 
+def _sgemm_like() -> str:
+    """The parts of sgemm.cpp the patch looks for: the class anchor, then the stock Q8_0, Q4_0
+    (_CASE_ANCHOR) and Q5_0 cases' first lines, each followed by its stock code, and the one-row
+    check (_N1_ANCHOR)."""
+    return ("// before\n" + build._N1_ANCHOR + build._CLASS_ANCHOR + "\n// middle\n" + build._Q0_ANCHORS["q8_0"] + "// stock code\n"
+            + build._CASE_ANCHOR + "\n// stock code\n" + build._Q0_ANCHORS["q5_0"] + "// stock code\n// after\n")
+
+
 def test_patch_adds_the_kernel_class_and_its_dispatch_case_once():
-    text = ("// before\n" + build._CLASS_ANCHOR + "\n// middle\n" + build._CASE_ANCHOR + "\n// after\n")
+    text = _sgemm_like()
     out = build.patch_sgemm(text)
     assert out.count("class tinyBLAS_Q4_1_AVX") == 1
     assert out.count("case GGML_TYPE_Q4_1:") == 1
@@ -239,8 +248,9 @@ def test_each_variant_this_machine_can_run_loads_and_keeps_q4_1_identity(variant
     assert out.returncode == 0 and " passed" in out.stdout, out.stdout[-2000:] + out.stderr[-2000:]
 
 
-# ---------------------------------------------------------------- Q4_K and Q6_K kernels
-_K_QUANT_PROBE = """
+# ---------------------------------------------------------------- Q4_K, Q6_K and Q0 kernels
+# argv[1]: the comma-separated ggml types to multiply
+_QUANT_PROBE = """
 import json, sys
 import numpy as np
 sys.path.insert(0, "benchmarks/targets")
@@ -250,7 +260,7 @@ rng = np.random.default_rng(7)
 w = rng.standard_normal((37, 512)).astype(np.float32) * 0.05  # 37 rows: the tiles' remainders too
 x = rng.standard_normal((13, 512)).astype(np.float32)
 out = {"status": status}
-for name in ("Q4_K", "Q6_K"):
+for name in sys.argv[1].split(","):
     for n in (2, 3, 5, 8, 13):
         for threads in (1, 2):
             batched = mul_mat(base, cpu, GGML_TYPES[name], w, x[:n], threads)
@@ -261,15 +271,16 @@ print(json.dumps(out))
 """
 
 
-def _k_quant_products(env: dict) -> dict:
-    out = subprocess.run([sys.executable, "-c", _K_QUANT_PROBE], env=env, capture_output=True, text=True, timeout=120,
+def _quant_products(env: dict, types: tuple[str, ...]) -> dict:
+    out = subprocess.run([sys.executable, "-c", _QUANT_PROBE, ",".join(types)], env=env, capture_output=True,
+                         text=True, timeout=120,
                          cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     assert out.returncode == 0, out.stderr[-2000:]
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def test_patch_adds_the_k_quant_kernels_and_their_dispatch_cases_once():
-    text = ("// before\n" + build._CLASS_ANCHOR + "\n// middle\n" + build._CASE_ANCHOR + "\n// after\n")
+    text = _sgemm_like()
     out = build.patch_sgemm(text)
     assert out.count("class tinyBLAS_K_AVX2") == 1
     for case in ("case GGML_TYPE_Q4_K:", "case GGML_TYPE_Q6_K:"):
@@ -290,11 +301,108 @@ def test_k_quant_batches_equal_columns_alone_and_the_stock_kernels(variant):
         pytest.skip(f"this CPU cannot run variant {variant}")
     assert b"tinyBLAS_K_AVX2" in build.variant_lib(variant).read_bytes()
     env = {**_clean_env(), "GGML_CPU_TILED_MM": "0"}  # the backend's setting
-    ours = _k_quant_products({**env, native.VARIANT_ENV: variant})
-    stock = _k_quant_products({**env, "ADASPARK_STOCK_KERNELS": "1"})
+    ours = _quant_products({**env, native.VARIANT_ENV: variant}, ("Q4_K", "Q6_K"))
+    stock = _quant_products({**env, "ADASPARK_STOCK_KERNELS": "1"}, ("Q4_K", "Q6_K"))
     assert ours.pop("status") == "q4_1-tinyblas" and stock.pop("status").startswith("stock")
     assert len(ours) == 20
     for key, got in ours.items():
         assert got["batched"] == got["alone"], f"{key}: a batched column differs from the column alone"
         assert got["batched"] == stock[key]["batched"], f"{key}: differs from the stock library's product"
         assert got["err"] < 1.0, f"{key}: far from the float product ({got['err']})"
+
+
+def test_patch_puts_the_q0_kernel_inside_the_stock_q0_cases():
+    text = _sgemm_like()
+    out = build.patch_sgemm(text)
+    assert out.count("class tinyBLAS_Q0_ZMM") == 1 and out.index("class tinyBLAS_Q0_ZMM") < out.index("//PPC Implementation")
+    for a in ("q8_0", "q4_0", "q5_0"):
+        case = out.index(f"case GGML_TYPE_{a.upper()}:")
+        ours = out.index(f"tinyBLAS_Q0_ZMM<block_{a}> tb", case)
+        # ours first in its case (compiled in only where ADASPARK_Q0_ZMM is 1), the stock code after it
+        assert out.index("#if ADASPARK_Q0_ZMM", case) < ours < out.index("// stock code", case)
+        assert out.count(f"tinyBLAS_Q0_ZMM<block_{a}> tb") == 1
+    assert build._N1_ANCHOR not in out and out.count("n < 2 && !(ADASPARK_Q0_ZMM && n == 1") == 1
+    for missing in (*build._Q0_ANCHORS.values(), build._N1_ANCHOR):
+        with pytest.raises(build.BuildError):
+            build.patch_sgemm(text.replace(missing, "// changed upstream"))
+
+
+@pytest.mark.parametrize("variant", list(build.VARIANTS))
+def test_q0_batches_equal_columns_alone_and_the_stock_kernels(variant):
+    """Q4_0, Q5_0 and Q8_0 x Q8_0 through ggml itself (random weights, no model), on each variant
+    this machine can run: a column of a 2- to 13-column product (AdaSpark's zmm kernel on the
+    AVX-512 VNNI variants, stock tinyBLAS elsewhere) equals the same column computed alone (the
+    zmm kernel too on the VNNI variants), bit for bit, on 1 and 2 threads, and both equal the
+    stock library's (its tinyBLAS for the batch, its vec_dot for a column alone); the VNNI
+    variants' libraries really hold the kernel."""
+    if variant not in build.built_variants():
+        pytest.skip(f"variant {variant} not built here")
+    if not set(build.required_flags(variant)) <= build.cpu_flags():
+        pytest.skip(f"this CPU cannot run variant {variant}")
+    has_kernel = {"AVX512", "AVX512_VNNI"} <= set(build.VARIANTS[variant])
+    assert (b"tinyBLAS_Q0_ZMM" in build.variant_lib(variant).read_bytes()) == has_kernel
+    env = {**_clean_env(), "GGML_CPU_TILED_MM": "0"}  # the backend's setting
+    types = ("Q4_0", "Q5_0", "Q8_0")
+    ours = _quant_products({**env, native.VARIANT_ENV: variant}, types)
+    stock = _quant_products({**env, "ADASPARK_STOCK_KERNELS": "1"}, types)
+    assert ours.pop("status") == "q4_1-tinyblas" and stock.pop("status").startswith("stock")
+    assert len(ours) == 30
+    for key, got in ours.items():
+        assert got["batched"] == got["alone"], f"{key}: a batched column differs from the column alone"
+        assert got["batched"] == stock[key]["batched"], f"{key}: differs from the stock library's product"
+        assert got["alone"] == stock[key]["alone"], f"{key}: a column alone differs from the stock vec_dot's"
+        assert got["err"] < 1.0, f"{key}: far from the float product ({got['err']})"
+
+
+_STOCK_ROWS_PROBE = """
+import hashlib, json, sys
+from adaspark_app import native
+native.activate()
+from adaspark_app.engine.backend import LlamaBackend, default_model_path
+b = LlamaBackend(default_model_path(), n_ctx=512, n_threads=int(sys.argv[1]))
+text = "def fib(n):\\n    return n if n < 2 else fib(n - 1) + fib(n - 2)\\n" * 8 + "Explain this code."
+toks = b.tokenize(text)[:160]
+n = len(toks) - 1
+b.prefill(toks[:-1], 0, argmax=False)
+chain, one = [toks[-1]], []
+for i in range(6):
+    out = b.verify([chain[-1]], [n + i], [(0,)])
+    one.append(hashlib.sha256(b.logits_rows(1)[0].tobytes()).hexdigest())
+    chain.append(int(out.argmax[0]))
+b.seq_rm(0, n, -1)
+b.verify(chain[:6], list(range(n, n + 6)), [(0,)] * 6)
+batch = [hashlib.sha256(r.tobytes()).hexdigest() for r in b.logits_rows(6)]
+print(json.dumps({"status": native.status(), "variant": native.variant(), "one": one, "batch": batch}))
+"""
+
+
+def _stock_rows(env: dict, threads: int) -> dict:
+    out = subprocess.run([sys.executable, "-c", _STOCK_ROWS_PROBE, str(threads)], env=env, capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.model
+def test_bundled_model_rows_equal_the_stock_librarys():
+    """On the bundled model (Q4_1 layers: AdaSpark's Q4_1 kernel; its tied Q8_0 output matrix:
+    the Q0 kernel on the VNNI variants, for one-row steps too) 6 one-row steps and the same 6 rows
+    verified as one batch give logits bit-identical to the stock library's, on 1 and 2 threads:
+    the batch-vs-alone tests compare a kernel with itself where it also takes one-row products.
+    On this CPU's own variant only: the stock library is compiled for this CPU, and a lesser
+    variant's other code may sum otherwise (here icelake, with the Q0 kernel, and skylakex,
+    without, give the same logits as each other and differ from it at the first step: zen4 adds
+    only AVX512_BF16 to icelake, used by the BF16 K cache's dot products; haswell differs too)."""
+    variant = build.best_variant(build.cpu_flags(), among=build.built_variants())
+    if variant is None or variant != build.best_variant(build.cpu_flags()):
+        pytest.skip("this CPU's own variant is not built here")
+    if not {"AVX512", "AVX512_VNNI"} <= set(build.VARIANTS[variant]):
+        pytest.skip(f"variant {variant} has no Q0 kernel")
+    env = _clean_env()
+    for threads in (1, 2):
+        ours = _stock_rows({**env, native.VARIANT_ENV: variant}, threads)
+        stock = _stock_rows({**env, "ADASPARK_STOCK_KERNELS": "1"}, threads)
+        assert ours["variant"] == variant and stock["status"].startswith("stock")
+        assert ours["one"] == stock["one"], f"{threads} thread(s): a one-row step differs from the stock library's"
+        assert ours["batch"] == stock["batch"], f"{threads} thread(s): a verified row differs from the stock library's"
+        assert ours["batch"] == ours["one"], f"{threads} thread(s): a verified row differs from its one-row step"

@@ -13,6 +13,10 @@ sum), so a row computes bit for bit alike in a one-row decode and a many-row ver
 stock ggml takes them one row at a time too, because ggml's tiled K-quant matmul sums in another
 order and the backend turns it off): tiles of up to 2 weight rows x 4 batch rows, each output
 computed as ``ggml_vec_dot_q4_K_q8_K`` / ``ggml_vec_dot_q6_K_q8_K``'s AVX2 path computes it.
+``tinyblas_q0.inc`` replaces stock tinyBLAS's Q4_0, Q5_0 and Q8_0 x Q8_0 (most of Qwen2.5-0.5B's
+weights and its output matrix) on the AVX-512 VNNI variants, for one-row products too: two
+weight rows per zmm, each half the stock kernel's 8 lanes, every element computed as the stock
+tinyBLAS and vec_dot kernels compute it (the same int32 lanes, fmas and horizontal sum).
 
 The source is llama-cpp-python's sdist from PyPI (the version this package pins, with the SHA-256
 PyPI lists for it; ``ADASPARK_LLAMA_SDIST`` may name a local copy), under ``vendor/llama.cpp``; only
@@ -50,6 +54,8 @@ HERE = Path(__file__).resolve().parent
 KERNEL = HERE / "tinyblas_q4_1.inc"
 #: Q4_K and Q6_K x Q8_K (the Q4_K_M files people run), summed in the stock vec_dot kernels' order.
 KERNEL_K = HERE / "tinyblas_k_quants.inc"
+#: Q4_0, Q5_0 and Q8_0 x Q8_0 on the AVX-512 VNNI variants, summed in the stock kernels' order.
+KERNEL_Q0 = HERE / "tinyblas_q0.inc"
 #: Flash attention for the BF16 K / F16 V cache, one code path for every batch size (ops.cpp).
 KERNEL_FA = HERE / "flash_attn_bf16.inc"
 LIB_DIR = HERE / "lib"
@@ -156,6 +162,32 @@ _KERNEL_CASES = (("q4_1", "q8_1", "tinyBLAS_Q4_1_AVX<float>"),
                  ("q6_K", "q8_K", "tinyBLAS_K_AVX2<block_q6_K>"))
 _CASE = "".join(_CASE_TEMPLATE.format(atype=a.upper(), btype=bt.upper(), cls=cls, a=a, b=bt)
                 for a, bt, cls in _KERNEL_CASES)
+# The Q0 kernel goes inside the stock Q8_0, Q4_0 and Q5_0 cases (the labels exist already), right
+# after their activation-type check; it is compiled in only where tinyblas_q0.inc defines
+# ADASPARK_Q0_ZMM to 1 (the AVX-512 VNNI variants), so the others keep the stock tinyBLAS_Q0_AVX.
+_Q0_ANCHORS = {a: f"    case GGML_TYPE_{a.upper()}: {{\n        if (Btype != GGML_TYPE_Q8_0)\n{sp}return false;\n"
+               for a, sp in (("q8_0", " " * 11), ("q4_0", " " * 12), ("q5_0", " " * 12))}
+# llamafile_sgemm leaves one-row products to ggml's vec_dot; on the VNNI variants the Q0 kernel
+# takes them too (the same bits as vec_dot, so the one-row step is cheaper without changing a row).
+_N1_ANCHOR = "#if !defined(__MMA__)\n    if (n < 2)\n        return false;\n#endif\n"
+_N1 = """#if !defined(__MMA__)
+    if (n < 2 && !(ADASPARK_Q0_ZMM && n == 1 && Ctype == GGML_TYPE_F32 && Btype == GGML_TYPE_Q8_0 &&
+                   (Atype == GGML_TYPE_Q4_0 || Atype == GGML_TYPE_Q5_0 || Atype == GGML_TYPE_Q8_0)))
+        return false;
+#endif
+"""
+_Q0_TEMPLATE = """#if ADASPARK_Q0_ZMM
+        {{
+            tinyBLAS_Q0_ZMM<block_{a}> tb{{
+                k, (const block_{a} *)A, lda,
+                (const block_q8_0 *)B, ldb,
+                (float *)C, ldc,
+                params->ith, params->nth}};
+            tb.matmul(m, n);
+            return true;
+        }}
+#endif
+"""
 
 
 class BuildError(RuntimeError):
@@ -168,9 +200,10 @@ def source_key(variant: str | None = None) -> str:
     h = hashlib.sha256(LLAMA_CPP_PYTHON.encode())
     h.update(KERNEL.read_bytes())
     h.update(KERNEL_K.read_bytes())
+    h.update(KERNEL_Q0.read_bytes())
+    h.update((_CASE_ANCHOR + _CASE + _Q0_TEMPLATE + "".join(_Q0_ANCHORS.values()) + _N1_ANCHOR + _N1).encode())
     h.update(KERNEL_FA.read_bytes())
     h.update((_FA_ANCHOR + _FA_CALL).encode())
-    h.update((_CASE_ANCHOR + _CASE).encode())
     if variant is not None:
         h.update(("variant:" + variant + ":" + ",".join(VARIANTS[variant])).encode())
     return h.hexdigest()[:16]
@@ -206,12 +239,16 @@ def is_built(variants: list[str] | None = None) -> bool:
 
 
 def patch_sgemm(text: str) -> str:
-    """sgemm.cpp with the Q4_1, Q4_K and Q6_K kernel classes and their dispatch cases added."""
-    if text.count(_CLASS_ANCHOR) != 1 or text.count(_CASE_ANCHOR) != 1:
+    """sgemm.cpp with the Q4_1, Q4_K, Q6_K and Q0 kernel classes and their dispatch cases added."""
+    if (text.count(_CLASS_ANCHOR) != 1 or text.count(_CASE_ANCHOR) != 1
+            or any(text.count(a) != 1 for a in (*_Q0_ANCHORS.values(), _N1_ANCHOR))):
         raise BuildError("sgemm.cpp does not look like llama-cpp-python 0.3.36's: the patch does not apply")
     text = text.replace(_CLASS_ANCHOR, "#endif // __AVX__\n" + KERNEL.read_text() + KERNEL_K.read_text()
-                        + "\n//PPC Implementation")
-    return text.replace(_CASE_ANCHOR, _CASE + _CASE_ANCHOR)
+                        + KERNEL_Q0.read_text() + "\n//PPC Implementation")
+    text = text.replace(_CASE_ANCHOR, _CASE + _CASE_ANCHOR)
+    for a, anchor in _Q0_ANCHORS.items():
+        text = text.replace(anchor, anchor + _Q0_TEMPLATE.format(a=a))
+    return text.replace(_N1_ANCHOR, _N1)
 
 
 def patch_ops(text: str) -> str:
@@ -330,7 +367,8 @@ def build(force: bool = False, jobs: int | None = None, say=print, variants: lis
         for n, variant in enumerate(todo, 1):
             t0 = time.monotonic()
             out = tmp_path / f"build-{variant}"
-            say(f"adaspark: building libggml-cpu with the multi-row kernels (Q4_1, Q4_K, Q6_K) and the attention kernel, variant {variant} ({n} of {len(todo)}, "
+            say(f"adaspark: building libggml-cpu with the multi-row kernels (Q4_1, Q4_K, Q6_K, Q4_0/Q5_0/Q8_0) and "
+                f"the attention kernel, variant {variant} ({n} of {len(todo)}, "
                 f"{jobs} jobs, about a minute)")
             with open(log, "a") as fp:
                 fp.write(f"=== variant {variant}: {' '.join(variant_cmake_flags(variant))}\n")

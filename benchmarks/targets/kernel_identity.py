@@ -8,6 +8,11 @@ kernel; N >= 2 may take llamafile's tinyBLAS (F32, F16, BF16, Q8_0, Q4_0, Q5_0, 
 AdaSpark's Q4_1, Q4_K and Q6_K), so a type whose two kernels sum differently shows here.
 
     python benchmarks/targets/kernel_identity.py [--types Q4_K,Q6_K,Q5_0,Q8_0,Q4_1,Q5_1] [--k 896] [--m 128] [--n 8]
+        [--against-stock]
+
+Where AdaSpark's kernel takes the one-column product too (Q4_0, Q5_0, Q8_0 on the AVX-512 VNNI
+variants), batched == alone compares the kernel with itself; ``--against-stock`` also computes
+both in a process on the stock libraries (``ADASPARK_STOCK_KERNELS=1``) and compares with those.
 """
 
 from __future__ import annotations
@@ -15,7 +20,9 @@ from __future__ import annotations
 import argparse
 import ctypes
 import os
+import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -95,22 +102,46 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--n", type=int, default=8)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--against-stock", action="store_true",
+                    help="also compare with the same products on the stock libraries")
+    ap.add_argument("--save", type=Path, default=None, help=argparse.SUPPRESS)  # the stock child's output
     args = ap.parse_args(argv)
+    stock = None
+    if args.against_stock:
+        with tempfile.TemporaryDirectory() as tmp:
+            out = Path(tmp) / "stock.npz"
+            cmd = [sys.executable, __file__, "--types", args.types, "--k", str(args.k), "--m", str(args.m),
+                   "--n", str(args.n), "--threads", str(args.threads), "--seed", str(args.seed), "--save", str(out)]
+            child = subprocess.run(cmd, env={**os.environ, "ADASPARK_STOCK_KERNELS": "1"}, capture_output=True, text=True)
+            if not out.is_file():
+                print(child.stdout + child.stderr, file=sys.stderr)
+                return 2
+            stock = dict(np.load(out))
     base, cpu, status = _libs()
     rng = np.random.default_rng(args.seed)
     w = rng.standard_normal((args.m, args.k)).astype(np.float32) * 0.05
     x = rng.standard_normal((args.n, args.k)).astype(np.float32)
     print(f"kernels: {status}; W {args.m}x{args.k}, {args.n} columns, {args.threads} threads")
     ok = True
+    saved = {}
     for name in args.types.split(","):
         qt = GGML_TYPES[name]
         batched = mul_mat(base, cpu, qt, w, x, args.threads)
         alone = np.stack([mul_mat(base, cpu, qt, w, x[j:j + 1], args.threads)[0] for j in range(args.n)])
+        saved[f"{name}_batched"], saved[f"{name}_alone"] = batched, alone
         same = np.array_equal(batched, alone)
         ok &= same
         diff = np.abs(batched - alone)
-        print(f"{name:5s} batched == alone: {same}; elements differing {int((diff > 0).sum())}/{diff.size}, "
-              f"max |diff| {diff.max():.3g}")
+        line = (f"{name:5s} batched == alone: {same}; elements differing {int((diff > 0).sum())}/{diff.size}, "
+                f"max |diff| {diff.max():.3g}")
+        if stock is not None:
+            same_b = np.array_equal(batched, stock[f"{name}_batched"])
+            same_a = np.array_equal(alone, stock[f"{name}_alone"])
+            ok &= same_b and same_a
+            line += f"; == stock batched: {same_b}, == stock alone: {same_a}"
+        print(line)
+    if args.save is not None:
+        np.savez(args.save, **saved)
     return 0 if ok else 1
 
 
