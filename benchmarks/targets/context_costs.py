@@ -1,0 +1,120 @@
+"""Verify time by width and context length, for several builds of libggml-cpu side by side.
+
+Each library directory (a copy of llama-cpp-python's `lib/` with one `libggml-cpu.so` in place of
+its own, as `native.activate` makes them) is used through ``LLAMA_CPP_LIB_PATH`` in its own
+process. In a process: prefill CONTEXT tokens of a long paste, then REPS rounds, each verifying
+a chain of every width (in a shuffled order, the cells removed after each); the first round is
+dropped and the per-width median of the wall time of `llama_decode` (plus the argmax) is the
+process's figure. Libraries alternate per pass and context, so drift hits them alike; the figure
+is the median over passes. Wall time with the threads the engine uses: run it on a quiet machine.
+
+    python benchmarks/targets/context_costs.py MODEL.gguf --lib before=DIR --lib after=DIR
+        [--contexts 100,800,1600,3000] [--widths 1,2,4,8,16] [--passes 3] [--reps 7] [--threads 2]
+        [--out FILE.md]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+CORPUS = ROOT / "benchmarks" / "corpora" / "longpaste.jsonl"
+
+_CHILD = r"""
+import json, random, statistics, sys, time
+sys.path.insert(0, %(root)r)
+from adaspark_app.engine.backend import LlamaBackend
+model, context, widths, reps, threads = sys.argv[1], int(sys.argv[2]), json.loads(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+b = LlamaBackend(model, n_ctx=max(4096, context + 256), n_threads=threads)
+text = " ".join(json.loads(l)["turns"][0] for l in open(%(corpus)r) if l.strip())
+toks = b.tokenize(text)[:context]
+b.prefill(toks, 0)
+pos = len(toks)
+times = {w: [] for w in widths}
+rng = random.Random(0)
+for r in range(reps + 1):
+    order = list(widths)
+    rng.shuffle(order)
+    for w in order:
+        out = b.verify(toks[:w], list(range(pos, pos + w)), [(0,)] * w)
+        b.seq_rm(0, pos, -1)
+        if r:
+            times[w].append(out.seconds)
+print(json.dumps({w: statistics.median(v) for w, v in times.items()}))
+"""
+
+
+def measure(lib: str, model: str, context: int, widths: list[int], reps: int, threads: int) -> dict[int, float]:
+    env = {**os.environ, "LLAMA_CPP_LIB_PATH": lib}
+    code = _CHILD % {"root": str(ROOT), "corpus": str(CORPUS)}
+    out = subprocess.run([sys.executable, "-c", code, model, str(context), json.dumps(widths), str(reps), str(threads)],
+                         env=env, capture_output=True, text=True, timeout=1800)
+    if out.returncode != 0:
+        raise RuntimeError(out.stderr[-2000:])
+    return {int(k): v for k, v in json.loads(out.stdout.strip().splitlines()[-1]).items()}
+
+
+def cpu_model() -> str:
+    for line in subprocess.run(["lscpu"], capture_output=True, text=True).stdout.splitlines():
+        if line.startswith("Model name:"):
+            return line.split(":", 1)[1].strip()
+    return platform.processor() or "unknown"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("model")
+    ap.add_argument("--lib", action="append", required=True, help="NAME=DIR, two or more; the first is the base")
+    ap.add_argument("--contexts", default="100,800,1600,3000")
+    ap.add_argument("--widths", default="1,2,4,8,16")
+    ap.add_argument("--passes", type=int, default=3)
+    ap.add_argument("--reps", type=int, default=7)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--out", type=Path, default=None)
+    args = ap.parse_args(argv)
+    libs = [tuple(x.split("=", 1)) for x in args.lib]
+    if len(libs) < 2 or any(len(x) != 2 or not Path(x[1]).is_dir() for x in libs):
+        print("context_costs: give two or more --lib NAME=DIR (existing directories)", file=sys.stderr)
+        return 2
+    contexts = [int(x) for x in args.contexts.split(",")]
+    widths = [int(x) for x in args.widths.split(",")]
+    got: dict[tuple[str, int], list[dict[int, float]]] = {}
+    for p in range(args.passes):
+        for context in contexts:
+            order = libs if (p + context) % 2 == 0 else libs[::-1]
+            for name, lib in order:
+                got.setdefault((name, context), []).append(measure(lib, args.model, context, widths, args.reps, args.threads))
+                print(f"pass {p + 1} context {context} {name}: " + ", ".join(
+                    f"{w}: {got[(name, context)][-1][w] * 1e3:.1f} ms" for w in widths), file=sys.stderr, flush=True)
+    med = {k: {w: statistics.median(r[w] for r in v) for w in widths} for k, v in got.items()}
+    base = libs[0][0]
+    lines = [f"# Verify time by context: {', '.join(n for n, _ in libs)}", "",
+             f"- command: `python benchmarks/targets/context_costs.py {' '.join(argv or sys.argv[1:])}`",
+             f"- CPU: {cpu_model()} ({os.cpu_count()} cores), threads {args.threads}; median over {args.passes} passes "
+             f"of per-process medians of {args.reps} rounds", "",
+             "ms per verify (and over the one-row step of the same library and context); last columns: "
+             f"each library over `{base}` at the same width and context", "",
+             "| context | rows | " + " | ".join(f"`{n}` ms (over 1 row)" for n, _ in libs) + " | "
+             + " | ".join(f"`{n}` / `{base}`" for n, _ in libs[1:]) + " |",
+             "|---|---|" + "---|" * (2 * len(libs) - 1)]
+    for context in contexts:
+        for w in widths:
+            cells = [f"{med[(n, context)][w] * 1e3:.1f} ({med[(n, context)][w] / med[(n, context)][1]:.2f})" for n, _ in libs]
+            ratios = [f"{med[(n, context)][w] / med[(base, context)][w]:.3f}" for n, _ in libs[1:]]
+            lines.append(f"| {context} | {w} | " + " | ".join(cells) + " | " + " | ".join(ratios) + " |")
+    text = "\n".join(lines) + "\n"
+    if args.out:
+        args.out.write_text(text)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
