@@ -32,6 +32,8 @@ from .limits import N_SEQ_MAX, check_n_batch, check_n_ctx, check_threads
 # drifted from `ar` after a near tie. Both kernels are chosen only when K and V are F16/F32 of one
 # type; K in BF16 with V in F16 leaves every batch on the same per-row kernel, bit for bit, at the
 # one-row speed of F16 (V in BF16 or Q8_0 costs ~25% at 1k context here). FA off still differs.
+# On AVX-512 builds AdaSpark's libggml-cpu runs its own attention kernel for this cache
+# (native/flash_attn_bf16.inc): the same code for every batch size, vectorised over cells.
 GGML_TYPE_F16 = 1
 GGML_TYPE_BF16 = 30
 KV_TYPE_K = GGML_TYPE_BF16
