@@ -120,9 +120,10 @@ def test_per_category_comparison_uses_only_that_category():
     assert comp["overall"]["geomean_ratio"] == pytest.approx(2.0 ** (2 / 5))
 
 
-def test_context_bands_double_from_512_tokens():
-    assert [stats.context_band(c) for c in (0, 511, 512, 1023, 1024, 2047, 2048, 5000)] == \
-        ["0-511", "0-511", "512-1023", "512-1023", "1024-2047", "1024-2047", "2048-4095", "4096-8191"]
+def test_context_bands_double_from_256_tokens():
+    assert [stats.context_band(c) for c in (0, 255, 256, 511, 512, 1023, 1024, 2047, 2048, 5000)] == \
+        ["0-255", "0-255", "256-511", "256-511", "512-1023", "512-1023", "1024-2047", "1024-2047",
+         "2048-4095", "4096-8191"]
     assert stats.context_band(None) is None
 
 
@@ -138,10 +139,10 @@ def test_per_band_comparison_groups_turns_by_where_the_base_reply_started():
     records += [rec("ar", "d", 0, 100.0), rec("x", "d", 0, 300.0)]  # no start recorded
     summary = stats.full_comparison(records, ["ar", "x"], resamples=200)
     by_band = summary["comparisons"]["x"]["by_band"]
-    assert summary["bands"] == ["0-511", "1024-2047"]
-    assert by_band["0-511"]["geomean_ratio"] == pytest.approx(1.5)
+    assert summary["bands"] == ["0-255", "1024-2047"]
+    assert by_band["0-255"]["geomean_ratio"] == pytest.approx(1.5)
     assert by_band["1024-2047"]["geomean_ratio"] == pytest.approx(0.8)
-    assert by_band["0-511"]["replies"] == by_band["1024-2047"]["replies"] == 3
+    assert by_band["0-255"]["replies"] == by_band["1024-2047"]["replies"] == 3
     assert summary["comparisons"]["x"]["overall"]["replies"] == 7
     # read back from OUT.jsonl-style dicts: the start is `prompt_length`
     assert ReplyRecord.from_json({"arm": "x", "conversation": "a", "turn": 0, "n_tokens": 1,

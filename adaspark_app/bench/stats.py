@@ -24,12 +24,12 @@ import numpy as np
 BOOTSTRAP_RESAMPLES = 2000  # percentile interval; 2,000 resamples put the 2.5% tails within ~0.3% of converged
 BOOTSTRAP_SEED = 0  # fixed so a report can be recomputed exactly from its replies
 CONFIDENCE = 0.95
-BAND_FIRST = 512  # context bands: [0, 512), [512, 1024), [1024, 2048), ... by where a reply starts
+BAND_FIRST = 256  # context bands: [0, 256), [256, 512), [512, 1024), ... by where a reply starts
 
 
 def context_band(start_context: int | None) -> str | None:
     """The context band of a reply that starts at `start_context` tokens (prompt included):
-    "0-511", "512-1023", "1024-2047", ... doubling; None when the start is unknown.
+    "0-255", "256-511", "512-1023", ... doubling; None when the start is unknown.
 
     A pinned width may beat the learner in one band and lose in another (verify costs grow with
     context, and so does the text a copy can come from), so the report compares arms per band."""
