@@ -26,7 +26,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools" / "train_dr
 from model import Drafter, read_drafter, target_embeddings  # noqa: E402
 
 LOGIT_ATOL = 0.1
-CONF_ATOL = 1e-4
+# Confidences: 2e-7 apart on the stock attention kernel's features, 1.7e-4 on AdaSpark's (the
+# target features both sides are given differ in rounding, and llama.cpp's F16 weights round the
+# drafter's activations where torch does not); a wrong block is off by far more (the check below)
+CONF_ATOL = 5e-4
 K = 8
 
 

@@ -53,6 +53,12 @@ TEXT_INTERVAL_S = 0.25  # streamed text is appended at most 4 times a second
 # -> 0.5 s to the next). On two cores every UI cycle is taken from a verify.
 FRAME_CPU_BUDGET = 0.02
 MAX_FRAME_GAP_S = 0.5  # text shows at least twice a second, whatever a repaint costs
+SEND_WAIT_REFRESHES = 5  # refreshes a request may wait for its reply's widgets to be laid out
+
+
+def _laid_out(msg: "ChatMessage") -> bool:
+    """Whether a reply's message and its streaming tail have a size on screen."""
+    return bool(msg.region.height) and bool(msg.tail_widget.size.height)
 
 
 def title_from(text: str) -> str:
@@ -443,7 +449,7 @@ class ChatScreen(Screen):
         self.call_after_refresh(self._send_request, request)
         return True
 
-    async def _send_request(self, request: ReplyRequest) -> None:
+    async def _send_request(self, request: ReplyRequest, waits: int = 0) -> None:
         """Send `request` to the engine (after the first paint of its messages, see _start)."""
         if self._request is not request or request.sent:
             return  # withdrawn meanwhile (the engine died, or the screen moved on)
@@ -451,6 +457,10 @@ class ChatScreen(Screen):
             await self.reply_stopped_early(request.request_id)  # unsent: its id is still 0
             return
         pending = self._pending
+        if pending is not None and waits < SEND_WAIT_REFRESHES and not _laid_out(pending[1]):
+            # the refresh came before the reply's widgets were laid out (a busy machine): one more
+            self.call_after_refresh(self._send_request, request, waits + 1)
+            return
         try:
             request.request_id = self.adaspark.engine.generate(request.conversation_id, request.messages,
                                                                request.max_tokens, request.turn,
