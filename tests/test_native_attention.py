@@ -12,6 +12,7 @@ import pytest
 
 from adaspark_app import native
 from adaspark_app.native import build
+from test_native import _clean_env
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -32,11 +33,6 @@ for heads, kv, dim, cells, rows in %r:
         out["cases"].append({"shape": [heads, kv, dim, cells, rows], "threads": threads, **r})
 print(json.dumps(out))
 """ % (SHAPES,)
-
-
-def _clean_env() -> dict:
-    drop = ("LLAMA_CPP_LIB_PATH", native._MARK, native._VARIANT_MARK, native.VARIANT_ENV, "ADASPARK_STOCK_KERNELS")
-    return {k: v for k, v in os.environ.items() if k not in drop}
 
 
 def _run(env: dict) -> dict:

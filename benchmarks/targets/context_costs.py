@@ -18,11 +18,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
 from pathlib import Path
+
+from adaspark_app.bench.runner import machine_info
 
 ROOT = Path(__file__).resolve().parents[2]
 CORPUS = ROOT / "benchmarks" / "corpora" / "longpaste.jsonl"
@@ -61,13 +62,6 @@ def measure(lib: str, model: str, context: int, widths: list[int], reps: int, th
     return {int(k): v for k, v in json.loads(out.stdout.strip().splitlines()[-1]).items()}
 
 
-def cpu_model() -> str:
-    for line in subprocess.run(["lscpu"], capture_output=True, text=True).stdout.splitlines():
-        if line.startswith("Model name:"):
-            return line.split(":", 1)[1].strip()
-    return platform.processor() or "unknown"
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("model")
@@ -97,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     base = libs[0][0]
     lines = [f"# Verify time by context: {', '.join(n for n, _ in libs)}", "",
              f"- command: `python benchmarks/targets/context_costs.py {' '.join(argv or sys.argv[1:])}`",
-             f"- CPU: {cpu_model()} ({os.cpu_count()} cores), threads {args.threads}; median over {args.passes} passes "
+             f"- CPU: {machine_info()['cpu']} ({os.cpu_count()} cores), threads {args.threads}; median over {args.passes} passes "
              f"of per-process medians of {args.reps} rounds", "",
              "ms per verify (and over the one-row step of the same library and context); last columns: "
              f"each library over `{base}` at the same width and context", "",
