@@ -339,14 +339,17 @@ async def test_view_follows_the_bottom_only_while_near_it(store, tmp_path):
                                    held=held, gate=gate), tmp_path)
     async with app.run_test(size=SIZE) as pilot:
         view = app.chat_screen.query_one(ChatView)
-        # First reply: the reader stays at the bottom, so the view follows it.
+        # First reply: the reader stays at the bottom, so the view follows it. Past a page the
+        # reply's tail turns pages within itself (no layout while the reader follows).
         await type_and_send(pilot, "long please")
         await wait_until(pilot, held.is_set)
-        await wait_until(pilot, lambda: view.max_scroll_y > 10, what="content taller than the view")
+        reply = view.messages()[-1]
+        await wait_until(pilot, lambda: reply.tail_widget.window is not None, what="the tail to page")
         await wait_until(pilot, lambda: view.max_scroll_y - view.scroll_y <= view.NEAR_BOTTOM,
                          what="the view to follow the stream")
         gate.set()
         await finished(pilot)
+        await wait_until(pilot, lambda: view.max_scroll_y > 10, what="content taller than the view")
         await wait_until(pilot, lambda: view.max_scroll_y - view.scroll_y <= view.NEAR_BOTTOM,
                          what="the view to be at the bottom")
         # Second reply: the reader scrolls up to read; new text must not move the view.

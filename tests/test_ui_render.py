@@ -77,6 +77,33 @@ async def test_an_append_repaints_only_the_rows_it_changed():
         assert tail.rows[-2:] == ["the third line is being written and ends.", "A fourth"]
 
 
+async def test_a_paged_tail_turns_a_page_keeping_rows_of_the_last_and_repaints_rows_within_it():
+    async with SpyHost().run_test(size=(60, 30)) as pilot:
+        tail = pilot.app.query_one(SpyTail)
+        await pilot.pause()
+        tail.set_text("\n".join(f"row {i}" for i in range(5)))
+        tail.rows
+        tail.page(4, keep=1)  # pages start every 3 rows: 0, 3, 6, ...
+        assert tail.content_height(tail.size.width) == 4 and tail.total_height(tail.size.width) == 5
+
+        def shown() -> list[str]:
+            return [tail.render_line(y).text.rstrip() for y in range(4)]
+
+        assert shown() == ["row 3", "row 4", "", ""]
+        tail.asked.clear()
+        tail.append(" and more")  # within the page: only that row, at its place in the page
+        assert tail.asked == [(Region(0, 1, tail.size.width, 1),)]
+        tail.append("\nrow 5\nrow 6")  # fills the page: rows 3-6
+        assert shown() == ["row 3", "row 4 and more", "row 5", "row 6"]
+        tail.asked.clear()
+        tail.append("\nrow 7")  # turns it: row 6 kept at the top
+        assert shown() == ["row 6", "row 7", "", ""] and tail.asked == [()]
+        assert tail.rows[-1] == "row 7" and len(tail.rows) == 8  # every row is kept
+        tail.unpage()
+        assert tail.content_height(tail.size.width) == 8
+        assert [tail.render_line(y).text.rstrip() for y in range(2)] == ["row 0", "row 1"]
+
+
 class ChatLike(App):
     """The chat screen's shape: header, sidebar, a scrolling column, a side panel, footer."""
 

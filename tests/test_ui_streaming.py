@@ -155,12 +155,23 @@ async def test_settled_blocks_render_as_markdown_and_the_rest_waits_as_plain_tex
         assert msg._reserved >= 6
         await msg.write("tten")
         assert msg.body.source == "" and msg.tail.endswith("wri" + "tten")
-        # Past the room (a page of the view), the settled paragraph moves to the Markdown, the
-        # rest stays plain.
+        # Past the room (a page of the view), while the view follows the end: the tail turns a
+        # page within itself; nothing moves to the Markdown and the message keeps its height.
+        height = msg.outer_size.height
         await msg.write(" and more.\n" * 60)
         await pilot.pause()
+        assert msg.body.source == "" and msg.outer_size.height == height
+        tail = msg.tail_widget
+        shown = [tail.render_line(y).text.rstrip() for y in range(tail.size.height)]
+        assert tail.window == msg._reserved and shown[-1] == tail.rows[-1].rstrip()
+        assert shown[0] != tail.rows[0]  # the first rows are above the page now
+        # The reader scrolls up: the next text moves the settled paragraph to the Markdown, the
+        # rest stays plain, every row shown.
+        view.following = False
+        await msg.write(" still more.\n")
+        await pilot.pause()
         assert msg.body.source == "First **bold** paragraph.\n\n"
-        assert msg.tail.startswith("Second paragraph")
+        assert msg.tail.startswith("Second paragraph") and msg.tail_widget.window is None
         await msg.finish()
         assert msg.body.source == msg.text
 
@@ -236,6 +247,29 @@ async def test_the_engine_is_asked_only_after_the_new_messages_are_painted(tmp_p
         await wait_until(pilot, lambda: not chat.generating)
         assert painted == [True]
         assert chat.chat_view.messages()[-1].text == "Fine."
+
+
+async def test_the_engine_is_asked_only_after_the_view_scrolled_to_the_new_messages(tmp_path):
+    # The scroll to the end that follows the new messages' layout repaints the whole view
+    # (30-60 ms): the request must wait for it too, or that paint runs beside the first rounds.
+    from adaspark_app.ui.screens.chat import _screen_settled
+
+    async with ready_chat(tmp_path, ["Fine.", "Also fine."]) as (app, pilot, store):
+        chat = app.chat_screen
+        view = chat.chat_view
+        assert await chat.send("hello")
+        await wait_until(pilot, lambda: not chat.generating)
+        seen: list[tuple[bool, bool, bool]] = []
+        generate = app.engine.generate
+
+        def spy(*args, **kwargs):
+            seen.append((_screen_settled(chat), view.max_scroll_y > 0, view.scroll_y == view.max_scroll_y))
+            return generate(*args, **kwargs)
+
+        app.engine.generate = spy  # type: ignore[method-assign]
+        assert await chat.send("\n".join(f"line {i} of a long paste" for i in range(80)))
+        await wait_until(pilot, lambda: not chat.generating)
+        assert seen == [(True, True, True)]
 
 
 async def test_esc_before_the_request_is_sent_gives_the_prompt_back(tmp_path):

@@ -53,12 +53,24 @@ TEXT_INTERVAL_S = 0.25  # streamed text is appended at most 4 times a second
 # -> 0.5 s to the next). On two cores every UI cycle is taken from a verify.
 FRAME_CPU_BUDGET = 0.02
 MAX_FRAME_GAP_S = 0.5  # text shows at least twice a second, whatever a repaint costs
-SEND_WAIT_REFRESHES = 5  # refreshes a request may wait for its reply's widgets to be laid out
+SEND_WAIT_REFRESHES = 5  # refreshes a request may wait for its messages to be laid out and painted
 
 
 def _laid_out(msg: "ChatMessage") -> bool:
     """Whether a reply's message and its streaming tail have a size on screen."""
     return bool(msg.region.height) and bool(msg.tail_widget.size.height)
+
+
+def _screen_settled(screen: Any) -> bool:
+    """Whether `screen` has no layout, scroll or repaint left to do.
+
+    Why: the chat view scrolls to its end after the refresh that laid the new messages out, and
+    that scroll is one more layout and a repaint of the whole view (30-60 ms here). Sent before
+    it, the request's first rounds shared the two cores with it. Textual keeps these flags
+    private; a version without them reads as settled (the request then goes at once, as before).
+    """
+    return not (getattr(screen, "_layout_required", False) or getattr(screen, "_scroll_required", False)
+                or getattr(screen, "_repaint_required", False) or getattr(screen, "_dirty_widgets", None))
 
 
 def title_from(text: str) -> str:
@@ -457,8 +469,10 @@ class ChatScreen(Screen):
             await self.reply_stopped_early(request.request_id)  # unsent: its id is still 0
             return
         pending = self._pending
-        if pending is not None and waits < SEND_WAIT_REFRESHES and not _laid_out(pending[1]):
-            # the refresh came before the reply's widgets were laid out (a busy machine): one more
+        if waits < SEND_WAIT_REFRESHES and ((pending is not None and not _laid_out(pending[1]))
+                                            or not _screen_settled(self)):
+            # the refresh came before the reply's widgets were laid out (a busy machine), or the
+            # view's scroll to its end is still to be painted: one more
             self.call_after_refresh(self._send_request, request, waits + 1)
             return
         try:

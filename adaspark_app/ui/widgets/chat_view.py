@@ -42,16 +42,17 @@ def warm_up(language: str) -> None:
 class ChatMessage(Vertical):
     """One message: a role line and a Markdown body (code fences are syntax-highlighted).
 
-    A reply under generation shows its settled blocks (`settled.settled_length`) as Markdown and
-    the rest as plain text below them (the "tail", with room kept below it): most frames repaint
-    the tail alone; the Markdown grows when the tail outgrows its room (the view then turns a
-    page, keeping KEEP_LINES of the last one in sight), or every COMMIT_S. When the reply ends,
-    the tail joins the Markdown.
+    A reply under generation shows its text as plain text (the "tail", with a page of room kept
+    below it) under the Markdown of what was settled before (`settled.settled_length`): most
+    frames repaint the tail's changed rows alone. When the tail outgrows its room it turns a page
+    within itself while the reader follows the end (keeping KEEP_LINES of the last page at the
+    top); if the reader has scrolled up, its settled blocks join the Markdown instead (and every
+    COMMIT_S). When the reply ends, the tail joins the Markdown.
 
     Why pages: each time the tail's room is renewed the view moves, and Textual re-renders the
-    whole chat column (~30 ms on a 160x48 screen, 3/4 of the UI's CPU while a reply streams,
-    taken from a verify on two cores). Room of a third of the view renewed it 3-4 times in a
-    512-token reply; a page's worth, once or not at all.
+    whole chat column (~30 ms on a 160x48 screen), taken from a verify on two cores. Room of a
+    third of the view renewed it 3-4 times in a 512-token reply; a page's worth once; a page
+    turned inside the tail never (`write`).
     """
 
     DEFAULT_CSS = """
@@ -73,8 +74,8 @@ class ChatMessage(Vertical):
 
     HEADROOM_MIN = 6  # lines of room given to the tail at a time, at least (else a page of the view)
     KEEP_LINES = 3  # lines of the previous page left in sight when the tail turns a page
-    # Settled blocks move from the plain tail to the Markdown at least this often: a move is one
-    # layout (~30 ms), so this keeps it under 0.5% of a core while the reply streams.
+    # While the reader is away from the end, settled blocks move from the plain tail to the
+    # Markdown at least this often: a move is one layout (~30 ms), under 0.5% of a core.
     COMMIT_S = 6.0
 
     def __init__(self, role: str, content: str = "", note: str = "", **kwargs) -> None:
@@ -123,27 +124,45 @@ class ChatMessage(Vertical):
     async def write(self, fragment: str) -> None:
         """Append streamed text (UI thread).
 
-        The text goes to the plain-text tail, which keeps blank lines below it (a third of the
-        view): while the tail fits its room, a frame repaints the tail alone, with no layout.
-        Why: a layout pass costs ~5 ms, and when the message grows every line of the chat view
-        moves and Textual re-renders the whole view and its scroll bar (~20 ms on a 160x48
-        screen). When the tail outgrows its room, or every COMMIT_S, its settled blocks join the
-        Markdown and the tail gets new room: one layout, the view moves once."""
+        The text goes to the plain-text tail, which keeps a page of room below it: while the tail
+        fits its room, a frame repaints the tail alone, with no layout. Why: a layout pass costs
+        ~5 ms, and when the message grows every line of the chat view moves and Textual
+        re-renders the whole view and its scroll bar (~20-30 ms on a 160x48 screen).
+
+        When the tail outgrows its room:
+        - if the reader follows the end of the chat (`ChatView.following`), the tail turns a page
+          within itself (`StreamTail.page`): still no layout, the message keeps its height. The
+          Markdown grows when the reply ends (`finish`), after the decode;
+        - otherwise (the reader has scrolled up) its settled blocks join the Markdown and it gets
+          new room: one layout; the view, not anchored, stays where the reader is. The same
+          happens every COMMIT_S while the reader is away from the end.
+
+        Why the pages: on two cores every UI cycle is taken from a verify, and moving settled
+        blocks into the Markdown (a parse, new widgets, a layout and a repaint of the view) cost
+        40-80 ms each time, 2-4% of a 512-token reply's decode on the bundled model (issue 17)."""
         if not fragment:
             return
         self._text += fragment
         self._tail += fragment
         now = time.monotonic()
         tail = self.tail_widget
-        if tail.display and tail.size.width and now - self._committed_at < self.COMMIT_S:
+        following = self._reader_follows()
+        if tail.display and tail.size.width and (following or now - self._committed_at < self.COMMIT_S):
             shown, text = tail.text, self._tail_text()
             if text.startswith(shown):
                 tail.append(text[len(shown):])  # repaints the rows the new text changed
             else:
                 tail.set_text(text)
-            if self._tail_height(tail) <= self._reserved:
+            if tail.total_height(tail.size.width) <= self._reserved:
+                return
+            if following and self._reserved:
+                tail.page(self._reserved, self.KEEP_LINES)
                 return
         await self._relayout(now)
+
+    def _reader_follows(self) -> bool:
+        """Whether the chat view this message is in follows its end (a reader at the bottom)."""
+        return bool(getattr(self.parent, "following", False))
 
     def make_room(self, above: str = "") -> None:
         """Before a reply's first token: show the (empty) tail with its room, so the first text
@@ -192,6 +211,7 @@ class ChatMessage(Vertical):
             await self.body.append(settled)
         self._committed_at = now
         text = self._tail_text()
+        tail.unpage()
         tail.set_text(text)
         tail.display = True
         need = self._tail_height(tail)
@@ -212,6 +232,7 @@ class ChatMessage(Vertical):
             tail, self._tail = self._tail, ""
             await self.body.append(tail)
         if self.role == "assistant":
+            self.tail_widget.unpage()
             self.tail_widget.set_text("")
             self.tail_widget.display = False
         self.release_headroom()

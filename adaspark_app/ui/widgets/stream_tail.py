@@ -10,6 +10,12 @@ new text touched.
 
 Wrapping is Rich's (the same word wrap a `Static` of the text gives, wide characters included),
 applied per paragraph: a paragraph's rows depend on it alone.
+
+Paging: with `page(window, keep)` the tail shows at most `window` rows, and when its text
+outgrows them it turns a page within itself (the last `keep` rows of the page stay at the top),
+so the message never changes height: no layout and no move of the chat view while a reader
+follows the reply (`ChatMessage.write`). The rows above the page are shown again when the
+reply ends and its text moves to the Markdown.
 """
 
 from __future__ import annotations
@@ -45,6 +51,8 @@ class StreamTail(Widget):
         self._rows: list[str] = []
         self._last_start = 0  # index in _rows of the last paragraph's first row
         self._wrapped_at: int | None = None  # the width _rows were wrapped at (None: stale)
+        self._window: int | None = None  # rows shown at most (None: all); see page()
+        self._keep = 0  # rows of a turned page left at the top of the next
 
     @property
     def text(self) -> str:
@@ -54,6 +62,34 @@ class StreamTail(Widget):
     def rows(self) -> list[str]:
         """The rows shown (wrapped at the widget's present width)."""
         return list(self._rows_at(self.size.width))
+
+    @property
+    def window(self) -> int | None:
+        """Rows shown at most while paging (None: every row)."""
+        return self._window
+
+    def page(self, window: int, keep: int = 0) -> None:
+        """Show at most `window` rows from now on, turning a page (keeping `keep` rows of the
+        last at the top) whenever the text outgrows them."""
+        window = max(1, window)
+        keep = max(0, min(keep, window - 1))
+        if (window, keep) != (self._window, self._keep):
+            self._window, self._keep = window, keep
+            self.refresh()
+
+    def unpage(self) -> None:
+        """Show every row again (the caller lays the message out: its height changes)."""
+        if self._window is not None:
+            self._window = None
+            self.refresh()
+
+    def first_row(self, n_rows: int) -> int:
+        """The first of `n_rows` rows shown: 0, or while paging the start of the page the last
+        row is on. Pages start every window - keep rows, so each keeps `keep` of the one before."""
+        if self._window is None or n_rows <= self._window:
+            return 0
+        step = self._window - self._keep
+        return -(-(n_rows - self._window) // step) * step
 
     def set_text(self, text: str) -> None:
         """Replace the whole text (repaints every row; no layout: the caller sets the room)."""
@@ -80,15 +116,24 @@ class StreamTail(Widget):
             first += 1
         self._rows = new_rows
         end = max(len(old), len(new_rows))
-        if first < end:
-            self.refresh(Region(0, first, width, end - first))
+        top = self.first_row(len(new_rows))
+        if top != self.first_row(len(old)):
+            self.refresh()  # a page turned: every row shown changed
+        elif first < end:
+            self.refresh(Region(0, first - top, width, end - first))
 
     def content_height(self, width: int) -> int:
         """Rows the text takes at `width` cells (the widget's content width; 0: not laid out, the
         text's lines)."""
         if width <= 0:
-            return self._text.count("\n") + 1
-        return len(self._rows_at(width))
+            n = self._text.count("\n") + 1
+        else:
+            n = len(self._rows_at(width))
+        return n if self._window is None else min(n, self._window)
+
+    def total_height(self, width: int) -> int:
+        """Rows the whole text takes at `width`, paging or not."""
+        return len(self._rows_at(width)) if width > 0 else self._text.count("\n") + 1
 
     def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
         return self.content_height(width)
@@ -96,7 +141,9 @@ class StreamTail(Widget):
     def render_line(self, y: int) -> Strip:
         rows = self._rows_at(self.size.width)
         style = self.rich_style
-        if 0 <= y < len(rows):
+        shown = y < self._window if self._window is not None else True
+        y += self.first_row(len(rows))
+        if shown and 0 <= y < len(rows):
             return Strip([Segment(rows[y], style)]).adjust_cell_length(self.size.width, style)
         return Strip.blank(self.size.width, style)
 
