@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from rich.console import Console
 from rich.segment import Segment
+from rich.style import Style
 from rich.text import Text
 from textual.geometry import Region, Size
 from textual.strip import Strip
@@ -53,6 +54,7 @@ class StreamTail(Widget):
         self._wrapped_at: int | None = None  # the width _rows were wrapped at (None: stale)
         self._window: int | None = None  # rows shown at most (None: all); see page()
         self._keep = 0  # rows of a turned page left at the top of the next
+        self._pass_style: Style | None = None  # the style of the render pass in progress
 
     @property
     def text(self) -> str:
@@ -138,9 +140,18 @@ class StreamTail(Widget):
     def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
         return self.content_height(width)
 
+    def render_lines(self, crop: Region) -> list[Strip]:
+        # One style for the whole pass: `rich_style` walks the DOM for the background (~0.3 ms a
+        # call here), and a page turn renders every row of the tail.
+        self._pass_style = self.rich_style
+        try:
+            return super().render_lines(crop)
+        finally:
+            self._pass_style = None
+
     def render_line(self, y: int) -> Strip:
         rows = self._rows_at(self.size.width)
-        style = self.rich_style
+        style = self._pass_style or self.rich_style
         shown = y < self._window if self._window is not None else True
         y += self.first_row(len(rows))
         if shown and 0 <= y < len(rows):
