@@ -10,6 +10,9 @@ For each scripted conversation (short chat from MT-Bench, long pastes from Share
 - headless: `adaspark run CONV.jsonl --max-tokens N --fresh-store --out OUT.jsonl`.
 
 The two run back to back per conversation, alternating which goes first, each on a fresh store.
+Before the first conversation an untimed `adaspark run` of one turn (64 tokens) warms the machine
+(`--no-warmup` skips it): without it the first reply of the first conversation (the TUI's: the
+rotation starts with it) was 0.92-0.97x in four runs, where the others averaged ~0.98.
 With `--control`, a third arm runs `adaspark run` once more (fresh store, same turns), and the
 three rotate which goes first: control / headless is what the machine's own noise does to a
 reply's ratio with no UI at all, the reference for how far below 1 a TUI / headless ratio may fall
@@ -304,6 +307,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="how to invoke adaspark (default: the `adaspark` command, else python -m adaspark_app.cli)")
     ap.add_argument("--control", action="store_true",
                     help="a third arm: `adaspark run` again, the A/A reference for per-reply noise")
+    ap.add_argument("--no-warmup", action="store_true",
+                    help="skip the untimed first run (model file into the page cache, the CPU busy): "
+                         "without it the first conversation's first arm ran a few percent slow")
     args = ap.parse_args(argv)
     if shutil.which("tmux") is None:
         print("tui_vs_headless: tmux is needed", file=sys.stderr)
@@ -325,6 +331,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with tempfile.TemporaryDirectory(prefix="adaspark-tui-bench-") as tmp:
             work = Path(tmp)
+            if not args.no_warmup and convs:
+                warm = {**convs[0], "id": "warmup", "turns": convs[0]["turns"][:1]}
+                run_headless(warm, adaspark, min(64, args.max_tokens), work, model=model, arm="warmup")
             for i, conv in enumerate(convs):
                 if args.control:
                     arms = ("tui", "headless", "control")[i % 3:] + ("tui", "headless", "control")[:i % 3]

@@ -272,6 +272,26 @@ async def test_the_engine_is_asked_only_after_the_view_scrolled_to_the_new_messa
         assert seen == [(True, True, True)]
 
 
+async def test_objects_alive_at_a_send_are_left_out_of_collections_until_the_reply_ends(tmp_path):
+    import gc
+
+    async with ready_chat(tmp_path, ["Fine."]) as (app, pilot, store):
+        chat = app.chat_screen
+        frozen: list[int] = []
+        generate = app.engine.generate
+
+        def spy(*args, **kwargs):
+            frozen.append(gc.get_freeze_count())
+            return generate(*args, **kwargs)
+
+        app.engine.generate = spy  # type: ignore[method-assign]
+        gc.unfreeze()
+        assert await chat.send("hello")
+        await wait_until(pilot, lambda: not chat.generating)
+        assert frozen and frozen[0] > 1000  # the UI's objects, frozen before the engine is asked
+        await wait_until(pilot, lambda: gc.get_freeze_count() == 0, what="the thaw after the reply")
+
+
 async def test_esc_before_the_request_is_sent_gives_the_prompt_back(tmp_path):
     async with ready_chat(tmp_path, ["never"]) as (app, pilot, store):
         chat = app.chat_screen

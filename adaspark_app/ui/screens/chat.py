@@ -16,6 +16,7 @@ blink is a repaint). benchmarks/ui_cpu.py measures it.
 
 from __future__ import annotations
 
+import gc
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,6 +35,7 @@ from ...engine.events import ReplyResult, RoundEvent
 from ...engine.sampling import SamplingSettings
 from ...errors import AdaSparkError
 from ..chat_settings import DEFAULT_MAX_TOKENS, ChatSettings
+from ..collector import freeze_for_reply, thaw_after_reply
 from ..compositor import install as install_cropped_compositor
 from ..export import conversation_markdown, export_path, slug
 from ..stats import EngineGauges, SpecStats, gauges_from
@@ -53,6 +55,7 @@ TEXT_INTERVAL_S = 0.25  # streamed text is appended at most 4 times a second
 # -> 0.5 s to the next). On two cores every UI cycle is taken from a verify.
 FRAME_CPU_BUDGET = 0.02
 MAX_FRAME_GAP_S = 0.5  # text shows at least twice a second, whatever a repaint costs
+THAW_DELAY_S = 0.3  # after a reply ends, the held-back garbage collection (ui/collector.py)
 SEND_WAIT_REFRESHES = 5  # refreshes a request may wait for its messages to be laid out and painted
 
 
@@ -475,6 +478,7 @@ class ChatScreen(Screen):
             # view's scroll to its end is still to be painted: one more
             self.call_after_refresh(self._send_request, request, waits + 1)
             return
+        freeze_for_reply()  # no full collection of the UI's objects beside the decode (ui/collector.py)
         try:
             request.request_id = self.adaspark.engine.generate(request.conversation_id, request.messages,
                                                                request.max_tokens, request.turn,
@@ -766,6 +770,13 @@ class ChatScreen(Screen):
         self.panel.show()
         self.set_status()
         self.adaspark.reply_ended()
+        self.set_timer(THAW_DELAY_S, self._thaw_collector)
+
+    def _thaw_collector(self) -> None:
+        """The full collection held back while the reply streamed, once none streams (after the
+        reply's last paint: THAW_DELAY_S)."""
+        if not self.generating and gc.get_freeze_count():
+            thaw_after_reply()
 
     def stop_reply(self) -> bool:
         """Ask the running reply to stop (it ends after the current round). False if none runs."""
