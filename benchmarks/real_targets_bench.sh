@@ -3,7 +3,8 @@
 #
 #   LLAMA_SERVER_BIN=.../llama-server benchmarks/real_targets_bench.sh [STEP ...]
 #
-# Steps (default: all, in this order): tui tui-qwen qwen-chat qwen-paste q15-paste pinned.
+# Steps (default: all, in this order): tui tui-qwen qwen-chat qwen-paste q15-paste pinned;
+# with SET=s26 also qwen-humaneval qwen-code q15-humaneval (HumanEval and pasted code, s26/).
 # Targets come from benchmarks/targets/assemble.py (~/.cache/adaspark/targets). Held-out sets are
 # in benchmarks/results/real-targets/$SET/ (default s25: conversations no tuning in this repo
 # looked at; s24's sets and reports stay as they were run). Every step writes its report under
@@ -34,6 +35,13 @@ for step in "${steps[@]}"; do
     # pinned widths against the learner (base adaspark), by category and by context band
     pinned) adaspark bench $S/pinned-mix.jsonl --model "$T/qwen0.5b.gguf" --arms adaspark,pinned:4,pinned:8,ar \
            --max-tokens 128 --keep-capped --no-progress --report $S/qwen0.5b-pinned ;;
+    # HumanEval (the prompt as the user message) and pasted code on the Qwen targets (SET=s26)
+    qwen-humaneval) python benchmarks/peers/run_peers.py $S/humaneval-12.jsonl --model "$T/qwen0.5b.gguf" \
+           --peers $PEERS --max-tokens 128 --keep-capped --out $S/qwen0.5b-humaneval ;;
+    qwen-code) python benchmarks/peers/run_peers.py $S/code-6.jsonl --model "$T/qwen0.5b.gguf" \
+           --peers $PEERS --max-tokens 128 --keep-capped --out $S/qwen0.5b-code ;;
+    q15-humaneval) python benchmarks/peers/run_peers.py $S/humaneval-6.jsonl --model "$T/qwen1.5b.gguf" \
+           --peers $PEERS --max-tokens 128 --keep-capped --out $S/qwen1.5b-humaneval ;;
     *) echo "unknown step $step" >&2; exit 2 ;;
   esac
 done
