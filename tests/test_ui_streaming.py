@@ -176,6 +176,27 @@ async def test_settled_blocks_render_as_markdown_and_the_rest_waits_as_plain_tex
         assert msg.body.source == msg.text
 
 
+async def test_a_paging_tail_follows_a_smaller_terminal_so_its_new_rows_stay_in_sight():
+    app = ViewHost()
+    async with app.run_test(size=(100, 40)) as pilot:
+        view = app.query_one(ChatView)
+        msg = await view.add_message("assistant", "")
+        msg.make_room()
+        await pilot.pause()
+        await msg.write("".join(f"line {i}\n" for i in range(80)))
+        await pilot.pause()
+        tail = msg.tail_widget
+        assert tail.window is not None and tail.window > 20
+        await pilot.resize_terminal(100, 20)
+        await pilot.pause()
+        await msg.write("one more line\n")
+        await pilot.pause()
+        assert tail.window == msg._reserved <= view.size.height - ChatMessage.KEEP_LINES
+        assert tail.outer_size.height <= view.size.height  # the page, and so its new rows, fit the view
+        await msg.finish()
+        assert msg.body.source == msg.text
+
+
 async def test_finish_hides_the_tail_and_its_room_even_when_nothing_is_left_in_it():
     app = ViewHost()
     async with app.run_test(size=(100, 40)) as pilot:

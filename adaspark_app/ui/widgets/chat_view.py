@@ -153,6 +153,13 @@ class ChatMessage(Vertical):
                 tail.append(text[len(shown):])  # repaints the rows the new text changed
             else:
                 tail.set_text(text)
+            if following and self._reserved > self._room():
+                # The view got shorter (a smaller terminal): a page taller than the view would
+                # write its new rows out of sight. One layout, to the new size.
+                self._reserved = self._room()
+                tail.styles.min_height = self._reserved
+                if tail.window is not None:
+                    tail.page(self._reserved, self.KEEP_LINES)
             if tail.total_height(tail.size.width) <= self._reserved:
                 return
             if following and self._reserved:
