@@ -176,13 +176,20 @@ async def test_settled_blocks_render_as_markdown_and_the_rest_waits_as_plain_tex
         assert msg.body.source == msg.text
 
 
-async def test_a_paging_tail_follows_a_smaller_terminal_so_its_new_rows_stay_in_sight():
+@contextlib.asynccontextmanager
+async def reply_with_room(size: tuple[int, int] = (100, 40)):
+    """A chat view at `size` holding an empty reply that has made its room, laid out."""
     app = ViewHost()
-    async with app.run_test(size=(100, 40)) as pilot:
+    async with app.run_test(size=size) as pilot:
         view = app.query_one(ChatView)
         msg = await view.add_message("assistant", "")
         msg.make_room()
         await pilot.pause()
+        yield pilot, view, msg
+
+
+async def test_a_paging_tail_follows_a_smaller_terminal_so_its_new_rows_stay_in_sight():
+    async with reply_with_room() as (pilot, view, msg):
         await msg.write("".join(f"line {i}\n" for i in range(80)))
         await pilot.pause()
         tail = msg.tail_widget
@@ -198,12 +205,7 @@ async def test_a_paging_tail_follows_a_smaller_terminal_so_its_new_rows_stay_in_
 
 
 async def test_finish_hides_the_tail_and_its_room_even_when_nothing_is_left_in_it():
-    app = ViewHost()
-    async with app.run_test(size=(100, 40)) as pilot:
-        view = app.query_one(ChatView)
-        msg = await view.add_message("assistant", "")
-        msg.make_room()
-        await pilot.pause()
+    async with reply_with_room() as (pilot, view, msg):
         assert msg.tail_widget.display and msg.tail_widget.outer_size.height >= ChatMessage.HEADROOM_MIN
         await msg.finish("n")
         await pilot.pause()
