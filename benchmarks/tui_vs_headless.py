@@ -67,6 +67,7 @@ class Reply:
     looped: bool
     shown_tokens_per_s: float | None = None
     first: bool = False  # this arm ran first for the conversation
+    shown_lag_ms: float | None = None  # the longest any of the reply's text waited to be drawn (TUI)
 
 
 def load_conversations(n_chat: int, n_paste: int, offset: int = 0, paste_offset: int | None = None) -> list[dict]:
@@ -172,7 +173,7 @@ def run_tui(conv: dict, adaspark: list[str], max_tokens: int, work: Path, sessio
             content, meta = rows[-1]
             replies.append(Reply("tui", conv["id"], turn, conv["category"], content, int(meta["n_tokens"]),
                                  float(meta["decode_s"]), float(meta["tokens_per_s"]), bool(meta.get("looped")),
-                                 meta.get("shown_tokens_per_s")))
+                                 meta.get("shown_tokens_per_s"), shown_lag_ms=meta.get("shown_lag_ms")))
             time.sleep(0.5)  # the app finishes drawing the reply before the next paste
         sent = user_rows(db)
         if sent != conv["turns"]:
@@ -262,6 +263,10 @@ def write_report(outdir: Path, command: str, pairs: list[tuple[Reply, Reply]], m
              f"- generated {meta['generated']}, elapsed {meta['elapsed_s']:.0f} s", ""]
     if "geomean_ratio" in s:
         lines += [summary_line("TUI / headless", s), ""]
+    lags = sorted(t.shown_lag_ms for t, _ in pairs if t.shown_lag_ms is not None)
+    if lags:
+        lines += [f"Display lag (the longest any text of a reply waited to be drawn; the engine sends "
+                  f"every 0.25 s): median over replies {lags[len(lags) // 2]:.0f} ms, worst {lags[-1]:.0f} ms.", ""]
     if sc and "geomean_ratio" in sc:
         lines += [summary_line("control / headless (headless twice, no UI)", sc), ""]
     ctrl_head = " control / headless |" if controls else ""

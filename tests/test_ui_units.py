@@ -146,6 +146,26 @@ def test_reply_rate_becomes_the_engines_figure_and_shown_rate_is_wall_clock():
     assert s.reply_rate is None and s.shown_rate is None
 
 
+def test_display_lag_is_the_longest_any_text_waited_between_its_production_and_its_showing():
+    s = SpecStats()
+    assert s.lag_max is None
+    s.arrived(10.0, 5)  # produced at 10.0 and 10.1, both drawn at 10.3: waited 0.3 s at most
+    s.arrived(10.1, 9)
+    s.shown(10.3, 9)
+    assert s.lag_max == pytest.approx(0.3)
+    s.arrived(10.5, 14)  # a quick one does not lower it
+    s.shown(10.55, 14)
+    assert s.lag_max == pytest.approx(0.3)
+    s.arrived(11.0, 20)  # a starved display: produced at 11.0, drawn at 12.6
+    s.shown(12.6, 20)
+    assert s.lag_max == pytest.approx(1.6)
+    assert "shown within" in render_text(s) and "1600 ms" in render_text(s)
+    s.shown(12.7, 20)  # a frame with no new text changes nothing
+    assert s.lag_max == pytest.approx(1.6)
+    s.start_reply()
+    assert s.lag_max is None
+
+
 # ---------------------------------------------------------------------------- engine process parts
 def test_event_batcher_sends_the_first_round_at_once_then_every_interval():
     now = [0.0]

@@ -93,6 +93,8 @@ class SpecStats:
         self._shown_first: tuple[float, int] | None = None  # (wall seconds, tokens) when text first showed
         self._shown_last: tuple[float, int] | None = None
         self._arrived: tuple[float, int] | None = None  # (wall seconds, tokens) when text first arrived
+        self._waiting_since: float | None = None  # when the oldest text not yet shown was produced
+        self.lag_max: float | None = None  # the longest any text waited to be shown, seconds
 
     def add(self, event: RoundEvent) -> None:
         """Take one round (events arrive in round order)."""
@@ -125,12 +127,20 @@ class SpecStats:
         UI starved of CPU, frame pacing) counts as late."""
         if self._arrived is None:
             self._arrived = (wall_s, tokens)
+        if self._waiting_since is None:
+            self._waiting_since = wall_s
 
     def shown(self, wall_s: float, tokens: int) -> None:
         """Text up to `tokens` reply tokens reached the screen at wall time `wall_s`."""
         if self._shown_first is None:
             self._shown_first = (wall_s, tokens)
         self._shown_last = (wall_s, tokens)
+        if self._waiting_since is not None:
+            # the display's lag: from when the oldest text now drawn was produced to its showing
+            # (a UI short of CPU shows here, while its tok/s can still match the engine's)
+            lag = max(0.0, wall_s - self._waiting_since)
+            self.lag_max = lag if self.lag_max is None else max(self.lag_max, lag)
+            self._waiting_since = None
 
     # ------------------------------------------------------------------ figures
     @property

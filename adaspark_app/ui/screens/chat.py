@@ -631,7 +631,7 @@ class ChatScreen(Screen):
                 await reply_msg.write(result.text[len(shown):])  # bytes the decoder held to the end
             # Record first (history, store), then finish the display: nothing is lost if the
             # app is closed while the last fragments render.
-            meta = reply_meta(result, self.adaspark.model_label, self.stats.shown_rate)
+            meta = reply_meta(result, self.adaspark.model_label, self.stats.shown_rate, self.stats.lag_max)
             self._record(request, result.text, meta, user_msg, reply_msg)
             self.context_used = result.prompt_length + result.n_tokens
             self.adaspark.settings_changed()  # the header's context figure
@@ -1059,11 +1059,13 @@ def _given_back(request: ReplyRequest) -> str:
     return "your message is back in the box."
 
 
-def reply_meta(result: ReplyResult, model: str, shown_rate: float | None = None) -> dict[str, Any]:
+def reply_meta(result: ReplyResult, model: str, shown_rate: float | None = None,
+               shown_lag_s: float | None = None) -> dict[str, Any]:
     """What is stored with an assistant message (and shown under it).
 
     `tokens_per_s` is the engine's n_tokens / decode_s, measured in the engine process exactly
-    as `adaspark run` measures it; `shown_tokens_per_s` is the speed the display delivered.
+    as `adaspark run` measures it; `shown_tokens_per_s` is the speed the display delivered, and
+    `shown_lag_ms` the longest any of its text waited to be drawn.
     """
     meta = {
         "model": model, "arm": result.arm, "n_tokens": result.n_tokens, "decode_s": round(result.decode_s, 4),
@@ -1073,6 +1075,8 @@ def reply_meta(result: ReplyResult, model: str, shown_rate: float | None = None)
     }
     if shown_rate is not None:
         meta["shown_tokens_per_s"] = round(shown_rate, 2)
+    if shown_lag_s is not None:
+        meta["shown_lag_ms"] = round(shown_lag_s * 1e3, 1)
     # What the reply was drawn with (a regenerate needs the seed to pick a new one) and how much
     # of the prompt was prefilled (the rest came from the KV cache).
     if result.sampling:

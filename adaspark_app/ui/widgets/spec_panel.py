@@ -102,8 +102,9 @@ def render_panel(stats: SpecStats) -> RenderableType:
     speedup = stats.speedup
     speed_style = "bold green" if speedup is not None and speedup >= 1.0 else "bold yellow"
     # "reply tok/s" is the engine's decode speed measured in its own process as `adaspark run`
-    # measures it; "on screen" is what the display delivered (tokens shown over the wall time between the
-    # first and last text shown), so a gap between the two is visible.
+    # measures it; "on screen" is what the display delivered (tokens shown over the wall time from
+    # the first text's production to the last text shown), so a gap between the two is visible;
+    # "shown within" is the longest any text waited to be drawn (the engine sends every 0.25 s).
     head.add_row("reply tok/s", Text(_num(stats.reply_rate), style="bold"),
                  "on screen", _num(stats.shown_rate))
     head.add_row("tok/s now", Text(_num(stats.now_rate), style="bold"),
@@ -112,7 +113,8 @@ def render_panel(stats: SpecStats) -> RenderableType:
     measuring = stats.last is not None and stats.last.measured
     head.add_row("width now", Text(_num(stats.width_now, "{}"), style="bold cyan"),
                  "rounds", str(stats.rounds))
-    head.add_row("context", str(stats.context), "", "")
+    head.add_row("context", str(stats.context),
+                 "shown within", _num(None if stats.lag_max is None else stats.lag_max * 1e3, "{:.0f} ms"))
     parts: list[RenderableType] = [head]
     if measuring:
         parts.append(Text("  measuring this width (cold start)", style="italic yellow"))
