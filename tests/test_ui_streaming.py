@@ -252,19 +252,30 @@ async def ready_chat(tmp_path: Path, replies: list[str]):
         store.close()
 
 
+def probe_at_generate(app, probe):
+    """What `probe()` reads at each moment the engine is asked for a reply (a list, filled as
+    requests go out; the real request still goes to the engine)."""
+    seen: list = []
+    generate = app.engine.generate
+
+    def spy(*args, **kwargs):
+        seen.append(probe())
+        return generate(*args, **kwargs)
+
+    app.engine.generate = spy  # type: ignore[method-assign]
+    return seen
+
+
 async def test_the_engine_is_asked_only_after_the_new_messages_are_painted(tmp_path):
     # The first layout and paint of a send (30-50 ms) must not run beside the reply's first rounds.
     async with ready_chat(tmp_path, ["Fine."]) as (app, pilot, store):
         chat = app.chat_screen
-        painted: list[bool] = []
-        generate = app.engine.generate
 
-        def spy(*args, **kwargs):
+        def reply_laid_out() -> bool:
             reply_msg = chat.chat_view.messages()[-1]
-            painted.append(bool(reply_msg.tail_widget.size.height) and bool(reply_msg.region.height))
-            return generate(*args, **kwargs)
+            return bool(reply_msg.tail_widget.size.height) and bool(reply_msg.region.height)
 
-        app.engine.generate = spy  # type: ignore[method-assign]
+        painted = probe_at_generate(app, reply_laid_out)
         assert await chat.send("hello")
         assert painted == [] and app.engine.pending is None  # not yet: nothing laid out
         await wait_until(pilot, lambda: not chat.generating)
@@ -282,14 +293,8 @@ async def test_the_engine_is_asked_only_after_the_view_scrolled_to_the_new_messa
         view = chat.chat_view
         assert await chat.send("hello")
         await wait_until(pilot, lambda: not chat.generating)
-        seen: list[tuple[bool, bool, bool]] = []
-        generate = app.engine.generate
-
-        def spy(*args, **kwargs):
-            seen.append((_screen_settled(chat), view.max_scroll_y > 0, view.scroll_y == view.max_scroll_y))
-            return generate(*args, **kwargs)
-
-        app.engine.generate = spy  # type: ignore[method-assign]
+        seen = probe_at_generate(app, lambda: (_screen_settled(chat), view.max_scroll_y > 0,
+                                               view.scroll_y == view.max_scroll_y))
         assert await chat.send("\n".join(f"line {i} of a long paste" for i in range(80)))
         await wait_until(pilot, lambda: not chat.generating)
         assert seen == [(True, True, True)]
@@ -300,14 +305,7 @@ async def test_objects_alive_at_a_send_are_left_out_of_collections_until_the_rep
 
     async with ready_chat(tmp_path, ["Fine."]) as (app, pilot, store):
         chat = app.chat_screen
-        frozen: list[int] = []
-        generate = app.engine.generate
-
-        def spy(*args, **kwargs):
-            frozen.append(gc.get_freeze_count())
-            return generate(*args, **kwargs)
-
-        app.engine.generate = spy  # type: ignore[method-assign]
+        frozen = probe_at_generate(app, gc.get_freeze_count)
         gc.unfreeze()
         assert await chat.send("hello")
         await wait_until(pilot, lambda: not chat.generating)

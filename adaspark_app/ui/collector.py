@@ -19,6 +19,9 @@ def freeze_for_reply() -> None:
 
 
 def thaw_after_reply() -> int:
-    """Give the frozen objects back to the collector and collect once; returns what it freed."""
+    """Give the frozen objects back to the collector and collect once; returns what it freed
+    (0, and no collection, when nothing is frozen)."""
+    if not gc.get_freeze_count():
+        return 0
     gc.unfreeze()
     return gc.collect()

@@ -16,7 +16,6 @@ blink is a repaint). benchmarks/ui_cpu.py measures it.
 
 from __future__ import annotations
 
-import gc
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -775,7 +774,7 @@ class ChatScreen(Screen):
     def _thaw_collector(self) -> None:
         """The full collection held back while the reply streamed, once none streams (after the
         reply's last paint: THAW_DELAY_S)."""
-        if not self.generating and gc.get_freeze_count():
+        if not self.generating:
             thaw_after_reply()
 
     def stop_reply(self) -> bool:

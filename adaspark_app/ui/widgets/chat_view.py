@@ -160,7 +160,7 @@ class ChatMessage(Vertical):
                 tail.styles.min_height = self._reserved
                 if tail.window is not None:
                     tail.page(self._reserved, self.KEEP_LINES)
-            if tail.total_height(tail.size.width) <= self._reserved:
+            if self._tail_height(tail) <= self._reserved:
                 return
             if following and self._reserved:
                 tail.page(self._reserved, self.KEEP_LINES)
@@ -206,8 +206,8 @@ class ChatMessage(Vertical):
 
     @staticmethod
     def _tail_height(tail: StreamTail) -> int:
-        """Lines the tail's text takes at its present width."""
-        return tail.content_height(tail.size.width)
+        """Lines the tail's whole text takes at its present width (paging or not)."""
+        return tail.total_height(tail.size.width)
 
     async def _relayout(self, now: float) -> None:
         """Move the settled blocks to the Markdown and give the tail room for what follows."""

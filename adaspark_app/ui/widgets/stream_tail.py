@@ -125,16 +125,13 @@ class StreamTail(Widget):
             self.refresh(Region(0, first - top, width, end - first))
 
     def content_height(self, width: int) -> int:
-        """Rows the text takes at `width` cells (the widget's content width; 0: not laid out, the
-        text's lines)."""
-        if width <= 0:
-            n = self._text.count("\n") + 1
-        else:
-            n = len(self._rows_at(width))
+        """Rows shown at `width` cells: the whole text's (`total_height`), at most a page while paging."""
+        n = self.total_height(width)
         return n if self._window is None else min(n, self._window)
 
     def total_height(self, width: int) -> int:
-        """Rows the whole text takes at `width`, paging or not."""
+        """Rows the whole text takes at `width` cells, paging or not (the widget's content width;
+        0: not laid out, the text's lines)."""
         return len(self._rows_at(width)) if width > 0 else self._text.count("\n") + 1
 
     def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
