@@ -16,7 +16,7 @@ from adaspark_app.store import Store
 from adaspark_app.ui.app import MAX_RESTARTS, AdaSparkApp
 from adaspark_app.ui.screens import ChatScreen, ConfirmScreen, HelpScreen, RenameScreen
 from adaspark_app.ui.widgets import ChatView, render_panel
-from ui_fakes import failing, read_log, scripted, spawn_event, wait_until
+from ui_fakes import failing, notifications, notified, read_log, scripted, spawn_event, wait_until
 
 SIZE = (160, 48)
 LONG_REPLY = "\n\n".join(f"Line {i}." for i in range(120))  # two tokens a paragraph: tall quickly
@@ -45,9 +45,6 @@ async def type_and_send(pilot, text: str) -> None:
     prompt.text = text
     await pilot.press("enter")
 
-
-def notifications(app) -> list[str]:
-    return [n.message for n in app._notifications]
 
 
 def panel_text(chat) -> str:
@@ -182,7 +179,7 @@ async def test_escape_mid_reply_keeps_the_partial_text(store, tmp_path):
         msgs = store.get_messages(store.list_conversations()[0]["id"])
         assert msgs[1]["content"] == reply.text and msgs[1]["meta"]["stopped"] is True
         assert chat.history[-1] == {"role": "assistant", "content": reply.text}
-        assert any("Stopped" in n for n in notifications(app))
+        await notified(pilot, "Stopped")
         assert not any(t > chat.cancel_requested_at for t, _ in chat.round_log)  # held rounds: none ran after
 
 
@@ -209,7 +206,7 @@ async def test_failing_engine_restores_the_prompt_and_notifies(store, tmp_path):
         chat = await finished(pilot)
         assert chat.prompt.text == "a very long question"
         assert chat.chat_view.messages() == []
-        assert any("exceeds the context" in n for n in notifications(app))
+        await notified(pilot, "exceeds the context")
         assert store.list_conversations() == []  # the conversation made for it is gone
         assert chat.conversation_id is None
 
@@ -224,7 +221,7 @@ async def test_failure_in_a_later_turn_keeps_the_conversation(store, tmp_path):
         assert chat.prompt.text == "second"
         assert [m.text for m in chat.chat_view.messages()] == ["first", "fine"]
         assert store.list_conversations()[0]["n_messages"] == 2
-        assert any("too long" in n for n in notifications(app))
+        await notified(pilot, "too long")
         assert app.engine.alive  # an error in a reply does not end the engine process
 
 
@@ -234,7 +231,7 @@ async def test_unexpected_engine_exception_also_restores_the_prompt(store, tmp_p
         await type_and_send(pilot, "hi")
         chat = await finished(pilot)
         assert chat.prompt.text == "hi"
-        assert any("RuntimeError: boom" in n for n in notifications(app))
+        await notified(pilot, "RuntimeError: boom")
 
 
 # ---------------------------------------------------------------------------- conversations
@@ -320,7 +317,7 @@ async def test_export_markdown_and_copy_last_reply(store, tmp_path):
     app = make_app(store, scripted(["The answer is `42`."]), tmp_path)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press("ctrl+o")
-        assert any("No reply" in n for n in notifications(app))
+        await notified(pilot, "No reply")
         await type_and_send(pilot, "meaning of life?")
         await finished(pilot)
         await pilot.press("ctrl+o")
@@ -329,7 +326,7 @@ async def test_export_markdown_and_copy_last_reply(store, tmp_path):
         (path,) = tmp_path.glob("adaspark-*.md")
         text = path.read_text()
         assert "# meaning of life?" in text and "The answer is `42`." in text
-        assert any(str(path) in n for n in notifications(app))
+        await notified(pilot, str(path))
 
 
 # ---------------------------------------------------------------------------- follow the bottom
@@ -441,10 +438,9 @@ async def test_engine_killed_mid_reply_keeps_the_text_and_the_next_message_works
         await wait_until(pilot, lambda: chat.chat_view.messages()[1].text != "", what="streamed text")
         first_pid = app.engine.pid
         app.engine.kill()
-        await wait_until(pilot, lambda: any("engine process stopped" in n for n in notifications(app)),
-                         what="the UI to notice the dead engine")
+        await notified(pilot, "engine process stopped")
         assert not chat.generating
-        assert any("signal 9" in n and "Kept the" in n for n in notifications(app))
+        await notified(pilot, "signal 9", "Kept the")
         # The text so far is kept: on screen, in the history and in the store.
         user, reply = chat.chat_view.messages()
         assert reply.text and full.startswith(reply.text) and len(reply.text) < len(full)
@@ -462,7 +458,7 @@ async def test_engine_killed_mid_reply_keeps_the_text_and_the_next_message_works
         last = read_log(log, "generate")[-1]
         assert last["pid"] == app.engine.pid and last["messages"][:2] == chat.history[:2]
         assert store.list_conversations()[0]["n_messages"] == 4
-        assert any("running again" in n for n in notifications(app))
+        await notified(pilot, "running again")
 
 
 async def test_engine_killed_before_any_text_gives_the_prompt_back(store, tmp_path):
@@ -473,7 +469,7 @@ async def test_engine_killed_before_any_text_gives_the_prompt_back(store, tmp_pa
         await type_and_send(pilot, "are you there?")
         await wait_until(pilot, held.is_set)
         app.engine.kill()
-        await wait_until(pilot, lambda: any("back in the box" in n for n in notifications(app)))
+        await notified(pilot, "back in the box")
         assert chat.prompt.text == "are you there?" and not chat.generating
         assert not chat.chat_view.messages() and store.list_conversations() == []
 
@@ -483,6 +479,6 @@ async def test_an_engine_that_keeps_dying_is_not_restarted_forever(store, tmp_pa
     async with app.run_test(size=SIZE) as pilot:
         await wait_until(pilot, lambda: app.load_error is not None, timeout=60, what="the app to give up")
         assert app.deaths_in_a_row == MAX_RESTARTS + 1
-        assert any("not restarting" in n for n in notifications(app))
+        await notified(pilot, "not restarting")
         await type_and_send(pilot, "hello?")
         assert app.chat_screen.prompt.text == "hello?" and not app.chat_screen.generating

@@ -23,7 +23,7 @@ from adaspark_app.ui.app import AdaSparkApp
 from adaspark_app.ui.chat_settings import ChatSettings, resume_last
 from adaspark_app.ui.screens import ChatScreen, HelpScreen, SaveFileScreen, SettingsScreen
 from adaspark_app.engine.worker import EngineConfig
-from ui_fakes import ScriptedEngine, _log, read_log, scripted, wait_until
+from ui_fakes import ScriptedEngine, _log, notifications, notified, read_log, scripted, wait_until
 
 SIZE = (160, 48)
 T08 = SamplingSettings(temperature=0.8)
@@ -57,9 +57,6 @@ async def finished(pilot, timeout: float = 10.0) -> ChatScreen:
     await wait_until(pilot, lambda: not chat.generating, timeout=timeout, what="the reply to finish")
     return chat
 
-
-def notifications(app) -> list[str]:
-    return [n.message for n in app._notifications]
 
 
 def texts(chat) -> list[str]:
@@ -266,7 +263,7 @@ async def test_regenerate_stopped_before_any_token_keeps_the_old_reply(store, tm
         assert [m.text for m in chat.chat_view.messages() if m.display] == ["q", "kept"]
         assert chat.prompt.text == "" and chat.history[-1]["content"] == "kept"
         assert [m["content"] for m in store.get_messages(chat.conversation_id)] == ["q", "kept"]
-        assert any("previous reply is kept" in n for n in notifications(app))
+        await notified(pilot, "previous reply is kept")
 
 
 async def test_regenerate_withdrawn_shows_the_previous_reply_again(store, tmp_path):
@@ -282,7 +279,7 @@ async def test_regenerate_withdrawn_shows_the_previous_reply_again(store, tmp_pa
         visible = [m.text for m in chat.chat_view.messages() if m.display]
         assert visible == ["q", "kept"] and chat.prompt.text == ""
         assert [m["content"] for m in store.get_messages(chat.conversation_id)] == ["q", "kept"]
-        assert any("previous reply is kept" in n for n in notifications(app))
+        await notified(pilot, "previous reply is kept")
 
 
 async def test_a_reply_cut_by_an_engine_crash_keeps_its_seed_for_regenerate(store, tmp_path):
@@ -298,7 +295,7 @@ async def test_a_reply_cut_by_an_engine_crash_keeps_its_seed_for_regenerate(stor
         await wait_until(pilot, lambda: chat.round_log, what="the first rounds")
         drawn = chat.round_log[-1][1].seed
         app.engine.kill()
-        await wait_until(pilot, lambda: any("engine process stopped" in n for n in notifications(app)))
+        await notified(pilot, "engine process stopped")
         meta = store.get_messages(chat.conversation_id)[1]["meta"]
         assert meta["engine_died"] is True and isinstance(drawn, int) and meta["seed"] == drawn
 
@@ -387,7 +384,7 @@ async def test_copy_code_block_last_and_under_the_pointer(store, tmp_path):
     async with app.run_test(size=SIZE) as pilot:
         chat = app.chat_screen
         await pilot.press("f9")
-        await wait_until(pilot, lambda: any("No code block" in n for n in notifications(app)))
+        await notified(pilot, "No code block")
         await send(pilot, "show me")
         await finished(pilot)
         await pilot.hover("#status")  # the pointer over no code block: the last one is copied
@@ -546,7 +543,7 @@ async def test_opening_a_conversation_held_with_another_model_switches_the_engin
         await wait_until(pilot, lambda: app.engine.ready and app.switching_to is None, what="the switch back")
         assert app.model_path == str(one) and chat.conversation_id == first
         assert texts(chat) == ["hello one", "a reply from one.gguf"]  # the conversation is kept
-        assert any("goes on with it" in n for n in notifications(app))
+        await notified(pilot, "goes on with it")
         await send(pilot, "again")
         await finished(pilot)
         assert texts(chat)[-1] == "a reply from one.gguf"
@@ -559,7 +556,7 @@ async def test_opening_a_conversation_held_with_another_model_switches_the_engin
         await chat.open_conversation(second)
         await pilot.pause()
         assert chat.conversation_id == second and app.model_path == str(one)
-        assert any("is not there any more" in n for n in notifications(app)), notifications(app)
+        await notified(pilot, "is not there any more")
     assert len(read_log(log, "model")) == 3  # no switch to a missing file
 
 

@@ -23,7 +23,7 @@ from adaspark_app.engine.sampling import SamplingSettings
 from adaspark_app.engine.worker import EngineConfig
 from adaspark_app.store import Store
 from adaspark_app.ui.app import AdaSparkApp
-from ui_fakes import read_log, recording, wait_until
+from ui_fakes import notifications, notified, read_log, recording, wait_until
 
 pytestmark = pytest.mark.model
 
@@ -65,9 +65,6 @@ async def finished(pilot):
                                   f"{pilot.app.engine.alive}, notifications {notifications(pilot.app)})")
     return chat
 
-
-def notifications(app) -> list[str]:
-    return [n.message for n in app._notifications]
 
 
 async def test_real_reply_streams_and_fills_the_panel(learned, chats, tmp_path):
@@ -148,7 +145,7 @@ async def test_real_context_overflow_restores_the_prompt(chats, tmp_path):
         chat = await finished(pilot)
         assert chat.prompt.text == prompt.strip()
         assert chat.chat_view.messages() == []
-        assert any("context" in n for n in notifications(app))
+        await notified(pilot, "context")
         assert chats.list_conversations() == []
         assert app.engine.alive  # a user error does not end the engine process
 
@@ -161,8 +158,7 @@ async def test_real_engine_killed_mid_reply_then_the_next_message_works(learned,
         await wait_until(pilot, lambda: chat.stats.reply_tokens >= 8, timeout=REPLY_TIMEOUT, what="streamed tokens")
         first_pid = app.engine.pid
         app.engine.kill()  # SIGKILL: what a llama.cpp crash looks like from the UI
-        await wait_until(pilot, lambda: any("engine process stopped" in n for n in notifications(app)),
-                         timeout=30, what="the crash notification")
+        await notified(pilot, "engine process stopped", timeout=30)
         assert not chat.generating
         user, reply = chat.chat_view.messages()
         assert reply.text.strip()

@@ -273,3 +273,23 @@ async def wait_until(pilot: Any, predicate: Callable[[], Any], timeout: float = 
             said = what() if callable(what) else what
             raise AssertionError(f"timed out after {timeout}s waiting for {said or predicate}")
         await pilot.pause(interval)
+
+
+def notifications(app: Any) -> list[str]:
+    """The messages of the app's notifications that have arrived so far."""
+    return [n.message for n in app._notifications]
+
+
+async def notified(pilot: Any, *parts: str, timeout: float = 10.0) -> str:
+    """Wait for a notification holding every one of `parts`; return it.
+
+    `notify()` posts a message that the app takes in on a later turn of its loop, so a
+    notification made just before a reply ended may not be in the list yet when the test sees
+    the reply end.
+    """
+    def found() -> str | None:
+        return next((n for n in notifications(pilot.app) if all(p in n for p in parts)), None)
+
+    await wait_until(pilot, found, timeout=timeout,
+                     what=lambda: f"a notification with {parts} (have {notifications(pilot.app)})")
+    return found() or ""

@@ -781,13 +781,15 @@ class ChatScreen(Screen):
         """Ask the running reply to stop (it ends after the current round). False if none runs."""
         if not self.generating:
             return False
-        if self.cancel_requested_at is None:
-            self.cancel_requested_at = time.monotonic()
         request = self._request
         if request is not None and not request.sent:
             request.stop_before_send = True  # _send_request gives the prompt back instead
         else:
             self.adaspark.engine.cancel()
+        # Stamped once the engine can see the stop (the flag is set): a UI thread kept waiting
+        # between the key and the flag must not count as rounds the engine ran past the stop.
+        if self.cancel_requested_at is None:
+            self.cancel_requested_at = time.monotonic()
         self.set_status("Stopping…")
         return True
 
