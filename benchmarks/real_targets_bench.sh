@@ -4,7 +4,8 @@
 #   LLAMA_SERVER_BIN=.../llama-server benchmarks/real_targets_bench.sh [STEP ...]
 #
 # Steps (default: all, in this order): tui tui-qwen qwen-chat qwen-paste q15-paste pinned;
-# with SET=s26 also qwen-humaneval qwen-code q15-humaneval (HumanEval and pasted code, s26/).
+# with SET=s26 also qwen-humaneval qwen-code q15-humaneval (HumanEval and pasted code, s26/); with
+# SET=s27 q15-paste4 q15-humaneval6 (the 1.5B after the one-row K-quant kernel, s27/).
 # Targets come from benchmarks/targets/assemble.py (~/.cache/adaspark/targets). Held-out sets are
 # in benchmarks/results/real-targets/$SET/ (default s25: conversations no tuning in this repo
 # looked at; s24's sets and reports stay as they were run). Every step writes its report under
@@ -41,6 +42,11 @@ for step in "${steps[@]}"; do
     qwen-code) python benchmarks/peers/run_peers.py $S/code-6.jsonl --model "$T/qwen0.5b.gguf" \
            --peers $PEERS --max-tokens 128 --keep-capped --out $S/qwen0.5b-code ;;
     q15-humaneval) python benchmarks/peers/run_peers.py $S/humaneval-6.jsonl --model "$T/qwen1.5b.gguf" \
+           --peers $PEERS --max-tokens 128 --keep-capped --out $S/qwen1.5b-humaneval ;;
+    # the 1.5B on pastes and HumanEval it had not run, one-row K-quant products on AdaSpark's kernel (SET=s27)
+    q15-paste4) python benchmarks/peers/run_peers.py $S/paste-4-1.5b.jsonl --model "$T/qwen1.5b.gguf" \
+           --peers $PEERS --max-tokens 128 --keep-capped --out $S/qwen1.5b-paste ;;
+    q15-humaneval6) python benchmarks/peers/run_peers.py $S/humaneval-6-1.5b.jsonl --model "$T/qwen1.5b.gguf" \
            --peers $PEERS --max-tokens 128 --keep-capped --out $S/qwen1.5b-humaneval ;;
     *) echo "unknown step $step" >&2; exit 2 ;;
   esac

@@ -289,25 +289,28 @@ def test_patch_adds_the_k_quant_kernels_and_their_dispatch_cases_once():
 
 
 @pytest.mark.parametrize("variant", list(build.VARIANTS))
-def test_k_quant_batches_equal_columns_alone_and_the_stock_kernels(variant):
-    """Q4_K and Q6_K x Q8_K through ggml itself (random weights, no model), on each variant this
+def test_k_quant_and_q4_1_batches_equal_columns_alone_and_the_stock_kernels(variant):
+    """Q4_K and Q6_K x Q8_K, and Q4_1 x Q8_1, through ggml itself (random weights, no model), on each variant this
     machine can run: a column of a 2- to 13-column product equals the same column computed alone
-    (the stock one-row vec_dot kernel), bit for bit, on 1 and 2 threads, and equals what the stock
-    library computes for the batch; the variant's library really holds the multi-row kernel (else
-    this would compare stock with stock)."""
+    (this kernel too since it takes one-row products), bit for bit, on 1 and 2 threads, and both
+    equal what the stock library computes (its vec_dot for a column alone); the variant's library
+    really holds the kernel (else this would compare stock with stock)."""
     if variant not in build.built_variants():
         pytest.skip(f"variant {variant} not built here")
     if not set(build.required_flags(variant)) <= build.cpu_flags():
         pytest.skip(f"this CPU cannot run variant {variant}")
-    assert b"tinyBLAS_K_AVX2" in build.variant_lib(variant).read_bytes()
+    lib = build.variant_lib(variant).read_bytes()
+    assert b"tinyBLAS_K_AVX2" in lib and b"tinyBLAS_Q4_1_AVX" in lib
     env = {**_clean_env(), "GGML_CPU_TILED_MM": "0"}  # the backend's setting
-    ours = _quant_products({**env, native.VARIANT_ENV: variant}, ("Q4_K", "Q6_K"))
-    stock = _quant_products({**env, "ADASPARK_STOCK_KERNELS": "1"}, ("Q4_K", "Q6_K"))
+    types = ("Q4_K", "Q6_K", "Q4_1")
+    ours = _quant_products({**env, native.VARIANT_ENV: variant}, types)
+    stock = _quant_products({**env, "ADASPARK_STOCK_KERNELS": "1"}, types)
     assert ours.pop("status") == "q4_1-tinyblas" and stock.pop("status").startswith("stock")
-    assert len(ours) == 20
+    assert len(ours) == 30
     for key, got in ours.items():
         assert got["batched"] == got["alone"], f"{key}: a batched column differs from the column alone"
         assert got["batched"] == stock[key]["batched"], f"{key}: differs from the stock library's product"
+        assert got["alone"] == stock[key]["alone"], f"{key}: a column alone differs from the stock vec_dot's"
         assert got["err"] < 1.0, f"{key}: far from the float product ({got['err']})"
 
 
@@ -321,7 +324,11 @@ def test_patch_puts_the_q0_kernel_inside_the_stock_q0_cases():
         # ours first in its case (compiled in only where ADASPARK_Q0_ZMM is 1), the stock code after it
         assert out.index("#if ADASPARK_Q0_ZMM", case) < ours < out.index("// stock code", case)
         assert out.count(f"tinyBLAS_Q0_ZMM<block_{a}> tb") == 1
-    assert build._N1_ANCHOR not in out and out.count("n < 2 && !(ADASPARK_Q0_ZMM && n == 1") == 1
+    # one-row products: the Q0 kernel takes them where it is compiled in, the K-quant kernel too
+    assert build._N1_ANCHOR not in out and out.count("if (n < 2 && !(n == 1 && Ctype == GGML_TYPE_F32") == 1
+    assert out.count("(ADASPARK_Q0_ZMM && Btype == GGML_TYPE_Q8_0") == 1
+    assert out.count("(ADASPARK_K_ONE_ROW && Btype == GGML_TYPE_Q8_K") == 1
+    assert out.count("(ADASPARK_Q4_1_ONE_ROW && Btype == GGML_TYPE_Q8_1 && Atype == GGML_TYPE_Q4_1)") == 1
     for missing in (*build._Q0_ANCHORS.values(), build._N1_ANCHOR):
         with pytest.raises(build.BuildError):
             build.patch_sgemm(text.replace(missing, "// changed upstream"))

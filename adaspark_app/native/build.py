@@ -4,15 +4,16 @@ The bundled model's weights are Q4_1. Stock ggml multiplies them by a batch of r
 time (``ggml_vec_dot_q4_1_q8_1`` per row and column), so on this CPU a verify of 8 rows costs
 about 4.7 one-row steps and 32 rows about 16.5. ``tinyblas_q4_1.inc`` adds Q4_1 to llamafile's
 tinyBLAS (tiles of up to 4 weight rows x 4 batch rows, each weight block unpacked once per tile):
-8 rows then cost about 3.4 steps and 32 rows about 11.2. One-row products keep the stock kernel,
-and every output element is summed in the stock kernel's order (fma of d_a d_b times the block's
+8 rows then cost about 3.4 steps and 32 rows about 11.2. One-row products run it too (tiles of 4
+weight rows x 1, weights prefetched: 0.87x the stock one-row kernel on SmolLM2), and every output element is summed in the stock kernel's order (fma of d_a d_b times the block's
 integer dot into a vector accumulator, fma of m_a s_b into a scalar, then the same horizontal
 sum), so a row computes bit for bit alike in a one-row decode and a many-row verify; the test
 ``test_cells_written_by_a_verify_equal_plain_decode_cells`` checks it on the real model.
 ``tinyblas_k_quants.inc`` does the same for Q4_K and Q6_K x Q8_K (the Q4_K_M files people run;
 stock ggml takes them one row at a time too, because ggml's tiled K-quant matmul sums in another
-order and the backend turns it off): tiles of up to 2 weight rows x 4 batch rows, each output
-computed as ``ggml_vec_dot_q4_K_q8_K`` / ``ggml_vec_dot_q6_K_q8_K``'s AVX2 path computes it.
+order and the backend turns it off): tiles of up to 2 weight rows x 4 batch rows (4 x 1 for one
+batch row: it takes one-row products too, 0.74x the stock one-row step on Qwen2.5-1.5B), each
+output computed as ``ggml_vec_dot_q4_K_q8_K`` / ``ggml_vec_dot_q6_K_q8_K``'s AVX2 path computes it.
 ``tinyblas_q0.inc`` replaces stock tinyBLAS's Q4_0, Q5_0 and Q8_0 x Q8_0 (most of Qwen2.5-0.5B's
 weights and its output matrix) on the AVX-512 VNNI variants, for one-row products too: two
 weight rows per zmm, each half the stock kernel's 8 lanes, every element computed as the stock
@@ -169,12 +170,17 @@ _CASE = "".join(_CASE_TEMPLATE.format(atype=a.upper(), btype=bt.upper(), cls=cls
 # ADASPARK_Q0_ZMM to 1 (the AVX-512 VNNI variants), so the others keep the stock tinyBLAS_Q0_AVX.
 _Q0_ANCHORS = {a: f"    case GGML_TYPE_{a.upper()}: {{\n        if (Btype != GGML_TYPE_Q8_0)\n{sp}return false;\n"
                for a, sp in (("q8_0", " " * 11), ("q4_0", " " * 12), ("q5_0", " " * 12))}
-# llamafile_sgemm leaves one-row products to ggml's vec_dot; on the VNNI variants the Q0 kernel
-# takes them too (the same bits as vec_dot, so the one-row step is cheaper without changing a row).
+# llamafile_sgemm leaves one-row products to ggml's vec_dot; the Q4_1 and K-quant kernels (every
+# AVX2 variant) and, on the VNNI variants, the Q0 kernel take them too: the same bits as vec_dot, so the
+# one-row step is cheaper without changing a row.
 _N1_ANCHOR = "#if !defined(__MMA__)\n    if (n < 2)\n        return false;\n#endif\n"
 _N1 = """#if !defined(__MMA__)
-    if (n < 2 && !(ADASPARK_Q0_ZMM && n == 1 && Ctype == GGML_TYPE_F32 && Btype == GGML_TYPE_Q8_0 &&
-                   (Atype == GGML_TYPE_Q4_0 || Atype == GGML_TYPE_Q5_0 || Atype == GGML_TYPE_Q8_0)))
+    if (n < 2 && !(n == 1 && Ctype == GGML_TYPE_F32 &&
+                   ((ADASPARK_Q0_ZMM && Btype == GGML_TYPE_Q8_0 &&
+                     (Atype == GGML_TYPE_Q4_0 || Atype == GGML_TYPE_Q5_0 || Atype == GGML_TYPE_Q8_0)) ||
+                    (ADASPARK_K_ONE_ROW && Btype == GGML_TYPE_Q8_K &&
+                     (Atype == GGML_TYPE_Q4_K || Atype == GGML_TYPE_Q6_K)) ||
+                    (ADASPARK_Q4_1_ONE_ROW && Btype == GGML_TYPE_Q8_1 && Atype == GGML_TYPE_Q4_1))))
         return false;
 #endif
 """
