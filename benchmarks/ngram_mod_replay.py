@@ -102,7 +102,8 @@ def requests(model: str, set_path: str, replies_path: str):
     b = vocab_backend(model)
     tpl = chat_template_for(b)
     rows = [json.loads(x) for x in open(replies_path)]
-    ar = {(r["conversation"], r["turn"]): r for r in rows if r["arm"] == "ar"}
+    # `adaspark bench` names the arm "ar"; benchmarks/peers/run_peers.py, "adaspark:ar"
+    ar = {(r["conversation"], r["turn"]): r for r in rows if r["arm"] in ("ar", "adaspark:ar")}
     ada = {(r["conversation"], r["turn"]): r for r in rows if r["arm"] == "adaspark"}
     out = []
     for line in open(set_path):

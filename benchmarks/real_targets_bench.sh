@@ -5,7 +5,7 @@
 #
 # Steps (default: all, in this order): tui tui-qwen qwen-chat qwen-paste q15-paste pinned;
 # with SET=s26 also qwen-humaneval qwen-code q15-humaneval (HumanEval and pasted code, s26/); with
-# SET=s27 q15-paste4 q15-humaneval6 (the 1.5B after the one-row K-quant kernel, s27/).
+# SET=s27 q15-paste4 q15-humaneval6 q05-chat8 q05-paste4 smol-chat8 (after the one-row kernels, s27/).
 # Targets come from benchmarks/targets/assemble.py (~/.cache/adaspark/targets). Held-out sets are
 # in benchmarks/results/real-targets/$SET/ (default s25: conversations no tuning in this repo
 # looked at; s24's sets and reports stay as they were run). Every step writes its report under
@@ -48,6 +48,14 @@ for step in "${steps[@]}"; do
            --peers $PEERS --max-tokens 128 --keep-capped --out $S/qwen1.5b-paste ;;
     q15-humaneval6) python benchmarks/peers/run_peers.py $S/humaneval-6-1.5b.jsonl --model "$T/qwen1.5b.gguf" \
            --peers $PEERS --max-tokens 128 --keep-capped --out $S/qwen1.5b-humaneval ;;
+    # the 0.5B on chats and pastes it had not run (SET=s27)
+    q05-chat8) python benchmarks/peers/run_peers.py $S/chat-8-0.5b.jsonl --model "$T/qwen0.5b.gguf" \
+           --peers $PEERS --max-tokens 128 --keep-capped --out $S/qwen0.5b-chat ;;
+    q05-paste4) python benchmarks/peers/run_peers.py $S/paste-4-0.5b.jsonl --model "$T/qwen0.5b.gguf" \
+           --peers $PEERS --max-tokens 128 --keep-capped --out $S/qwen0.5b-paste ;;
+    # the bundled model on the same 8 chats, after the one-row Q4_1 kernel (SET=s27)
+    smol-chat8) python benchmarks/peers/run_peers.py $S/chat-8-0.5b.jsonl \
+           --peers $PEERS --max-tokens 128 --keep-capped --out $S/smollm2-chat ;;
     *) echo "unknown step $step" >&2; exit 2 ;;
   esac
 done
