@@ -353,13 +353,14 @@ def _children(pid: int) -> list[int]:
 @pytest.mark.skipif(not sys.platform.startswith("linux") or not shutil.which("tmux"), reason="needs Linux and tmux")
 def test_adaspark_chat_in_a_terminal_runs_llama_cpp_only_in_the_engine_process(tmp_path):
     """The real command in a real terminal (tmux, 160x48): after a reply, the UI process has not
-    mapped llama.cpp's library while the engine process has, and the UI runs at lowered priority
-    while the engine keeps the priority the user started it with."""
+    mapped llama.cpp's library while the engine process has, and with ADASPARK_UI_PRIORITY=low the
+    UI runs at lowered priority while the engine keeps the priority the user started it with (the
+    default, normal, leaves both alone: test_the_ui_keeps_normal_priority_by_default...)."""
     import sqlite3
 
     db = tmp_path / "chat.db"
     sock = str(tmp_path / "tmux.sock")  # a private tmux server, started with this test's environment
-    env_cmd = ["env", "-u", "ADASPARK_FORBID_MODEL", "-u", "COLUMNS", "-u", "LINES", sys.executable, "-m", "adaspark_app.cli", "chat",
+    env_cmd = ["env", "-u", "ADASPARK_FORBID_MODEL", "-u", "COLUMNS", "-u", "LINES", "ADASPARK_UI_PRIORITY=low", sys.executable, "-m", "adaspark_app.cli", "chat",
                "--temperature", "0", "--store", str(db), "--max-tokens", "16"]
 
     def tmux(*args: str) -> str:

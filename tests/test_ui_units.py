@@ -309,6 +309,21 @@ if __name__ == "__main__":
 """
 
 
+@pytest.mark.parametrize("env", [None, "", "bogus", "NORMAL"])
+def test_the_ui_keeps_normal_priority_by_default_and_for_unknown_values(tmp_path, env):
+    """No ADASPARK_UI_PRIORITY (or an empty or unknown one) leaves the UI's niceness alone."""
+    code = ("import json, os; from adaspark_app.ui.engine_client import lower_ui_priority; "
+            "before = os.nice(0); print(json.dumps([lower_ui_priority(), before, os.nice(0)]))")
+    environ = {k: v for k, v in os.environ.items() if k != "ADASPARK_UI_PRIORITY"}
+    if env is not None:
+        environ["ADASPARK_UI_PRIORITY"] = env
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                          env={**environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    applied, before, after = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert applied == "normal" and after == before
+
+
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="per-thread priorities are Linux's")
 @pytest.mark.parametrize("priority", ["low", "idle"])
 def test_the_ui_lowers_only_its_own_threads_and_the_engine_keeps_normal_priority(tmp_path, priority):

@@ -27,8 +27,9 @@ from ..engine.events import ReplyResult, RoundEvent
 from ..engine.worker import CancelFlag, serve
 
 UI_NICE = 19  # the UI's niceness while it runs: see lower_ui_priority
-PRIORITY_ENV = "ADASPARK_UI_PRIORITY"  # "low" (the default), "idle" or "normal": see lower_ui_priority
+PRIORITY_ENV = "ADASPARK_UI_PRIORITY"  # "normal" (the default), "low" or "idle": see lower_ui_priority
 PRIORITIES = ("low", "idle", "normal")
+DEFAULT_PRIORITY = "normal"
 
 
 class EngineLoaded(Message):
@@ -109,16 +110,23 @@ def lower_ui_priority(priority: str | None = None) -> str:
     the thread, so the engine processes, spawned from the io thread made earlier, keep theirs).
     Returns what was applied: "low" (nice 19), "idle" (nice 19 and SCHED_IDLE) or "normal".
 
-    Why: on two cores with two llama.cpp threads every slice the UI runs preempts a verify, and
-    the decode runs at the speed of its slowest thread. At nice 19 the UI gets a small share and
-    the gaps; SCHED_IDLE also lets a waking llama.cpp thread preempt it at once. Off Linux the
-    nice value is the process's, which the engine would inherit, so nothing is changed there.
-    `ADASPARK_UI_PRIORITY` chooses; the default is "low".
+    Why it can be lowered: on two cores with two llama.cpp threads every slice the UI runs
+    preempts a verify, and the decode runs at the speed of its slowest thread. At nice 19 the UI
+    gets a small share and the gaps; SCHED_IDLE also lets a waking llama.cpp thread preempt it at
+    once. Off Linux the nice value is the process's, which the engine would inherit, so nothing
+    is changed there.
+
+    Why the default is "normal": since the UI's own work per reply is small (issue 17), starving
+    it costs more than it saves. On Qwen2.5-Coder-1.5B, two held-out sets each way, TUI over
+    headless was 0.976x and 1.001x at normal against 0.961x and 0.947x at nice 19, and the longest
+    wait of a reply's text to be drawn fell from 1.2-1.3 s to 0.6-0.7 s
+    (benchmarks/results/tui-vs-headless/README.md). `ADASPARK_UI_PRIORITY` chooses.
     """
     if priority is None:
-        priority = os.environ.get(PRIORITY_ENV, "low").strip().lower() or "low"
+        priority = os.environ.get(PRIORITY_ENV, "")
+    priority = priority.strip().lower()
     if priority not in PRIORITIES:
-        priority = "low"
+        priority = DEFAULT_PRIORITY
     if priority == "normal" or not sys.platform.startswith("linux"):
         return "normal"
     try:
