@@ -5,8 +5,9 @@ time (``ggml_vec_dot_q4_1_q8_1`` per row and column), so on this CPU a verify of
 about 4.7 one-row steps and 32 rows about 16.5. ``tinyblas_q4_1.inc`` adds Q4_1 to llamafile's
 tinyBLAS (tiles of up to 4 weight rows x 4 batch rows, each weight block unpacked once per tile):
 8 rows then cost about 3.4 steps and 32 rows about 11.2. One-row products run it too (tiles of 4
-weight rows x 1, weights prefetched: 0.87x the stock one-row kernel on SmolLM2), and every output element is summed in the stock kernel's order (fma of d_a d_b times the block's
-integer dot into a vector accumulator, fma of m_a s_b into a scalar, then the same horizontal
+weight rows x 1, weights prefetched: 0.87x the stock one-row kernel on SmolLM2), and every output
+element is summed in the stock kernel's order (fma of d_a d_b times the block's integer dot into
+a vector accumulator, fma of m_a s_b into a scalar, then the same horizontal
 sum), so a row computes bit for bit alike in a one-row decode and a many-row verify; the test
 ``test_cells_written_by_a_verify_equal_plain_decode_cells`` checks it on the real model.
 ``tinyblas_k_quants.inc`` does the same for Q4_K and Q6_K x Q8_K (the Q4_K_M files people run;
@@ -171,8 +172,8 @@ _CASE = "".join(_CASE_TEMPLATE.format(atype=a.upper(), btype=bt.upper(), cls=cls
 _Q0_ANCHORS = {a: f"    case GGML_TYPE_{a.upper()}: {{\n        if (Btype != GGML_TYPE_Q8_0)\n{sp}return false;\n"
                for a, sp in (("q8_0", " " * 11), ("q4_0", " " * 12), ("q5_0", " " * 12))}
 # llamafile_sgemm leaves one-row products to ggml's vec_dot; the Q4_1 and K-quant kernels (every
-# AVX2 variant) and, on the VNNI variants, the Q0 kernel take them too: the same bits as vec_dot, so the
-# one-row step is cheaper without changing a row.
+# AVX2 variant) and, on the VNNI variants, the Q0 kernel take them too: the same bits as vec_dot,
+# so the one-row step is cheaper without changing a row.
 _N1_ANCHOR = "#if !defined(__MMA__)\n    if (n < 2)\n        return false;\n#endif\n"
 _N1 = """#if !defined(__MMA__)
     if (n < 2 && !(n == 1 && Ctype == GGML_TYPE_F32 &&

@@ -1,8 +1,7 @@
 """Verify cost by width in 1-thread CPU time: ggml's vec_dot path (GGML_CPU_TILED_MM=0) against its
 tiled K-quant matmul for every batch (GGML_CPU_TILED_MM_FORCE=1), with a roofline estimate.
-With AdaSpark's libggml-cpu (native.activate) the ``off`` mode runs its Q4_1 multi-row kernel
-for batches of 2+ rows (stock vec_dot for one row) and its Q4_K, Q6_K (and, on the AVX-512 VNNI
-variants, Q0) kernels for every batch, one row included; ``ADASPARK_STOCK_KERNELS=1`` measures the
+With AdaSpark's libggml-cpu (native.activate) the ``off`` mode runs its Q4_1, Q4_K, Q6_K (and,
+on the AVX-512 VNNI variants, Q0) kernels for every batch, one row included; ``ADASPARK_STOCK_KERNELS=1`` measures the
 stock libraries, and ``LLAMA_CPP_LIB_PATH`` with ``ADASPARK_KERNELS_DIR`` set to the same directory
 (and ``ADASPARK_KERNELS_VARIANT``) an earlier build's runtime directory, for a before/after.
 
