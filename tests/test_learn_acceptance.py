@@ -280,19 +280,20 @@ def test_prior_prices_pick_at_its_head_and_lone_ngram_at_p_src():
     assert qh[0] == pytest.approx(0.6, abs=1e-9)  # head-based estimate of an n-gram node: p_src
 
 
-def test_class_precision_prices_each_chain_node_in_the_fitted_model_only():
+def test_class_precision_prices_each_chain_node_in_both_estimates():
     """Guards ng_prec (a chain node's proposal-class precision): under the prior the fitted model
-    prices each node of a chain at its own class precision, while the head-based estimate keeps
-    the paper's single p_src for every node; without ng_prec both price every node at p_src."""
+    and the head-based estimate both price each node of a chain at its own class precision; a
+    node without one (nan) reads p_src, and without ng_prec both price every node at p_src."""
     model = AcceptanceModel()
     chain = _ngram_chain((5, 6, 7))
-    prec = np.array([0.6, 0.9, 0.99])
+    prec = np.array([0.6, 0.9, np.nan])
     chain.ng_prec = prec
     qf, qh = model.q_both(chain, context=500, p_src=0.7)
-    np.testing.assert_allclose(qf, prec, atol=1e-9)
-    np.testing.assert_allclose(qh, 0.7, atol=1e-9)
-    qs, _ = model.q_both(_ngram_chain((5, 6, 7)), context=500, p_src=0.7)
+    np.testing.assert_allclose(qf, [0.6, 0.9, 0.7], atol=1e-9)
+    np.testing.assert_allclose(qh, [0.6, 0.9, 0.7], atol=1e-9)
+    qs, qsh = model.q_both(_ngram_chain((5, 6, 7)), context=500, p_src=0.7)
     np.testing.assert_allclose(qs, 0.7, atol=1e-9)
+    np.testing.assert_allclose(qsh, 0.7, atol=1e-9)
 
 
 def test_coefficients_stay_at_prior_until_the_gate_opens():

@@ -344,3 +344,47 @@ def test_drafter_gates_persist_in_the_scheduler_state():
     other.load_state(state)
     assert other.state_dict() == sch.state_dict()
     assert other._drafter_gate(700, 1).mean(True) == pytest.approx(gate.mean(True))
+
+
+# --- the price of time for n-gram trees -------------------------------------------------------
+# A CPU's curve (Qwen2.5-Coder-1.5B, one-row steps of 68 ms): verify seconds per width.
+_CPU_PRICES = {1: 0.068, 2: 0.078, 4: 0.088, 8: 0.168, 16: 0.306, 32: 0.598}
+
+
+def _planned(s_d: np.ndarray, s_n: np.ndarray, monkeypatch) -> tuple[int, float]:
+    """The width and price of time a scheduler whose band rate is the plain step's plans."""
+    sched = WidthScheduler()
+    monkeypatch.setattr(sched.cost, "prices", lambda context, limit=None: dict(_CPU_PRICES))
+    monkeypatch.setattr(sched.cost, "next_measurement", lambda available: None)
+    for _ in range(BAND_MIN_ROUNDS):
+        sched.rate.observe(300, 1.0, _CPU_PRICES[1], _CPU_PRICES[1])  # plain steps: no proposal
+    plan = sched.plan(300, s_d, s_n, 0.002, may_measure=False)
+    return plan.width, plan.rho
+
+
+def test_an_ngram_tree_that_beats_the_band_is_priced_at_its_own_best_rate(monkeypatch):
+    """A copy's chain (31 nodes, each right with 0.95 given its parent) where most rounds had
+    nothing to verify: at the band's rate (the plain step's) Eq. (7) takes 32 rows, which cost 8.8
+    steps for 16.6 expected tokens; the chain's rows not verified are proposed again next round,
+    so the round is priced at its best rate E(n) / (D + T(n)) and the width is that rate's argmax
+    (4 rows here). A tree with drafter nodes keeps Eq. (7) at the band's rate."""
+    q = np.cumprod(np.full(31, 0.95))
+    chain = np.concatenate([[0.0, 0.0], np.cumsum(q)])
+    none = np.zeros_like(chain)
+    gains = (1.0, 1.0, 1.0, 1.0)
+    e = {n: WidthChooser.expected_tokens(n, none, chain, gains) for n in _CPU_PRICES}
+    sec = {n: 0.002 + t for n, t in _CPU_PRICES.items()}
+    rho_band = 1.0 / _CPU_PRICES[1]
+    by_ratio = max(e, key=lambda n: e[n] / sec[n])
+    by_eq7 = max(e, key=lambda n: e[n] - rho_band * sec[n])
+    assert (by_ratio, by_eq7) == (4, 32)  # the case is one where the two rules differ
+
+    width, rho = _planned(none, chain, monkeypatch)
+    assert width == by_ratio
+    assert rho == pytest.approx(e[by_ratio] / sec[by_ratio])
+    width, rho = _planned(chain, none, monkeypatch)  # the same tree from the drafter
+    assert width == by_eq7
+    assert rho == pytest.approx(rho_band)
+    weak = np.concatenate([[0.0, 0.0], np.cumsum(np.cumprod(np.full(31, 0.05)))])
+    width, rho = _planned(none, weak, monkeypatch)  # worse than the band: the band's price
+    assert rho == pytest.approx(rho_band)

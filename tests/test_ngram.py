@@ -312,3 +312,20 @@ def test_extend_feeds_the_class_of_each_first_step():
     assert p.class_trials[1, 32] > 50
     assert long_copy > 0.95
     assert long_copy > p.value
+
+
+def test_chain_ends_before_a_stop_token():
+    """Guards ``stop`` (the vocabulary's control tokens in the engine): a copy reads on along its
+    passage up to, not into, a stop token, and a follower that is one is not proposed."""
+    rng = random.Random(5)
+    passage = _tokens(rng, 60)
+    stop_token = 7
+    passage[25] = stop_token
+    text = _tokens(rng, 30) + passage + _tokens(rng, 40) + passage[:10]
+    stops = {stop_token}.__contains__
+    assert [s.token for s in NgramIndex(text).chain((), 20)] == passage[10:30]  # without: runs on
+    assert [s.token for s in NgramIndex(text, stop=stops).chain((), 20)] == passage[10:25]
+    follow = [1, 7, 8, 9, 500, 2, 7, 8, 9, 500, 3, 7, 8, 9]
+    assert NgramIndex(follow).chain((), 1) == [NgramStep(500, NgramKind.FOLLOWER, 2)]
+    assert NgramIndex(follow, stop={500}.__contains__).chain((), 1) == []
+    assert NgramIndex(follow, stop={500}.__contains__).first_step() is None

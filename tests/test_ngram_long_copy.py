@@ -148,7 +148,9 @@ def test_long_copy_floor_stays_byte_identical_to_ar(model_path, monkeypatch):
             finally:
                 eng.close()
     assert replies["adaspark"] == replies["ar"]
-    assert fired and max(fired) == LONG_COPY_DEPTH + 1
+    # the copy is verified whole: up to the end of the passage, and never on past it into the
+    # chat template's end-of-turn marker (the chain stops before control tokens)
+    assert fired and LONG_COPY_MIN + 1 <= max(fired) <= LONG_COPY_DEPTH + 1
     assert max(w for w, _ in events) >= LONG_COPY_MIN + 1  # a verify as wide as ngram-mod's draft ran
     # the confirmation the floor is given: the last round's draft when it was accepted whole (all
     # rows but at most an exploration row), else 0; nothing at a request's first round
@@ -160,3 +162,30 @@ def test_long_copy_floor_stays_byte_identical_to_ar(model_path, monkeypatch):
         width, accepted = events[k - 1]
         assert last_whole == (accepted if width > 1 and accepted >= width - 2 else 0)
     assert any(lw > 0 for _, lw in calls)
+
+
+@pytest.mark.model
+def test_a_reply_restating_the_message_is_not_copied_into_the_template(model_path):
+    """A reply that restates the user's message matches the end of that message, and the copy read
+    on from there runs into the chat template's end-of-turn and start-of-turn markers, which the
+    target never writes inside a reply. With the vocabulary's control tokens as stops (what the
+    decoder gives its index) the chain ends with the message."""
+    from adaspark_app.engine.backend import LlamaBackend
+    from adaspark_app.engine.ngram import NgramIndex
+
+    b = LlamaBackend(model_path, n_ctx=256, n_threads=1)
+    try:
+        message = "def largest_divisor(n: int) -> int:\n    return max(d for d in range(1, n) if n % d == 0)"
+        text = f"<|im_start|>user\n{message}<|im_end|>\n<|im_start|>assistant\n{message}"
+        tokens = b.tokenize(text, parse_special=True)
+        end, start = b.tokenize("<|im_end|>", parse_special=True), b.tokenize("<|im_start|>", parse_special=True)
+        assert len(end) == len(start) == 1 and b.is_control(end[0]) and b.is_control(start[0])
+        body = b.tokenize(message, parse_special=True)
+        assert not any(b.is_control(t) for t in body)
+        cut = len(tokens) - 8  # the reply has restated all but the message's last 8 tokens
+        free = [s.token for s in NgramIndex(tokens[:cut]).chain((), 16)]
+        stopped = [s.token for s in NgramIndex(tokens[:cut], stop=b.is_control).chain((), 16)]
+        assert free[:8] == tokens[cut:] and end[0] in free  # without stops: into the template
+        assert stopped == tokens[cut:]  # with them: the message's end, and nothing after it
+    finally:
+        b.close()

@@ -183,6 +183,7 @@ class LlamaBackend:
         self._batch_cap = max(self.n_batch, N_SEQ_MAX)
         self._piece_buf = ctypes.create_string_buffer(256)
         self._eog_cache: dict[int, bool] = {}
+        self._control_cache: dict[int, bool] = {}
 
     # ------------------------------------------------------------------ metadata
     def meta(self, key: str) -> str | None:
@@ -219,6 +220,15 @@ class LlamaBackend:
         if hit is None:
             hit = bool(self.llama.llama_vocab_is_eog(self.vocab, token))
             self._eog_cache[token] = hit
+        return hit
+
+    def is_control(self, token: int) -> bool:
+        """Whether ``token`` is a control token of the vocabulary (the chat template's markers,
+        end of turn, FIM markers) or ends generation: text a reply's n-gram chain never copies."""
+        hit = self._control_cache.get(token)
+        if hit is None:
+            hit = bool(self.llama.llama_vocab_is_control(self.vocab, token)) or self.is_eog(token)
+            self._control_cache[token] = hit
         return hit
 
     # ------------------------------------------------------------------ text
