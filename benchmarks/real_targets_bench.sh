@@ -6,7 +6,7 @@
 # Steps (default: all, in this order): tui tui-qwen qwen-chat qwen-paste q15-paste pinned;
 # with SET=s26 also qwen-humaneval qwen-code q15-humaneval (HumanEval and pasted code, s26/); with
 # SET=s27 q15-paste4 q15-humaneval6 q05-chat8 q05-paste4 smol-chat8 (after the one-row kernels, s27/);
-# with SET=s28 s28-q15-humaneval s28-q15-paste s28-q05-chat s28-q05-paste s28-smol-chat (s28/).
+# with SET=s28 s28-q15-humaneval s28-q15-paste s28-q05-chat s28-q05-chat-b s28-q05-paste s28-smol-chat (s28/).
 # Targets come from benchmarks/targets/assemble.py (~/.cache/adaspark/targets). Held-out sets are
 # in benchmarks/results/real-targets/$SET/ (default s25: conversations no tuning in this repo
 # looked at; s24's sets and reports stay as they were run). Every step writes its report under
@@ -65,6 +65,8 @@ for step in "${steps[@]}"; do
            --max-tokens 128 --keep-capped --no-progress --report $S/qwen1.5b-paste ;;
     s28-q05-chat) adaspark bench $S/chat-8.jsonl --model "$T/qwen0.5b.gguf" --arms adaspark,pinned:4,ar \
            --max-tokens 128 --keep-capped --no-progress --report $S/qwen0.5b-chat ;;
+    s28-q05-chat-b) adaspark bench $S/chat-8b.jsonl --model "$T/qwen0.5b.gguf" --arms adaspark,pinned:4,ar \
+           --max-tokens 128 --keep-capped --no-progress --report $S/qwen0.5b-chat-b ;;
     s28-q05-paste) adaspark bench $S/paste-4-0.5b.jsonl --model "$T/qwen0.5b.gguf" --arms adaspark,pinned:4,ar \
            --max-tokens 128 --keep-capped --no-progress --report $S/qwen0.5b-paste ;;
     s28-smol-chat) adaspark bench $S/chat-8.jsonl --arms adaspark,pinned:4,ar \
