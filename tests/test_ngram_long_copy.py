@@ -171,7 +171,6 @@ def test_a_reply_restating_the_message_is_not_copied_into_the_template(model_pat
     target never writes inside a reply. With the vocabulary's control tokens as stops (what the
     decoder gives its index) the chain ends with the message."""
     from adaspark_app.engine.backend import LlamaBackend
-    from adaspark_app.engine.ngram import NgramIndex
 
     b = LlamaBackend(model_path, n_ctx=256, n_threads=1)
     try:

@@ -207,7 +207,7 @@ class Decoder:
         dt = time.perf_counter() - t0
         self.kv_tokens = list(prompt)
         self.anchor = first
-        self.ngram = NgramIndex(prompt, stop=self._chain_stop())
+        self.ngram = NgramIndex(prompt, stop=self.backend.is_control)
         self._ng_synced = len(prompt)
         self.acceptance.begin_request()
         self.request_round = 0
@@ -423,15 +423,11 @@ class Decoder:
         self._feed_feats, self._feed_pos = [], []
 
     # ------------------------------------------------------------------ candidates
-    def _chain_stop(self) -> Callable[[int], bool] | None:
-        """The tokens an n-gram chain ends before: the vocabulary's control tokens."""
-        return getattr(self.backend, "is_control", None)
-
     def _sync_ngram(self) -> None:
         """Extend the n-gram index with the committed tokens it has not seen (incremental)."""
         toks = self.committed()
         if self.ngram is None:
-            self.ngram = NgramIndex(toks, stop=self._chain_stop())
+            self.ngram = NgramIndex(toks, stop=self.backend.is_control)
         elif self._ng_synced < len(toks):
             self.ngram.extend(toks[self._ng_synced:], self.precision)
         self._ng_synced = len(toks)

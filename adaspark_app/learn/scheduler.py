@@ -77,9 +77,9 @@ class WidthScheduler:
         rho = self.rate.rate(context)
         return rho if rho is not None else self._plain_rate(context)
 
-    def _price(self, context: int, offered: dict[int, float], s_d: list[float], s_n: list[float],
+    def _price(self, rho: float | None, offered: dict[int, float], s_d: list[float], s_n: list[float],
                fixed_s: float, gains: tuple[float, float, float, float]) -> float | None:
-        """The chooser's price of time rho in Eq. (7): the band's rate rho_m, or, for a tree of
+        """The chooser's price of time in Eq. (7): the band's rate ``rho`` (rho_m), or, for a tree of
         n-gram nodes only that beats the band, the rate of the round itself (None until the
         band's rate is known: the per-round ratio then).
 
@@ -96,7 +96,6 @@ class WidthScheduler:
         wants. A round worse than the band keeps the band's price. With drafter nodes in the
         tree Eq. (7) is kept as the paper has it.
         """
-        rho = self.rate.rate(context)
         if rho is None or not offered or any(s_d):
             return rho
         best = max(self.chooser.expected_tokens(n, s_d, s_n, gains) / max(fixed_s + t, 1e-12)
@@ -184,7 +183,8 @@ class WidthScheduler:
             measure = None
         offered = self.cost.prices(context, limit=available)
         gains = self.gains.at(context)
-        rho_m = self._price(context, offered, s_d, s_n, fixed_s, gains)
+        band_rate = self.rate.rate(context)
+        rho_m = self._price(band_rate, offered, s_d, s_n, fixed_s, gains)
         rate_mode = rho_m is not None
         scored = self.chooser.score(offered, s_d, s_n, fixed_s, gains, rho_m) if offered else {}
         if measure is not None and not self._cold_could_win(measure, scored, s_d, s_n, gains, rho_m):
@@ -208,7 +208,7 @@ class WidthScheduler:
                 self._maybe_split(context, scored, s_d, s_n, fixed_s, gains, rho_m, available)
 
         adv = None
-        rho = self._rho(context)
+        rho = self._rho(context)  # the draft gate's price: the band's rate, else the plain step's
         if not measured and rho is not None and 1 in scored and width in scored:
             a, b = scored[width], scored[1]
             adv = (a.tokens - b.tokens) - rho * (a.seconds - b.seconds)
@@ -220,7 +220,7 @@ class WidthScheduler:
             predicted_verify_s=offered.get(width),
             expected_accepted=s_at(s_d, width) + s_at(s_n, width),
             offered=offered,
-            band_rate=self.rate.rate(context),
+            band_rate=band_rate,
             draft=width > 1,
             decided_by=decided_by,
             argmax=self.chooser.argmax(scored) if scored else None,
