@@ -93,12 +93,14 @@ def vocab_backend(model_path: str) -> LlamaBackend:
     b.n_vocab = L.llama_vocab_n_tokens(b.vocab)
     b._piece_buf = ctypes.create_string_buffer(256)
     b._eog_cache = {}
+    b._control_cache = {}
     return b
 
 
 def requests(model: str, set_path: str, replies_path: str):
-    """(category, conversation, prompt tokens, reply tokens) per `ar` turn, and AdaSpark's logged
-    rows per turn ((conversation, turn) -> reply row)."""
+    """(category, conversation, prompt tokens, reply tokens) per `ar` turn, AdaSpark's logged
+    rows per turn ((conversation, turn) -> reply row), and the vocabulary's stop test for the
+    n-gram chains (``LlamaBackend.is_control``, as the decoder passes it)."""
     b = vocab_backend(model)
     tpl = chat_template_for(b)
     rows = [json.loads(x) for x in open(replies_path)]
@@ -118,7 +120,7 @@ def requests(model: str, set_path: str, replies_path: str):
             reply = b.tokenize(r["text"], add_special=False, parse_special=False)
             out.append((c.get("category", "?"), c["id"], t, prompt, reply, bool(r.get("capped"))))
             msgs.append({"role": "assistant", "content": r["text"]})
-    return out, ada
+    return out, ada, b.is_control
 
 
 class ModTable:
@@ -164,10 +166,11 @@ def run_of(chain: list[int], reply: list[int], pos: int) -> int:
     return k
 
 
-def positions(prompt: list[int], reply: list[int]):
-    """Per position of the reply: the anchor proposal's (kind, evidence), our chain (63 deep), the
-    long-copy rows our rule verifies (0: none), and ngram-mod's draft."""
-    idx = NgramIndex(prompt)
+def positions(prompt: list[int], reply: list[int], stop=None):
+    """Per position of the reply: the anchor proposal's (kind, evidence), our chain (63 deep, ending
+    before a ``stop`` token as the decoder's does), the long-copy rows our rule verifies (0: none),
+    and ngram-mod's draft."""
+    idx = NgramIndex(prompt, stop=stop)
     mod = ModTable(prompt)
     text = list(prompt)
     seq = []
@@ -217,8 +220,9 @@ def main() -> None:
     a = ap.parse_args()
     cost = cost_fn(load_costs(a.costs))
     d = a.overhead
-    reqs, ada = requests(a.model, a.set, a.replies)
-    data = [(cat, cid, t, reply, positions(prompt, reply), capped) for cat, cid, t, prompt, reply, capped in reqs]
+    reqs, ada, stop = requests(a.model, a.set, a.replies)
+    data = [(cat, cid, t, reply, positions(prompt, reply, stop), capped)
+            for cat, cid, t, prompt, reply, capped in reqs]
     capped_now = [False]  # whether the reply being simulated was cut at max_tokens (the oracle's budget)
 
     def oracle(p, reply, pos, prev):

@@ -6,7 +6,8 @@
 # Steps (default: all, in this order): tui tui-qwen qwen-chat qwen-paste q15-paste pinned;
 # with SET=s26 also qwen-humaneval qwen-code q15-humaneval (HumanEval and pasted code, s26/); with
 # SET=s27 q15-paste4 q15-humaneval6 q05-chat8 q05-paste4 smol-chat8 (after the one-row kernels, s27/);
-# with SET=s28 s28-q15-humaneval s28-q15-paste s28-q05-chat s28-q05-chat-b s28-q05-paste s28-smol-chat (s28/).
+# with SET=s28 s28-q15-humaneval s28-q15-paste s28-q05-chat s28-q05-chat-b s28-q05-paste s28-smol-chat (s28/);
+# with SET=s29 s29-q05-chat s29-q05-code s29-q15-paste s29-smol-chat s29-gemma-chat (s29/: peers and pinned widths together).
 # Targets come from benchmarks/targets/assemble.py (~/.cache/adaspark/targets). Held-out sets are
 # in benchmarks/results/real-targets/$SET/ (default s25: conversations no tuning in this repo
 # looked at; s24's sets and reports stay as they were run). Every step writes its report under
@@ -18,6 +19,7 @@ SET=${SET:-s25}
 S=benchmarks/results/real-targets/$SET
 U=benchmarks/results/tui-vs-headless
 PEERS=adaspark:ar,adaspark,server-ngram-mod,server-plain
+PEERS29=adaspark:ar,adaspark,adaspark:pinned:4,adaspark:pinned:8,server-ngram-mod,server-plain
 steps=("$@"); [ ${#steps[@]} -eq 0 ] && steps=(tui tui-qwen qwen-chat qwen-paste q15-paste pinned)
 lscpu | grep "Model name"
 for step in "${steps[@]}"; do
@@ -71,6 +73,17 @@ for step in "${steps[@]}"; do
            --max-tokens 128 --keep-capped --no-progress --report $S/qwen0.5b-paste ;;
     s28-smol-chat) adaspark bench $S/chat-8.jsonl --arms adaspark,pinned:4,ar \
            --max-tokens 128 --keep-capped --no-progress --report $S/smollm2-chat ;;
+    # the sets no target had run (SET=s29), peers and pinned widths in one interleaved run
+    s29-q05-chat) python benchmarks/peers/run_peers.py $S/chat-19.jsonl --model "$T/qwen0.5b.gguf" \
+           --peers $PEERS29 --max-tokens 128 --keep-capped --out $S/qwen0.5b-chat ;;
+    s29-q05-code) python benchmarks/peers/run_peers.py $S/code-6-0.5b.jsonl --model "$T/qwen0.5b.gguf" \
+           --peers $PEERS29 --max-tokens 128 --keep-capped --out $S/qwen0.5b-code ;;
+    s29-q15-paste) python benchmarks/peers/run_peers.py $S/paste-4-1.5b.jsonl --model "$T/qwen1.5b.gguf" \
+           --peers $PEERS29 --max-tokens 128 --keep-capped --out $S/qwen1.5b-paste ;;
+    s29-smol-chat) python benchmarks/peers/run_peers.py $S/chat-19.jsonl \
+           --peers $PEERS29 --max-tokens 128 --keep-capped --out $S/smollm2-chat ;;
+    s29-gemma-chat) python benchmarks/peers/run_peers.py $S/chat-19.jsonl --model "$T/gemma270m.gguf" \
+           --peers $PEERS29 --max-tokens 128 --keep-capped --out $S/gemma270m-chat ;;
     *) echo "unknown step $step" >&2; exit 2 ;;
   esac
 done
