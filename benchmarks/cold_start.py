@@ -14,6 +14,10 @@ excess over its decode time (the sum of verify_ms + fixed_ms over its rounds). T
 for a file that starts on a fresh store: the whole cold start (every measured round's excess,
 in whatever reply it fell) over the first reply's decode time. Per reply shares are reported too.
 
+Rounds that first verified a wide width at its upper bound (``bounded``: the chooser's own
+choice at the dearest price, not a measurement) are not in the cold start; their excess, by the
+same formula, is reported beside it.
+
 Beside it, what the cold start does not see: a reply's time beyond plain decode of its tokens
 over all its rounds (``over_plain_ms`` = decode time - tokens x t1, not floored), which also
 counts the drafted rounds that measured nothing (the gates learning whether drafting and the
@@ -61,9 +65,12 @@ def cold_start(rows: list[dict]) -> dict:
         n_plain = sum(1 for r in rounds if r["width"] == 1 and not r["measured"])
         t1 = own if own is not None and n_plain >= 5 else t1_all
         measured = [r for r in rounds if r["measured"]]
+        bounded = [r for r in rounds if r.get("bounded")]
         decode = sum(r["verify_ms"] + r["fixed_ms"] for r in rounds)
-        excess = 0.0 if t1 is None else sum(
-            max(0.0, r["verify_ms"] + r["fixed_ms"] - r["committed"] * t1) for r in measured)
+
+        def _excess(rs: list[dict]) -> float:
+            return 0.0 if t1 is None else sum(max(0.0, r["verify_ms"] + r["fixed_ms"] - r["committed"] * t1) for r in rs)
+        excess = _excess(measured)
         out.append({
             "conversation": conv, "turn": turn, "rounds": len(rounds), "tokens": sum(r["committed"] for r in rounds),
             "measured_rounds": len(measured), "measured_widths": [r["width"] for r in measured],
@@ -72,6 +79,8 @@ def cold_start(rows: list[dict]) -> dict:
             "plain_ms": t1, "excess_ms": excess, "decode_ms": decode,
             "share": excess / decode if decode > 0 else 0.0,
             "over_plain_ms": None if t1 is None else decode - sum(r["committed"] for r in rounds) * t1,
+            "bounded_rounds": len(bounded), "bounded_widths": [r["width"] for r in bounded],
+            "bounded_excess_ms": _excess(bounded),
         })
     total_excess = sum(r["excess_ms"] for r in out)
     total_decode = sum(r["decode_ms"] for r in out)
@@ -82,7 +91,9 @@ def cold_start(rows: list[dict]) -> dict:
             "cold_over_first": total_excess / first_decode if first_decode > 0 else 0.0,
             "total_share": total_excess / total_decode if total_decode > 0 else 0.0,
             "measured_rounds": sum(r["measured_rounds"] for r in out),
-            "measured_rows": sum(r["measured_rows"] for r in out)}
+            "measured_rows": sum(r["measured_rows"] for r in out),
+            "bounded_rounds": sum(r["bounded_rounds"] for r in out),
+            "bounded_over_first": (sum(r["bounded_excess_ms"] for r in out) / first_decode if first_decode > 0 else 0.0)}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -111,6 +122,10 @@ def main(argv: list[str] | None = None) -> int:
           f"within the first reply: {100 * res['first_share']:.1f}%; over all replies: "
           f"{100 * res['total_share']:.1f}%; {res['measured_rounds']} measured rounds, {res['measured_rows']} rows "
           "(time shares are indicative on a loaded machine; the counts are not)")
+    if res["bounded_rounds"]:
+        print(f"first verifies of wide widths at their upper bound (chosen, not measured): {res['bounded_rounds']} rounds, "
+              f"{[w for r in res['replies'] for w in r['bounded_widths']]}; their time beyond plain decode of what they "
+              f"committed: {100 * res['bounded_over_first']:.1f}% of the first reply's decode time")
     if res["first_over_plain"] is not None:
         print(f"first reply's time beyond plain decode of its tokens, every round: {100 * res['first_over_plain']:.1f}% "
               "of its decode time (negative: faster than plain)")

@@ -26,9 +26,11 @@ def _ratio(speeds: dict, a: str, b: str) -> tuple[float, float, float]:
     return g, lo, hi
 
 
-def compare(arms: dict[str, ChatEngine], script: str, passes: int, max_tokens: int) -> str:
+def compare(arms: dict[str, ChatEngine], script: str, passes: int, max_tokens: int,
+            rounds: dict[str, list[dict]] | None = None) -> str:
     """Run `arms` ({"ar", "before", "now"} -> engine) interleaved; return the markdown table.
-    Closes the engines."""
+    ``rounds``: if given, each arm's rounds (RoundEvent.to_json, as --log-rounds writes them) are
+    appended under its name. Closes the engines."""
     names = list(arms)
     convs = list(load_script(script))
     speeds: dict[str, dict] = {a: {} for a in names}
@@ -41,7 +43,9 @@ def compare(arms: dict[str, ChatEngine], script: str, passes: int, max_tokens: i
                 eng, msgs = arms[a], []
                 for t, u in enumerate(c.turns):
                     msgs.append({"role": "user", "content": u})
-                    r = eng.generate(c.id, msgs, max_tokens=max_tokens, turn=t)
+                    log = None if rounds is None else rounds.setdefault(a, []).append
+                    r = eng.generate(c.id, msgs, max_tokens=max_tokens, turn=t,
+                                     on_round=None if log is None else (lambda ev, log=log: log(ev.to_json())))
                     msgs.append({"role": "assistant", "content": r.text})
                     speeds[a].setdefault((c.id, t), []).append(r.n_tokens / max(r.decode_s, 1e-9))
                     tokens[a][(c.id, t)] = r.tokens

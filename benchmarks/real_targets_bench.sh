@@ -7,7 +7,9 @@
 # with SET=s26 also qwen-humaneval qwen-code q15-humaneval (HumanEval and pasted code, s26/); with
 # SET=s27 q15-paste4 q15-humaneval6 q05-chat8 q05-paste4 smol-chat8 (after the one-row kernels, s27/);
 # with SET=s28 s28-q15-humaneval s28-q15-paste s28-q05-chat s28-q05-chat-b s28-q05-paste s28-smol-chat (s28/);
-# with SET=s29 s29-q05-chat s29-q05-code s29-q15-paste s29-smol-chat s29-gemma-chat (s29/: peers and pinned widths together).
+# with SET=s29 s29-q05-chat s29-q05-code s29-q15-paste s29-smol-chat s29-gemma-chat (s29/: peers and pinned widths together);
+# with SET=s30 s30-q05-chat s30-q15-code s30-q05-code (s30/: ShareGPT chats and the last unused pasted code, landed
+# code of s29), then s30b-q05-chat s30b-smol-chat s30b-q15-humaneval (after the wide widths' upper bound).
 # Targets come from benchmarks/targets/assemble.py (~/.cache/adaspark/targets). Held-out sets are
 # in benchmarks/results/real-targets/$SET/ (default s25: conversations no tuning in this repo
 # looked at; s24's sets and reports stay as they were run). Every step writes its report under
@@ -84,6 +86,19 @@ for step in "${steps[@]}"; do
            --peers $PEERS29 --max-tokens 128 --keep-capped --out $S/smollm2-chat ;;
     s29-gemma-chat) python benchmarks/peers/run_peers.py $S/chat-19.jsonl --model "$T/gemma270m.gguf" \
            --peers $PEERS29 --max-tokens 128 --keep-capped --out $S/gemma270m-chat ;;
+    # the last conversations no target had run (SET=s30): ShareGPT chats (3 turns) and pasted code
+    s30-q05-chat) python benchmarks/peers/run_peers.py $S/chat-12-sg.jsonl --model "$T/qwen0.5b.gguf" \
+           --peers $PEERS29 --max-tokens 128 --keep-capped --out $S/qwen0.5b-chat ;;
+    s30-q15-code) python benchmarks/peers/run_peers.py $S/code-7.jsonl --model "$T/qwen1.5b.gguf" \
+           --peers $PEERS29 --max-tokens 128 --keep-capped --out $S/qwen1.5b-code ;;
+    s30-q05-code) python benchmarks/peers/run_peers.py $S/code-7.jsonl --model "$T/qwen0.5b.gguf" \
+           --peers $PEERS29 --max-tokens 128 --keep-capped --out $S/qwen0.5b-code ;;
+    s30b-q05-chat) python benchmarks/peers/run_peers.py $S/chat-11-sg-b.jsonl --model "$T/qwen0.5b.gguf" \
+           --peers $PEERS29 --max-tokens 128 --keep-capped --out $S/qwen0.5b-chat-b ;;
+    s30b-smol-chat) python benchmarks/peers/run_peers.py $S/chat-11-sg-b.jsonl \
+           --peers $PEERS29 --max-tokens 128 --keep-capped --out $S/smollm2-chat-b ;;
+    s30b-q15-humaneval) python benchmarks/peers/run_peers.py $S/humaneval-6-1.5b.jsonl --model "$T/qwen1.5b.gguf" \
+           --peers $PEERS29 --max-tokens 128 --keep-capped --out $S/qwen1.5b-humaneval ;;
     *) echo "unknown step $step" >&2; exit 2 ;;
   esac
 done

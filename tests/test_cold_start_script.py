@@ -43,3 +43,16 @@ def test_excess_is_time_beyond_plain_decode_of_the_same_tokens(tmp_path, capsys)
     bad.write_text(json.dumps(rows[0]) + "\n{not json\n")
     assert cold_start.main([str(bad)]) == 2
     assert "bad.jsonl:2: malformed JSON" in capsys.readouterr().err
+
+
+def test_first_verifies_at_a_bound_are_reported_beside_the_cold_start():
+    """A width's first verify at its upper bound is the chooser's choice, not a measurement: its
+    excess is reported on its own (here 64 rows, 120 ms for 3 tokens at 10 ms a token: 90 ms)."""
+    rows = [_row("a", 0, 1, 9.0, 1) for _ in range(6)]
+    rows += [dict(_row("a", 0, 64, 119.0, 3), bounded=True)]
+    rows += [_row("a", 0, 8, 49.0, 2, measured=True)]              # 30 ms excess, a measurement
+    res = cold_start.cold_start(rows)
+    (a,) = res["replies"]
+    assert a["excess_ms"] == pytest.approx(30.0) and a["bounded_widths"] == [64]
+    assert a["bounded_excess_ms"] == pytest.approx(90.0)
+    assert res["bounded_over_first"] == pytest.approx(90.0 / 230.0)

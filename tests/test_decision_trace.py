@@ -20,7 +20,7 @@ from adaspark_app.learn.kinds import Decider
 from adaspark_app.learn.scheduler import WidthScheduler
 
 TRACE_FIELDS = ("decided_by", "incumbent", "argmax", "values", "rho", "D_ms", "gains", "draft_skipped",
-                "drafter_skipped")
+                "drafter_skipped", "bounded")
 
 
 def _round_start(context: int) -> RoundStart:
@@ -168,6 +168,8 @@ def test_every_logged_round_carries_its_decision_trace(tmp_path, arm, allowed):
             assert f in row, f
         assert row["decided_by"] in allowed
         assert row["measured"] == (row["decided_by"] in ("cold", "split"))
+        if row["bounded"]:  # a first verify at a bound is the chooser's own choice, not a measurement
+            assert not row["measured"] and any(int(w) >= 16 for w in row["offered"])
     if arm == "adaspark":
         assert rows[0]["decided_by"] in ("cold", "no_proposal")
         assert any(r["decided_by"] == "cold" for r in rows)  # a fresh store measures its widths

@@ -103,6 +103,22 @@ def test_gate_resumes_drafting_when_drafting_starts_to_pay():
     assert tokens / seconds > 1.1 * plain, "the copy passage runs well above plain decode"
 
 
+def test_a_probe_that_pays_for_its_draft_shortens_the_next_skip_at_once():
+    """Known answer: a gate at the longest backoff (2^7) whose sums still say drafting loses
+    gets a probe worth more than its own rho D; the backoff halves to 3 and the next skip is
+    2^3 = 8 rounds, not the 2^7 the probe was taken under (at most, as the shortfall caps it)."""
+    from adaspark_app.learn.constants import GATE_MAX_BACKOFF, GATE_MIN_ROUNDS
+    from adaspark_app.learn.gates import DraftGate
+    g = DraftGate()
+    g.adv, g.cost, g.rounds, g.backoff = -50.0, 40.0, GATE_MIN_ROUNDS, GATE_MAX_BACKOFF
+    g.observe(advantage=2.0, draft_cost=0.5)
+    assert g.adv < g.cost, "the sums still say drafting loses"
+    assert g.backoff == GATE_MAX_BACKOFF // 2 == 3
+    assert g.skip_left == 8
+    g.observe(advantage=0.1, draft_cost=0.5)  # a probe that did not pay: the skip doubles
+    assert g.backoff == 4 and g.skip_left == 16
+
+
 def test_wants_draft_probes_again_with_exponential_backoff():
     res = simulate(Machine(cpu_linear), Acceptance(pick=0.3), [(300, 600)], seed=3, score_from_request=0)
     probes = [k for _, k, _, p in res.plans if k > 100 and not p.measured]
@@ -354,7 +370,7 @@ _CPU_PRICES = {1: 0.068, 2: 0.078, 4: 0.088, 8: 0.168, 16: 0.306, 32: 0.598}
 def _planned(s_d: np.ndarray, s_n: np.ndarray, monkeypatch) -> tuple[int, float]:
     """The width and price of time a scheduler whose band rate is the plain step's plans."""
     sched = WidthScheduler()
-    monkeypatch.setattr(sched.cost, "prices", lambda context, limit=None: dict(_CPU_PRICES))
+    monkeypatch.setattr(sched.cost, "prices", lambda context, limit=None, bounds=False: dict(_CPU_PRICES))
     monkeypatch.setattr(sched.cost, "next_measurement", lambda available: None)
     for _ in range(BAND_MIN_ROUNDS):
         sched.rate.observe(300, 1.0, _CPU_PRICES[1], _CPU_PRICES[1])  # plain steps: no proposal

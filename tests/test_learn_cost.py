@@ -72,8 +72,10 @@ def _cold_run(q: float, rounds: int = 40, curve=_linear_ms):
 
 
 @pytest.mark.parametrize("q, expect", [
-    # every width could win on a chain accepted at 0.97 per depth
-    (0.97, LADDER[1:]),
+    # on a chain accepted at 0.97 per depth every narrow width could win; 16 rows and up are
+    # offered at their upper bound and lose there (and at their true price: 16 rows add 5.6
+    # tokens for 44 ms, at 8 rows' 0.14 tokens/ms worth 6.3), so none is verified
+    (0.97, (2, 4, 8)),
     # at 0.7: 8 rows at the roofline bound (T(4) + half the 2->4 slope x 4 rows) give 3.06
     # tokens in 39.5 ms, under 4 rows' 2.53 in 28.5 ms; 16 rows (the same
     # bound from 4 rows: + half the 2->4 slope x 12 rows) give 3.32 in 61.5 ms
@@ -83,14 +85,89 @@ def _cold_run(q: float, rounds: int = 40, curve=_linear_ms):
     (0.1, (2,)),
 ])
 def test_cold_start_times_width_1_by_plain_steps_and_measures_only_widths_that_could_win(q, expect):
-    """Width 1 is timed by plain steps (free); every wider ladder width is measured only on a
-    tree where, at a lower bound on its price, it could win: narrow ones three times
-    (MEASUREMENTS_BEFORE_PRICED), from COLD_ALWAYS_BELOW rows once (CONDITIONAL_MEASUREMENTS). Narrowest first."""
+    """Width 1 is timed by plain steps (free); every narrow ladder width is measured only on a
+    tree where, at a lower bound on its price, it could win, three times
+    (MEASUREMENTS_BEFORE_PRICED), narrowest first. Wide ones (from COLD_ALWAYS_BELOW rows) are
+    never measured cold: they wait, at an upper bound, for a round they win."""
     sch, measured = _cold_run(q)
     reps = {w: MEASUREMENTS_BEFORE_PRICED if w < COLD_ALWAYS_BELOW else CONDITIONAL_MEASUREMENTS for w in LADDER}
     assert measured == [w for w in expect for _ in range(reps[w])]
     assert all(sch.cost.is_priced(w) for w in expect)
     assert not any(sch.cost.classes[w].count for w in LADDER if w not in expect and w > 1)
+
+
+def _narrow_priced(contexts=range(300, 312)) -> WidthScheduler:
+    """A scheduler with widths 1, 2, 4 and 8 priced on the linear CPU curve (three measurements
+    each) and the band's rate known from plain steps (12 of them, 10 ms: 100 tokens/s)."""
+    sch = WidthScheduler()
+    for k, c in enumerate(contexts):
+        sch.observe_plain(c, _linear_ms(1), first_round=(k == 0))
+    for w in (2, 4, 8):
+        for _ in range(MEASUREMENTS_BEFORE_PRICED):
+            sch.cost.observe(w, 300, _linear_ms(w))
+    return sch
+
+
+def test_wide_widths_are_offered_at_a_proportional_upper_bound_until_a_round_verifies_one():
+    """Known answer: with 1-8 rows priced, 16, 32 and 64 rows are offered at T(8) n / 8, which
+    is above their true time on the CPU curve; a verify of 32 rows prices 32 at what it took,
+    and 64 is then bounded from 32."""
+    sch = _narrow_priced()
+    cost = sch.cost
+    assert sorted(cost.prices(300)) == [1, 2, 4, 8], "unmeasured widths are not priced"
+    offered = cost.prices(300, bounds=True)
+    t8 = offered[8]
+    assert t8 == pytest.approx(_linear_ms(8), rel=0.02)
+    assert [offered[w] / t8 for w in (16, 32, 64)] == pytest.approx([2.0, 4.0, 8.0])
+    assert all(offered[w] >= _linear_ms(w) for w in (16, 32, 64)), "an upper bound on this curve"
+    assert sorted(cost.prices(300, limit=40, bounds=True)) == [1, 2, 4, 8, 16, 32]
+    assert cost.cold_pending() == [16, 32, 64] and cost.measurable_pending() == []
+    assert cost.next_measurement(63) is None, "a width at its bound is never measured cold"
+    cost.observe(32, 300, _linear_ms(32))
+    after = cost.prices(300, bounds=True)
+    assert after[32] == pytest.approx(_linear_ms(32))
+    assert after[64] == pytest.approx(2 * _linear_ms(32))
+    assert after[16] == pytest.approx(2 * t8), "16 stays bounded from 8 (cheaper than 32)"
+    assert not cost.at_bound(32) and cost.at_bound(64)
+
+
+def test_a_wide_width_is_not_bet_on_a_chain_that_loses_at_its_true_price():
+    """A drafter chain accepted at 0.9 per depth: 8 rows beat 16 at 16's true price (known
+    answer, computed here by Eq. 7 at the band's rate); 16 is neither measured nor verified."""
+    sch = _narrow_priced()
+    s_d, s_n = _chain_s(63, 0.9)
+    plan = sch.plan(312, s_d, s_n, 0.002)
+    rho = sch.rate.rate(312)
+    e = {n: sch.chooser.expected_tokens(n, s_d, s_n, (1.0,) * 4) for n in (8, 16)}
+    assert e[8] - rho * (0.002 + _linear_ms(8)) > e[16] - rho * (0.002 + _linear_ms(16))
+    assert plan.width == 8 and not plan.measured and not plan.bounded
+    assert sch.cost.classes[16].count == 0
+
+
+def test_a_wide_width_that_wins_at_its_bound_is_verified_and_then_priced_by_its_time():
+    """A chain accepted at 0.99 per depth: 64 rows win even at 8 T(8) (V 8.4 against 32 rows'
+    7.9 and 8 rows' 2.7 at 100 tokens/s). The chooser verifies them (not a cold measurement:
+    the round is its best choice at the dearest price), which prices 64 at what it took."""
+    sch = _narrow_priced()
+    s_d, s_n = _chain_s(63, 0.99)
+    plan = sch.plan(312, s_d, s_n, 0.002)
+    assert plan.width == 64 and plan.bounded and not plan.measured
+    assert plan.predicted_verify_s == pytest.approx(8 * sch.cost.prices(312)[8])
+    flags = np.ones(63, dtype=bool)
+    sch.observe(plan, 312, _linear_ms(64), 0.002, 64, False, 0.99 ** np.arange(1, 64), np.zeros(63, int), flags)
+    assert sch.cost.is_priced(64) and not sch.cost.at_bound(64)
+    assert sch.cost.prices(312, bounds=True)[64] == pytest.approx(_linear_ms(64))
+    assert sch.cost.prices(312, bounds=True)[64] < plan.predicted_verify_s
+
+
+def test_a_bounded_width_never_becomes_the_first_incumbent():
+    """The first incumbent is the widest offered width (§3.4), but not one offered at its bound:
+    on a weak chain the chooser starts from 8 rows and keeps away from 64."""
+    sch = _narrow_priced()
+    assert sch.chooser.incumbent is None
+    plan = sch.plan(312, *_chain_s(63, 0.5), 0.002)
+    assert plan.incumbent is None and sch.chooser.incumbent in (1, 2, 4, 8)
+    assert not plan.bounded
 
 
 def test_a_request_first_round_measures_nothing():
@@ -165,7 +242,10 @@ def test_reach_is_learned_only_after_patience_and_widens_again():
     for _ in range(REACH_PATIENCE):
         cost.next_measurement(57)
     assert cost.reach == 57 and cost.widths()[-1] == 57
-    assert cost.next_measurement(57) == 57, "the reach itself is measured"
+    # the reach is a wide width: at 57 plain steps its cold verify could cost far more than
+    # COLD_RISK_STEPS, so it is offered at its upper bound (T(32) 57 / 32 here), not measured cold
+    assert cost.next_measurement(57) is None and cost.at_bound(57)
+    assert cost.prices(400, bounds=True)[57] == pytest.approx(0.32 * 57 / 32, rel=0.02)
     cost.next_measurement(63)  # the drafter offered more: the reach is learned again
     assert cost.reach is None and 64 in cost.widths()
 

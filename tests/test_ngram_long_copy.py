@@ -152,16 +152,20 @@ def test_long_copy_floor_stays_byte_identical_to_ar(model_path, monkeypatch):
     # chat template's end-of-turn marker (the chain stops before control tokens)
     assert fired and LONG_COPY_MIN + 1 <= max(fired) <= LONG_COPY_DEPTH + 1
     assert max(w for w, _ in events) >= LONG_COPY_MIN + 1  # a verify as wide as ngram-mod's draft ran
-    # the confirmation the floor is given: the last round's draft when it was accepted whole (all
-    # rows but at most an exploration row), else 0; nothing at a request's first round
+    # the confirmation the floor is given: the draft tokens accepted in a row by the rounds just
+    # before, each accepted whole (all rows but at most an exploration row), else 0; nothing at a
+    # request's first round
     assert calls
+    streak, seen = 0, 0
     for k, last_whole in calls:
+        for width, accepted in events[seen:k]:  # the rounds since the last query, plain ones too
+            streak = streak + accepted if accepted >= max(width - 2, 1) else 0
+        seen = k
         if k in starts:
-            assert last_whole == 0
-            continue
-        width, accepted = events[k - 1]
-        assert last_whole == (accepted if width > 1 and accepted >= width - 2 else 0)
+            streak = 0
+        assert last_whole == streak
     assert any(lw > 0 for _, lw in calls)
+    assert any(lw > max((w for w, _ in events[:k]), default=0) for k, lw in calls), "a streak runs over rounds"
 
 
 @pytest.mark.model

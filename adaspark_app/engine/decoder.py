@@ -67,7 +67,7 @@ def _trace(choice: WidthChoice | None, gate: DraftDecision) -> dict[str, Any]:
     plan = choice.plan if choice is not None else None
     if plan is not None:
         t.update(incumbent=plan.incumbent, argmax=plan.argmax, mode=plan.mode, values=plan.values,
-                 rho=plan.rho, D_ms=plan.fixed_s * 1e3, gains=list(plan.gains))
+                 rho=plan.rho, D_ms=plan.fixed_s * 1e3, gains=list(plan.gains), bounded=plan.bounded)
     return t
 
 

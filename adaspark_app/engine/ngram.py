@@ -78,8 +78,11 @@ def long_copy_rows(steps: Sequence["NgramStep"]) -> int:
 
 def long_copy_floor(rows: int, last_whole: int) -> int:
     """The width floor for a round whose anchor chain ngram-mod's rule verifies in ``rows`` rows
-    (``long_copy_rows``; 0: it does not fire), given ``last_whole``: the draft tokens of the round
-    before when the target accepted all of them, else 0.
+    (``long_copy_rows``; 0: it does not fire), given ``last_whole``: the draft tokens the rounds
+    just before accepted in a row, each round accepted whole (all its rows but at most an
+    exploration row), else 0. A streak over rounds, not one round's draft: on Qwen2.5-Coder-1.5B a
+    pasted passage's copy was verified 8 rows at a time and accepted whole 22 rounds running
+    while the acceptance model priced 16 rows below 8, so one round never confirmed it.
 
     Why a floor outside Eq. (7), and why only once confirmed: the acceptance model caps a copy's
     evidence at 32 tokens and the cost model rarely holds prices past 32 rows, so V(n) cannot see

@@ -109,15 +109,18 @@ class WidthChooser:
         """The best-scored offered width, ties toward the narrower: Eq. (7) without hysteresis."""
         return max(sorted(scored), key=lambda w: (scored[w].score, -w))
 
-    def choose(self, scored: dict[int, Scored], rate_mode: bool) -> int:
+    def choose(self, scored: dict[int, Scored], rate_mode: bool, bounded: frozenset[int] = frozenset()) -> int:
         """argmax of the score over the offered widths, kept at the incumbent unless beaten.
+
+        ``bounded``: widths offered at an upper bound on their price, never measured: one may win
+        a round, but never becomes the first incumbent (the widest offered width otherwise).
 
         Sets ``reason``: ``chooser`` (the argmax won), ``hysteresis`` (the incumbent held against a
         better-scored width inside the margin), ``stand_in`` (likewise, for the incumbent's stand-in
         while the incumbent is not offered) or ``pressure`` (the CUSUM switched)."""
         offered = sorted(scored)
-        if self.incumbent is None:
-            self.incumbent = offered[-1]  # first incumbent: the widest offered width (§3.4)
+        if self.incumbent is None:  # first incumbent: the widest offered width (§3.4), measured
+            self.incumbent = max((w for w in offered if w not in bounded), default=offered[0])
             self.held = 0
         inc = self.stand_in(offered)
         best = self.argmax(scored)

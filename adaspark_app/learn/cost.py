@@ -40,6 +40,7 @@ from .state import (
 from .constants import (
     BANK_PER_BAND,
     COLD_ALWAYS_BELOW,
+    COLD_RISK_STEPS,
     CONDITIONAL_MEASUREMENTS,
     CONTEXT_UNIT,
     FTRL_ALPHA,
@@ -362,8 +363,9 @@ class RowClass:
 
     @property
     def conditional(self) -> bool:
-        """Measured only in rounds where it could win: a split, or a ladder width of
-        COLD_ALWAYS_BELOW rows or more (scheduler._cold_could_win)."""
+        """Measured only in rounds where it could win: a split (scheduler._split_to_measure), or
+        a ladder width of COLD_ALWAYS_BELOW rows or more, verified first where it wins at an
+        upper bound on its price (``VerifyCostModel.at_bound``)."""
         return self.origin == "split" or (self.origin == "ladder" and self.width >= COLD_ALWAYS_BELOW)
 
     @property
@@ -462,6 +464,10 @@ class VerifyCostModel:
         self._widths: list[int] = []
         self._widths_stale = True
         self._pending: list[int] | None = None  # cache of pending(); reset when a count changes
+        # False: wide ladder widths are measured cold where they could win at a lower bound, the
+        # rule before the upper bound (at_bound); kept for benchmarks/wide_bound.py's "before" arm
+        self.bound_wide = True
+        self._grew_at = 0  # rounds_seen when max_available last grew (not persisted: 0 on load)
 
     # --- the table -----------------------------------------------------------------------
     def widths(self) -> list[int]:
@@ -487,6 +493,32 @@ class VerifyCostModel:
     def split_pending(self) -> list[int]:
         """Unmeasured split widths: measured in rounds where they could win."""
         return [w for w in self.pending() if self.classes[w].origin == "split"]
+
+    def at_bound(self, width: int) -> bool:
+        """An unpriced ladder or reach width of COLD_ALWAYS_BELOW rows or more whose cold verify
+        could cost more than COLD_RISK_STEPS plain steps: never run as a cold measurement, offered
+        instead at an upper bound on its price (``prices(bounds=True)``) and measured by the
+        rounds the chooser verifies at it. Where the bound is within COLD_RISK_STEPS (a machine on
+        which rows are nearly free, and a wide class may even cost less than a narrower one,
+        Proposition 2) it is measured where it could win, as narrow widths are."""
+        c = self.classes.get(width)
+        if not (self.bound_wide and c is not None and c.origin in ("ladder", "reach")
+                and c.width >= COLD_ALWAYS_BELOW and not c.priced):
+            return False
+        return self.bound_steps(width) > COLD_RISK_STEPS
+
+    def bound_steps(self, width: int) -> float:
+        """The upper bound min over priced a < n of T(a) n / a, over the plain step's price, from
+        their lowest measured times; inf while either is unknown."""
+        one = self.classes.get(1)
+        below = [w for w in self.widths() if w < width and self.classes[w].priced]
+        if one is None or not one.priced or not below or not 0.0 < one.law.lowest < math.inf:
+            return math.inf
+        return min(self.classes[a].law.lowest * width / a for a in below) / one.law.lowest
+
+    def measurable_pending(self) -> list[int]:
+        """Cold pending widths that a cold measurement round may run (not at a bound)."""
+        return [w for w in self.cold_pending() if not self.at_bound(w)]
 
     def is_priced(self, width: int) -> bool:
         c = self.classes.get(width)
@@ -519,8 +551,9 @@ class VerifyCostModel:
         """Cold start (§3.2): the narrowest width with < 3 measurements that this round's tree fills.
 
         ``available`` is the widest verify this round's candidates allow. A pending width wider
-        than every tree seen so far teaches the table its reach (after REACH_PATIENCE rounds);
-        a pending width this round cannot fill waits for a round that can.
+        than every tree seen so far teaches the table its reach (REACH_PATIENCE rounds after the
+        widest tree last grew); a pending width this round cannot fill waits for a round that
+        can, and one at its bound (``at_bound``) for a round that wins at it.
         """
         self.rounds_seen += 1
         for w in self.split_pending():
@@ -529,17 +562,19 @@ class VerifyCostModel:
                 self._widths_stale = True
         if available > self.max_available:
             self.max_available = int(available)
+            self._grew_at = self.rounds_seen  # the reach's patience counts from the widest tree
             if self.reach is not None and available > self.reach:
                 self.reach = None  # the drafter offered more than the reach: learn it again
                 self._widths_stale = True
         for _ in range(2):
-            pend = self.cold_pending()
+            # a width at its bound that some tree could fill waits for a round that wins at it
+            pend = [w for w in self.cold_pending() if not (w <= self.max_available and self.at_bound(w))]
             if not pend:
                 return None
             w = pend[0]
             if w <= available:
-                return w
-            if w > self.max_available and self.rounds_seen >= REACH_PATIENCE:
+                return None if self.at_bound(w) else w
+            if w > self.max_available and self.rounds_seen - self._grew_at >= REACH_PATIENCE:
                 self._set_reach(self.max_available)
                 continue
             return None
@@ -575,8 +610,18 @@ class VerifyCostModel:
         cls = self.classes[width]
         return cls.price(context, self._clock_for(cls))
 
-    def prices(self, context: int, limit: int | None = None) -> dict[int, float]:
+    def prices(self, context: int, limit: int | None = None, bounds: bool = False) -> dict[int, float]:
         """Offered widths -> priced seconds at ``context`` (Proposition 2).
+
+        ``bounds``: also offer the unmeasured wide ladder widths (``at_bound``), each at an upper
+        bound on its price, the least T(a) n / a over the narrower priced widths a (a deviation from
+        §3.2, which measures every ladder width unconditionally). A verify's time is a fixed part
+        (the weights streamed once) plus a part that grows with its rows, so it rises at most in
+        proportion to the rows. On these machines' curves (issue 19's tables) the bound is 0-25%
+        above the measured price, and SmolLM2's attention-bound 32 -> 64 rows overran it by 3%.
+        Priced at the bound, a wide width is verified only where it wins even at its dearest; a
+        measurement at a lower bound spent up to 11 plain steps on a 63-node chain that accepted
+        one token (Qwen2.5-Coder-0.5B, one cold 64-row round: most of a fresh store's cold start).
 
         Each priced width up to ``limit`` is priced at the cheapest class whose top is at least
         that width: a cheaper wide class pulls the narrower, dearer one down to its price, and
@@ -595,6 +640,8 @@ class VerifyCostModel:
                 break
             cls = self.classes[w]
             if not cls.priced:
+                if bounds and raw and self.at_bound(w):
+                    raw.append((w, min(p_a * w / a for a, p_a in raw)))
                 continue
             d_now = self._clock_for(cls)
             p = cls.price(context, d_now)

@@ -102,11 +102,13 @@ class DraftGate:
             # A probe costs rho D minus its advantage: nearly nothing when drafting almost pays,
             # so the skip is also capped in proportion to how clearly drafting loses.
             shortfall = 1.0 - max(self.adv, 0.0) / self.cost
-            self.skip_left = max(1, min(2**self.backoff, math.ceil(2**GATE_MAX_BACKOFF * shortfall)))
             if advantage > draft_cost:  # a probe that paid for its own D: probe much sooner
                 self.backoff //= 2
             else:
                 self.backoff = min(self.backoff + 1, GATE_MAX_BACKOFF)
+            # the skip from the backoff just set: one taken before halving it waited the old
+            # 2^j after a probe that paid (83 rounds on a copy passage after a weak one)
+            self.skip_left = max(1, min(2**self.backoff, math.ceil(2**GATE_MAX_BACKOFF * shortfall)))
 
     def copy(self) -> "DraftGate":
         # field by field, not through load_state: a live gate is copied, not a stored state checked

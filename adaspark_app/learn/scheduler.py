@@ -48,6 +48,7 @@ class WidthPlan:
     rho: float | None = None  # the chooser's price of time, tokens/s (WidthScheduler._price), else the plain step's rate
     fixed_s: float = 0.0  # the D that priced the round
     gains: tuple[float, float, float, float] = (1.0, 1.0, 1.0, 1.0)  # g_d, g_n below n0, then above
+    bounded: bool = False  # the width was priced at its upper bound (VerifyCostModel.prices): its first verify
 
 
 class WidthScheduler:
@@ -159,7 +160,7 @@ class WidthScheduler:
             # it paid D for a tree it threw away (with the drafter ~6 ms a round on the bundled
             # model, a fifth of the cold start).
             return False
-        if self.cost.cold_pending() and self.stall < PENDING_STALL:
+        if self.cost.measurable_pending() and self.stall < PENDING_STALL:
             return True
         gate = self._gate(context)
         return not gate.take_skip()
@@ -181,14 +182,15 @@ class WidthScheduler:
         measure = self.cost.next_measurement(available)
         if not may_measure:
             measure = None
-        offered = self.cost.prices(context, limit=available)
+        offered = self.cost.prices(context, limit=available, bounds=True)
+        bounded = frozenset(w for w in offered if self.cost.at_bound(w))
         gains = self.gains.at(context)
         band_rate = self.rate.rate(context)
         rho_m = self._price(band_rate, offered, s_d, s_n, fixed_s, gains)
         rate_mode = rho_m is not None
         scored = self.chooser.score(offered, s_d, s_n, fixed_s, gains, rho_m) if offered else {}
         if measure is not None and not self._cold_could_win(measure, scored, s_d, s_n, gains, rho_m):
-            measure = next((w for w in self.cost.cold_pending() if measure < w <= available
+            measure = next((w for w in self.cost.measurable_pending() if measure < w <= available
                             and self._cold_could_win(w, scored, s_d, s_n, gains, rho_m)), None)
 
         if measure is not None:
@@ -196,9 +198,9 @@ class WidthScheduler:
             self.stall = 0
         else:
             measured = False
-            if self.cost.cold_pending() and may_measure:
+            if self.cost.measurable_pending() and may_measure:
                 self.stall += 1
-            width = self.chooser.choose(scored, rate_mode) if scored else 1
+            width = self.chooser.choose(scored, rate_mode, bounded) if scored else 1
             decided_by = self.chooser.reason if scored else Decider.COLD
             split_width = (self._split_to_measure(width, scored, s_d, s_n, gains, rho_m, available)
                            if may_measure else None)
@@ -230,6 +232,7 @@ class WidthScheduler:
             rho=price,
             fixed_s=float(fixed_s),
             gains=tuple(float(g) for g in gains),
+            bounded=int(width) in bounded,
         )
         narrowest = min(offered) if offered else 1
         self._last = (plan, adv, rho, narrowest, float(fixed_s))
@@ -261,9 +264,12 @@ class WidthScheduler:
         trees (a fresh acceptance model, a drafter right on few rows) were measured at 4, 8 and
         16 rows while accepting nothing, since a lower neighbour's price alone lets any tree
         that promises a little more win. Width 1 is timed by plain steps (``wants_draft``). A
-        width never measured stays unoffered.
+        narrow width never measured stays unoffered. A wide width (COLD_ALWAYS_BELOW rows and up)
+        whose verify could cost more than COLD_RISK_STEPS plain steps is not measured here at
+        all: it is offered at an upper bound on its price (``VerifyCostModel.at_bound``), so its
+        first verify is a round that wins at its dearest, not a bet on a lower bound.
         """
-        below = [a for a in scored if a < w]
+        below = [a for a in scored if a < w and not self.cost.at_bound(a)]  # measured widths
         if w == 1 or not below:
             return True
         best = max(scored.values(), key=lambda x: x.score)
@@ -311,7 +317,7 @@ class WidthScheduler:
         for w in self.cost.split_pending():
             if w > available:
                 continue
-            below = [a for a in scored if a < w]
+            below = [a for a in scored if a < w and not self.cost.at_bound(a)]  # measured widths
             if not below:
                 continue
             alt = self._optimistic(below[-1], w, scored, s_d, s_n, gains, rho)
