@@ -464,9 +464,8 @@ class VerifyCostModel:
         self._widths: list[int] = []
         self._widths_stale = True
         self._pending: list[int] | None = None  # cache of pending(); reset when a count changes
-        # False: wide ladder widths are measured cold where they could win at a lower bound, the
-        # rule before the upper bound (at_bound); kept for benchmarks/wide_bound.py's "before" arm
-        self.bound_wide = True
+        self._bound_wide = True  # see bound_wide
+        self._bounded: frozenset[int] = frozenset()  # at_bound's widths, computed with pending()
         self._grew_at = 0  # rounds_seen when max_available last grew (not persisted: 0 on load)
 
     # --- the table -----------------------------------------------------------------------
@@ -479,11 +478,26 @@ class VerifyCostModel:
             self._pending = None
         return self._widths
 
+    @property
+    def bound_wide(self) -> bool:
+        """False: wide ladder widths are measured cold where they could win at a lower bound,
+        the rule before the upper bound (``at_bound``); kept for benchmarks/wide_bound.py's
+        "before" arm."""
+        return self._bound_wide
+
+    @bound_wide.setter
+    def bound_wide(self, value: bool) -> None:
+        self._bound_wide = bool(value)
+        self._pending = None
+
     def pending(self) -> list[int]:
         """Widths with fewer than MEASUREMENTS_BEFORE_PRICED measurements, narrowest first."""
         ws = self.widths()
         if self._pending is None:
+            # which are at their bound changes only where pending does (a count, a width, a law's
+            # lowest time): computed once here, not in each of a round's many at_bound calls
             self._pending = [w for w in ws if not self.classes[w].priced]
+            self._bounded = frozenset(w for w in self._pending if self._past_risk(w))
         return self._pending
 
     def cold_pending(self) -> list[int]:
@@ -501,11 +515,14 @@ class VerifyCostModel:
         rounds the chooser verifies at it. Where the bound is within COLD_RISK_STEPS (a machine on
         which rows are nearly free, and a wide class may even cost less than a narrower one,
         Proposition 2) it is measured where it could win, as narrow widths are."""
-        c = self.classes.get(width)
-        if not (self.bound_wide and c is not None and c.origin in ("ladder", "reach")
-                and c.width >= COLD_ALWAYS_BELOW and not c.priced):
-            return False
-        return self.bound_steps(width) > COLD_RISK_STEPS
+        self.pending()  # refreshes _bounded if a count or a width changed
+        return width in self._bounded
+
+    def _past_risk(self, width: int) -> bool:
+        """at_bound's rule for one unpriced width (pending() caches it)."""
+        c = self.classes[width]
+        return (self._bound_wide and c.origin in ("ladder", "reach") and c.width >= COLD_ALWAYS_BELOW
+                and self.bound_steps(width) > COLD_RISK_STEPS)
 
     def bound_steps(self, width: int) -> float:
         """The upper bound min over priced a < n of T(a) n / a, over the plain step's price, from
