@@ -39,7 +39,6 @@ drafted round's host time D):
 from __future__ import annotations
 
 import argparse
-import ctypes
 import json
 import math
 import statistics
@@ -47,7 +46,7 @@ from collections import defaultdict
 
 import numpy as np
 
-from adaspark_app.engine.backend import LlamaBackend, _llama
+from adaspark_app.engine.backend import LlamaBackend
 from adaspark_app.engine.ngram import LONG_COPY_CONFIRM, LONG_COPY_DEPTH, NgramIndex, long_copy_rows
 from adaspark_app.engine.template import chat_template_for
 from ngram_policy_ceiling import ebin  # the same evidence bins (benchmarks/ is the script's own directory)
@@ -81,27 +80,11 @@ def cost_fn(table: dict[int, float]):
     return cost
 
 
-def vocab_backend(model_path: str) -> LlamaBackend:
-    """A LlamaBackend holding only the vocabulary (no weights, no context): tokenize and template."""
-    L = _llama()
-    mp = L.llama_model_default_params()
-    mp.vocab_only = True
-    model = L.llama_model_load_from_file(model_path.encode(), mp)
-    b = LlamaBackend.__new__(LlamaBackend)
-    b.llama, b.model, b.model_path = L, model, model_path
-    b.vocab = L.llama_model_get_vocab(model)
-    b.n_vocab = L.llama_vocab_n_tokens(b.vocab)
-    b._piece_buf = ctypes.create_string_buffer(256)
-    b._eog_cache = {}
-    b._control_cache = {}
-    return b
-
-
 def requests(model: str, set_path: str, replies_path: str):
     """(category, conversation, prompt tokens, reply tokens) per `ar` turn, AdaSpark's logged
     rows per turn ((conversation, turn) -> reply row), and the vocabulary's stop test for the
     n-gram chains (``LlamaBackend.is_control``, as the decoder passes it)."""
-    b = vocab_backend(model)
+    b = LlamaBackend.vocab_only(model)
     tpl = chat_template_for(b)
     rows = [json.loads(x) for x in open(replies_path)]
     # `adaspark bench` names the arm "ar"; benchmarks/peers/run_peers.py, "adaspark:ar"

@@ -9,7 +9,8 @@
 # with SET=s28 s28-q15-humaneval s28-q15-paste s28-q05-chat s28-q05-chat-b s28-q05-paste s28-smol-chat (s28/);
 # with SET=s29 s29-q05-chat s29-q05-code s29-q15-paste s29-smol-chat s29-gemma-chat (s29/: peers and pinned widths together);
 # with SET=s30 s30-q05-chat s30-q15-code s30-q05-code (s30/: ShareGPT chats and the last unused pasted code, landed
-# code of s29), then s30b-q05-chat s30b-smol-chat s30b-q15-humaneval (after the wide widths' upper bound).
+# code of s29), then s30b-q05-chat s30b-smol-chat s30b-q15-humaneval (after the wide widths' upper bound);
+# with SET=s31 s31-q15-humaneval s31-q15-humaneval-b (s31/: HumanEval 6-19 on the 1.5B, pinned widths and peers).
 # Targets come from benchmarks/targets/assemble.py (~/.cache/adaspark/targets). Held-out sets are
 # in benchmarks/results/real-targets/$SET/ (default s25: conversations no tuning in this repo
 # looked at; s24's sets and reports stay as they were run). Every step writes its report under
@@ -99,6 +100,13 @@ for step in "${steps[@]}"; do
            --peers $PEERS29 --max-tokens 128 --keep-capped --out $S/smollm2-chat-b ;;
     s30b-q15-humaneval) python benchmarks/peers/run_peers.py $S/humaneval-6-1.5b.jsonl --model "$T/qwen1.5b.gguf" \
            --peers $PEERS29 --max-tokens 128 --keep-capped --out $S/qwen1.5b-humaneval ;;
+    # HumanEval 6-13 and 14-19 on the 1.5B (SET=s31): pinned widths, then the peers
+    s31-q15-humaneval) python benchmarks/peers/run_peers.py $S/humaneval-8-1.5b.jsonl --model "$T/qwen1.5b.gguf" \
+           --peers adaspark:ar,adaspark,adaspark:pinned:4,adaspark:pinned:8 --max-tokens 128 --keep-capped \
+           --out $S/qwen1.5b-humaneval ;;
+    s31-q15-humaneval-b) python benchmarks/peers/run_peers.py $S/humaneval-6b-1.5b.jsonl --model "$T/qwen1.5b.gguf" \
+           --peers adaspark:ar,adaspark,adaspark:pinned:8,server-ngram-mod,server-plain --max-tokens 128 \
+           --keep-capped --out $S/qwen1.5b-humaneval-b ;;
     *) echo "unknown step $step" >&2; exit 2 ;;
   esac
 done

@@ -192,3 +192,39 @@ def test_a_reply_restating_the_message_is_not_copied_into_the_template(model_pat
         assert stopped == tokens[cut:]  # with them: the message's end, and nothing after it
     finally:
         b.close()
+
+
+@pytest.mark.model
+def test_vocab_only_backend_tokenizes_and_templates_as_the_loaded_model(model_path):
+    """`LlamaBackend.vocab_only` (what benchmarks/ngram_mod_replay.py replays with) loads no weights
+    and no context, yet must tokenize, detokenize, classify tokens and render the chat template
+    exactly as the fully loaded backend does: a difference would shift every replayed position."""
+    from adaspark_app.engine.backend import LlamaBackend
+    from adaspark_app.engine.template import chat_template_for
+
+    full = LlamaBackend(model_path, n_ctx=256, n_threads=1)
+    voc = LlamaBackend.vocab_only(model_path)
+    try:
+        assert voc.ctx is None and voc.n_vocab == full.n_vocab
+        messages = [{"role": "user", "content": "Rename `x` to `count`:\n\n    x = len(items)\n    print(x)"}]
+        prompt = chat_template_for(full).render(messages)
+        assert chat_template_for(voc).render(messages) == prompt
+        tokens = full.tokenize(prompt, parse_special=True)
+        assert voc.tokenize(prompt, parse_special=True) == tokens and len(tokens) > 20
+        assert voc.detokenize(tokens) == full.detokenize(tokens)
+        assert [voc.is_control(t) for t in tokens] == [full.is_control(t) for t in tokens]
+        assert any(full.is_control(t) for t in tokens)  # the template's markers are among them
+        assert voc.eos_token() == full.eos_token() and voc.name == full.name
+    finally:
+        voc.close()
+        full.close()
+
+
+def test_vocab_only_backend_rejects_a_file_that_is_not_gguf(tmp_path):
+    from adaspark_app.engine.backend import LlamaBackend
+    from adaspark_app.errors import ModelLoadError
+
+    bad = tmp_path / "notes.gguf"
+    bad.write_bytes(b"not a model at all")
+    with pytest.raises(ModelLoadError, match="not a GGUF file"):
+        LlamaBackend.vocab_only(str(bad))

@@ -137,18 +137,12 @@ class LlamaBackend:
         if os.environ.get("ADASPARK_FORBID_MODEL"):  # set by tests/conftest.py for tests not marked `model`
             raise RuntimeError("ADASPARK_FORBID_MODEL is set: this process may not load a model "
                                "(mark the test @pytest.mark.model)")
-        self.llama = L = _llama()
-        self.model_path = str(model_path)
         self.n_threads = n_threads or max(1, min(os.cpu_count() or 1, 8))
-        mparams = L.llama_model_default_params()
         # No extra buffer types (AMX, CPU repack): weights stay in the layout the Q4_1 kernels
         # (native/) and the one-row step read, so verify rows and plain steps share one kernel
         # family; ggml's AMX path also segfaults on Sapphire Rapids VMs (llama.cpp #20824).
-        mparams.use_extra_bufts = False
-        model = L.llama_model_load_from_file(self.model_path.encode(), mparams)
-        if not model:
-            raise ModelLoadError(f"llama.cpp could not load the model file {model_path}")
-        self.model = model
+        self._load_model(model_path, "the model file", use_extra_bufts=False)
+        L, model = self.llama, self.model
         cparams = L.llama_context_default_params()
         cparams.n_ctx = n_ctx
         cparams.n_batch = n_batch
@@ -175,15 +169,43 @@ class LlamaBackend:
         self.ctx = ctx
         self.n_ctx = L.llama_n_ctx(ctx)
         self.n_batch = int(L.llama_n_batch(ctx))  # llama.cpp caps it at n_ctx: prefill chunks must fit
-        self.vocab = L.llama_model_get_vocab(model)
-        self.n_vocab = L.llama_vocab_n_tokens(self.vocab)
+        self._init_vocab()
         self.mem = L.llama_get_memory(ctx)
         self.recurrent = bool(L.llama_model_is_recurrent(model)) or bool(L.llama_model_is_hybrid(model))
         self._batch = L.llama_batch_init(max(self.n_batch, N_SEQ_MAX), 0, N_SEQ_MAX)
         self._batch_cap = max(self.n_batch, N_SEQ_MAX)
+
+    def _init_vocab(self) -> None:
+        """The vocabulary's handle and the per-token caches (tokenize, pieces, end-of-generation)."""
+        self.vocab = self.llama.llama_model_get_vocab(self.model)
+        self.n_vocab = self.llama.llama_vocab_n_tokens(self.vocab)
         self._piece_buf = ctypes.create_string_buffer(256)
         self._eog_cache: dict[int, bool] = {}
         self._control_cache: dict[int, bool] = {}
+
+    @classmethod
+    def vocab_only(cls, model_path: str) -> "LlamaBackend":
+        """A backend holding only the model's vocabulary and metadata (no weights, no context):
+        tokenize, detokenize and apply its chat template, e.g. to replay recorded replies.
+        Decoding methods are not available on it."""
+        check_gguf_file(model_path)
+        self = cls.__new__(cls)
+        self._load_model(model_path, "the vocabulary of", vocab_only=True)
+        self.ctx = None
+        self._init_vocab()
+        return self
+
+    def _load_model(self, model_path: str, what: str, **params: bool) -> None:
+        """Load the GGUF file into self.model with these llama_model_params fields set."""
+        self.llama = L = _llama()
+        self.model_path = str(model_path)
+        mparams = L.llama_model_default_params()
+        for name, value in params.items():
+            setattr(mparams, name, value)
+        model = L.llama_model_load_from_file(self.model_path.encode(), mparams)
+        if not model:
+            raise ModelLoadError(f"llama.cpp could not load {what} {model_path}")
+        self.model = model
 
     # ------------------------------------------------------------------ metadata
     def meta(self, key: str) -> str | None:

@@ -50,7 +50,7 @@ class RoundEvent:
     drafter_skipped: bool = False  # the drafter gate left the drafter out
     probe: int = 0  # the n-gram probe class at the anchor (learn/gates.py)
     cut_tokens: int = 0  # accepted draft tokens the path cut discarded (engine/tree.py cut_at_batch_front)
-    bounded: bool = False  # the width's first verify, priced at its upper bound (learn/cost.py prices)
+    bounded: bool = False  # verified while priced at its upper bound: not yet priced (learn/cost.py at_bound)
     # --- sampling (engine/sampling.py): the reply's settings; temperature 0 is greedy ---
     sampling: dict[str, Any] = field(default_factory=dict)  # SamplingSettings.to_json()
     seed: int | None = None  # the reply's seed (None: greedy, no draw)

@@ -48,7 +48,7 @@ class WidthPlan:
     rho: float | None = None  # the chooser's price of time, tokens/s (WidthScheduler._price), else the plain step's rate
     fixed_s: float = 0.0  # the D that priced the round
     gains: tuple[float, float, float, float] = (1.0, 1.0, 1.0, 1.0)  # g_d, g_n below n0, then above
-    bounded: bool = False  # the width was priced at its upper bound (VerifyCostModel.prices): its first verify
+    bounded: bool = False  # the width was priced at its upper bound (VerifyCostModel.prices): each verify until priced
 
 
 class WidthScheduler:

@@ -19,8 +19,9 @@ output computed as ``ggml_vec_dot_q4_K_q8_K`` / ``ggml_vec_dot_q6_K_q8_K``'s AVX
 weights and its output matrix) on the AVX-512 VNNI variants, for one-row products too: two
 weight rows per zmm, each half the stock kernel's 8 lanes, every element computed as the stock
 tinyBLAS and vec_dot kernels compute it (the same int32 lanes, fmas and horizontal sum).
-``flash_attn_bf16.inc`` goes into ``ops.cpp``: attention for the BF16 K / F16 V cache on the
-AVX-512 variants, one code path for every batch size (ggml's flash-attention entry tries it first).
+``flash_attn_bf16.inc`` goes into ``ops.cpp``: attention for the BF16 K / F16 V cache on every
+variant (16 lanes with AVX-512, 8 with AVX2), one code path for every batch size (ggml's
+flash-attention entry tries it first).
 
 The source is llama-cpp-python's sdist from PyPI (the version this package pins, with the SHA-256
 PyPI lists for it; ``ADASPARK_LLAMA_SDIST`` may name a local copy), under ``vendor/llama.cpp``; only

@@ -10,7 +10,11 @@ is the median over passes. Wall time with the threads the engine uses: run it on
 
     python benchmarks/targets/context_costs.py MODEL.gguf --lib before=DIR --lib after=DIR
         [--contexts 100,800,1600,3000] [--widths 1,2,4,8,16] [--passes 3] [--reps 7] [--threads 2]
-        [--out FILE.md]
+        [--set NAME:VAR=VALUE ...] [--out FILE.md]
+
+``--set`` gives one library's processes an environment variable, e.g. the same directory twice,
+``--lib stock=DIR --lib ours=DIR --set stock:ADASPARK_STOCK_ATTENTION=1``, to compare ggml's own
+attention kernel with AdaSpark's in one build.
 """
 
 from __future__ import annotations
@@ -52,8 +56,9 @@ print(json.dumps({w: statistics.median(v) for w, v in times.items()}))
 """
 
 
-def measure(lib: str, model: str, context: int, widths: list[int], reps: int, threads: int) -> dict[int, float]:
-    env = {**os.environ, "LLAMA_CPP_LIB_PATH": lib}
+def measure(lib: str, model: str, context: int, widths: list[int], reps: int, threads: int,
+            extra: dict[str, str] | None = None) -> dict[int, float]:
+    env = {**os.environ, "LLAMA_CPP_LIB_PATH": lib, **(extra or {})}
     code = _CHILD % {"root": str(ROOT), "corpus": str(CORPUS)}
     out = subprocess.run([sys.executable, "-c", code, model, str(context), json.dumps(widths), str(reps), str(threads)],
                          env=env, capture_output=True, text=True, timeout=1800)
@@ -71,12 +76,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--passes", type=int, default=3)
     ap.add_argument("--reps", type=int, default=7)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--set", action="append", default=[], help="NAME:VAR=VALUE, an environment variable for one library")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args(argv)
     libs = [tuple(x.split("=", 1)) for x in args.lib]
     if len(libs) < 2 or any(len(x) != 2 or not Path(x[1]).is_dir() for x in libs):
         print("context_costs: give two or more --lib NAME=DIR (existing directories)", file=sys.stderr)
         return 2
+    extra: dict[str, dict[str, str]] = {}
+    for item in args.set:
+        name, _, assign = item.partition(":")
+        var, eq, value = assign.partition("=")
+        if name not in dict(libs) or not var or not eq:
+            print(f"context_costs: --set {item}: give NAME:VAR=VALUE with NAME one of the --lib names", file=sys.stderr)
+            return 2
+        extra.setdefault(name, {})[var] = value
     contexts = [int(x) for x in args.contexts.split(",")]
     widths = [int(x) for x in args.widths.split(",")]
     got: dict[tuple[str, int], list[dict[int, float]]] = {}
@@ -84,7 +98,8 @@ def main(argv: list[str] | None = None) -> int:
         for context in contexts:
             order = libs if (p + context) % 2 == 0 else libs[::-1]
             for name, lib in order:
-                got.setdefault((name, context), []).append(measure(lib, args.model, context, widths, args.reps, args.threads))
+                got.setdefault((name, context), []).append(measure(lib, args.model, context, widths, args.reps, args.threads,
+                                                                    extra.get(name)))
                 print(f"pass {p + 1} context {context} {name}: " + ", ".join(
                     f"{w}: {got[(name, context)][-1][w] * 1e3:.1f} ms" for w in widths), file=sys.stderr, flush=True)
     med = {k: {w: statistics.median(r[w] for r in v) for w in widths} for k, v in got.items()}
@@ -92,7 +107,8 @@ def main(argv: list[str] | None = None) -> int:
     lines = [f"# Verify time by context: {', '.join(n for n, _ in libs)}", "",
              f"- command: `python benchmarks/targets/context_costs.py {' '.join(argv or sys.argv[1:])}`",
              f"- CPU: {machine_info()['cpu']} ({os.cpu_count()} cores), threads {args.threads}; median over {args.passes} passes "
-             f"of per-process medians of {args.reps} rounds", "",
+             f"of per-process medians of {args.reps} rounds",
+             *[f"- `{n}` runs with " + ", ".join(f"`{k}={v}`" for k, v in e.items()) for n, e in extra.items()], "",
              "ms per verify (and over the one-row step of the same library and context); last columns: "
              f"each library over `{base}` at the same width and context", "",
              "| context | rows | " + " | ".join(f"`{n}` ms (over 1 row)" for n, _ in libs) + " | "

@@ -1,0 +1,57 @@
+"""A run's replies against another base arm: e.g. every arm over `adaspark` instead of `ar`.
+
+`run_peers.py` and `adaspark bench` compare every arm with the first one. Whether a pinned width
+or a peer beats `adaspark` beyond its interval (issue 19) needs `adaspark` as the base; this
+re-reads a run's `replies.jsonl` and renders the same report (ratios of the geometric mean with
+bootstrap intervals over conversations, by category and by context band) with BASE first.
+
+    python benchmarks/rebase_report.py RUN/replies.jsonl --base adaspark [--out DIR]
+
+Without --out the markdown goes to stdout; with it, DIR gets report.md, report.json and the plots.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from adaspark_app.bench.report import build_report, render_markdown, write_report  # noqa: E402
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("replies", type=Path)
+    ap.add_argument("--base", required=True, help="the arm every other arm is divided by")
+    ap.add_argument("--out", type=Path, default=None)
+    args = ap.parse_args(argv)
+    try:
+        records = [json.loads(line) for line in args.replies.read_text(encoding="utf-8").splitlines() if line.strip()]
+    except (OSError, json.JSONDecodeError) as exc:
+        print(f"rebase_report: error: cannot read {args.replies}: {exc}", file=sys.stderr)
+        return 2
+    arms: list[str] = []
+    for r in records:
+        if r.get("arm") not in arms:
+            arms.append(r.get("arm"))
+    if args.base not in arms:
+        print(f"rebase_report: error: no arm {args.base!r} in {args.replies} (arms: {', '.join(map(str, arms))})",
+              file=sys.stderr)
+        return 2
+    meta = {"arms": [args.base] + [a for a in arms if a != args.base],
+            "script": str(args.replies), "command": "python benchmarks/rebase_report.py " + " ".join(argv or sys.argv[1:])}
+    if args.out:
+        write_report(records, meta, args.out)
+        print(f"wrote {args.out}/report.md")
+    else:
+        print(render_markdown(build_report(records, meta)))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
