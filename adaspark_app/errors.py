@@ -51,4 +51,5 @@ class MessageTooLongError(ContextOverflowError):
 
 
 class ConfigError(AdaSparkError):
-    """The config file is not valid TOML, or a key in it is unknown, of the wrong type or out of range."""
+    """The config file is not valid TOML, or a key in it is unknown, of the wrong type or out of range
+    (or an ADASPARK_* environment setting has a value it does not take)."""

@@ -27,9 +27,10 @@ from adaspark_app.native import build
 def _sgemm_like() -> str:
     """The parts of sgemm.cpp the patch looks for: the class anchor, then the stock Q8_0, Q4_0
     (_CASE_ANCHOR) and Q5_0 cases' first lines, each followed by its stock code, and the one-row
-    check (_N1_ANCHOR)."""
-    return ("// before\n" + build._N1_ANCHOR + build._CLASS_ANCHOR + "\n// middle\n" + build._Q0_ANCHORS["q8_0"] + "// stock code\n"
-            + build._CASE_ANCHOR + "\n// stock code\n" + build._Q0_ANCHORS["q5_0"] + "// stock code\n// after\n")
+    check (_N1_ANCHOR) and the end of the kernels' namespace (_SWITCH_ANCHOR)."""
+    return ("// before\n" + build._CLASS_ANCHOR + "\n// middle\n" + build._Q0_ANCHORS["q8_0"] + "// stock code\n"
+            + build._CASE_ANCHOR + "\n// stock code\n" + build._Q0_ANCHORS["q5_0"] + "// stock code\n"
+            + build._SWITCH_ANCHOR + "// llamafile_sgemm\n" + build._N1_ANCHOR + "// after\n")
 
 
 def test_patch_adds_the_kernel_class_and_its_dispatch_case_once():
@@ -326,10 +327,14 @@ def test_patch_puts_the_q0_kernel_inside_the_stock_q0_cases():
         assert out.count(f"tinyBLAS_Q0_ZMM<block_{a}> tb") == 1
     # one-row products: the Q0 kernel takes them where it is compiled in, the K-quant kernel too
     assert build._N1_ANCHOR not in out and out.count("if (n < 2 && !(n == 1 && Ctype == GGML_TYPE_F32") == 1
-    assert out.count("(ADASPARK_Q0_ZMM && Btype == GGML_TYPE_Q8_0") == 1
-    assert out.count("(ADASPARK_K_ONE_ROW && Btype == GGML_TYPE_Q8_K") == 1
-    assert out.count("(ADASPARK_Q4_1_ONE_ROW && Btype == GGML_TYPE_Q8_1 && Atype == GGML_TYPE_Q4_1)") == 1
-    for missing in (*build._Q0_ANCHORS.values(), build._N1_ANCHOR):
+    assert out.count("(ADASPARK_Q0_ZMM && (adaspark_one_row & 4) && Btype == GGML_TYPE_Q8_0") == 1
+    assert out.count("(ADASPARK_K_ONE_ROW && (adaspark_one_row & 2) && Btype == GGML_TYPE_Q8_K") == 1
+    assert out.count("(ADASPARK_Q4_1_ONE_ROW && (adaspark_one_row & 1) && Btype == GGML_TYPE_Q8_1") == 1
+    # the run-time switch: defined once, outside the kernels' anonymous namespace, before its reader
+    switch = out.index("int adaspark_one_row_kernels = 7;")
+    assert out.count("int adaspark_one_row_kernels") == 1
+    assert out.index("} // namespace") < switch < out.index("__atomic_load_n(&adaspark_one_row_kernels")
+    for missing in (*build._Q0_ANCHORS.values(), build._N1_ANCHOR, build._SWITCH_ANCHOR):
         with pytest.raises(build.BuildError):
             build.patch_sgemm(text.replace(missing, "// changed upstream"))
 

@@ -20,9 +20,12 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from .. import native
 from ..errors import ContextOverflowError, ModelLoadError
+from ..native import ONE_ROW_ALL, ONE_ROW_NONE
 from ..gguf_file import GGUF_MAGIC
 from .limits import N_SEQ_MAX, check_n_batch, check_n_ctx, check_threads
+from .one_row import OURS, OneRowChooser
 
 # KV cache types and attention kernel. With an F16 (or F32) K and V cache, ggml's CPU flash
 # attention takes a different kernel for a one-row batch at 512+ cached cells (the KV range split
@@ -174,6 +177,9 @@ class LlamaBackend:
         self.recurrent = bool(L.llama_model_is_recurrent(model)) or bool(L.llama_model_is_hybrid(model))
         self._batch = L.llama_batch_init(max(self.n_batch, N_SEQ_MAX), 0, N_SEQ_MAX)
         self._batch_cap = max(self.n_batch, N_SEQ_MAX)
+        # one-row steps: AdaSpark's kernels or vec_dot, the same bits, whichever is faster here
+        self._one_row_switch = native.one_row_switch()
+        self.one_row = OneRowChooser.from_env()
 
     def _init_vocab(self) -> None:
         """The vocabulary's handle and the per-token caches (tokenize, pieces, end-of-generation)."""
@@ -357,8 +363,13 @@ class LlamaBackend:
         if positions[-1] >= self.n_ctx or max(positions) >= self.n_ctx:
             raise ContextOverflowError(f"the reply reached the context limit of {self.n_ctx} tokens")
         self._fill_batch(tokens, positions, seq_ids, [True] * len(tokens))
+        one = len(tokens) == 1 and self._one_row_switch is not None
+        if one:  # between decodes: every thread of the step reads the same setting
+            self._one_row_switch.value = ONE_ROW_ALL if self.one_row.setting() == OURS else ONE_ROW_NONE
         t0 = time.perf_counter()
         self._decode()
+        if one:
+            self.one_row.record(time.perf_counter() - t0)
         if not argmax:
             return VerifyOutput(np.zeros(0, dtype=np.int32), time.perf_counter() - t0)
         am = self._argmax_rows(len(tokens))

@@ -26,6 +26,7 @@ import tempfile
 import time
 from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 from . import build as _build
 from .build import LIB_DIR, LIB_NAME
@@ -160,3 +161,42 @@ def activate() -> str:
     _status = "q4_1-tinyblas"
     _variant = chosen
     return _status
+
+
+#: The patched library's one-row switch (build._SWITCH): bit 1 Q4_1, 2 Q4_K/Q6_K, 4 Q4_0/Q5_0/Q8_0
+#: take one-row products in AdaSpark's kernels; a clear bit leaves that family's to ggml's vec_dot.
+#: The two compute the same bits (each kernel sums as vec_dot does), so the switch changes speed only.
+ONE_ROW_SYMBOL = "adaspark_one_row_kernels"
+ONE_ROW_ALL = 7
+ONE_ROW_NONE = 0
+_one_row: Any = None
+_one_row_looked = False
+
+
+def one_row_switch() -> Any:
+    """The one-row switch (a ``ctypes.c_int``) in the libggml-cpu that llama.cpp has loaded, or None:
+    the stock libraries, a library built before the switch, or llama_cpp not imported yet. Found
+    through /proc/self/maps and opened with RTLD_NOLOAD, so it is the mapped library's own
+    variable and never a second copy of the library (the runtime directory holds copies under
+    several names). Set it only between decodes: every thread of a product must read one value."""
+    global _one_row, _one_row_looked
+    if _one_row_looked:
+        return _one_row
+    if "llama_cpp" not in sys.modules or _status != "q4_1-tinyblas":
+        return None
+    _one_row_looked = True
+    import ctypes
+
+    try:
+        with open("/proc/self/maps", encoding="utf-8", errors="replace") as f:
+            paths = {line.split(None, 5)[5].strip() for line in f if "libggml-cpu" in line and len(line.split(None, 5)) == 6}
+    except OSError:
+        return None
+    for path in sorted(paths):
+        try:
+            lib = ctypes.CDLL(path, mode=os.RTLD_NOLOAD | os.RTLD_NOW)
+            _one_row = ctypes.c_int.in_dll(lib, ONE_ROW_SYMBOL)
+            return _one_row
+        except (OSError, ValueError):
+            continue
+    return None

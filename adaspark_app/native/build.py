@@ -176,15 +176,29 @@ _Q0_ANCHORS = {a: f"    case GGML_TYPE_{a.upper()}: {{\n        if (Btype != GGM
 # AVX2 variant) and, on the VNNI variants, the Q0 kernel take them too: the same bits as vec_dot,
 # so the one-row step is cheaper without changing a row.
 _N1_ANCHOR = "#if !defined(__MMA__)\n    if (n < 2)\n        return false;\n#endif\n"
+# Which families take one-row products is a run-time switch, ``adaspark_one_row_kernels`` (bit 1
+# Q4_1, 2 Q4_K/Q6_K, 4 Q4_0/Q5_0/Q8_0; all set by default): vec_dot is faster on some CPUs
+# (engine/one_row.py times both and sets it between decodes, never during one).
 _N1 = """#if !defined(__MMA__)
+    const int adaspark_one_row = __atomic_load_n(&adaspark_one_row_kernels, __ATOMIC_RELAXED);
     if (n < 2 && !(n == 1 && Ctype == GGML_TYPE_F32 &&
-                   ((ADASPARK_Q0_ZMM && Btype == GGML_TYPE_Q8_0 &&
+                   ((ADASPARK_Q0_ZMM && (adaspark_one_row & 4) && Btype == GGML_TYPE_Q8_0 &&
                      (Atype == GGML_TYPE_Q4_0 || Atype == GGML_TYPE_Q5_0 || Atype == GGML_TYPE_Q8_0)) ||
-                    (ADASPARK_K_ONE_ROW && Btype == GGML_TYPE_Q8_K &&
+                    (ADASPARK_K_ONE_ROW && (adaspark_one_row & 2) && Btype == GGML_TYPE_Q8_K &&
                      (Atype == GGML_TYPE_Q4_K || Atype == GGML_TYPE_Q6_K)) ||
-                    (ADASPARK_Q4_1_ONE_ROW && Btype == GGML_TYPE_Q8_1 && Atype == GGML_TYPE_Q4_1))))
+                    (ADASPARK_Q4_1_ONE_ROW && (adaspark_one_row & 1) && Btype == GGML_TYPE_Q8_1 &&
+                     Atype == GGML_TYPE_Q4_1))))
         return false;
 #endif
+"""
+# The switch itself, after the kernels' anonymous namespace: exported, so that the Python side
+# finds it in the library llama.cpp loaded (native.one_row_switch).
+_SWITCH_ANCHOR = "} // namespace\n"
+_SWITCH = """} // namespace
+
+// AdaSpark: the kernel families whose one-row products run AdaSpark's kernels (the rest: vec_dot,
+// the same bits); set between decodes only (every thread of a product must read the same value)
+extern "C" __attribute__((visibility("default"))) int adaspark_one_row_kernels = 7;
 """
 _Q0_TEMPLATE = """#if ADASPARK_Q0_ZMM
         {{
@@ -212,6 +226,7 @@ def source_key(variant: str | None = None) -> str:
     h.update(KERNEL_K.read_bytes())
     h.update(KERNEL_Q0.read_bytes())
     h.update((_CASE_ANCHOR + _CASE + _Q0_TEMPLATE + "".join(_Q0_ANCHORS.values()) + _N1_ANCHOR + _N1).encode())
+    h.update((_SWITCH_ANCHOR + _SWITCH).encode())
     h.update(KERNEL_FA.read_bytes())
     h.update((_FA_ANCHOR + _FA_CALL).encode())
     if variant is not None:
@@ -251,14 +266,14 @@ def is_built(variants: list[str] | None = None) -> bool:
 def patch_sgemm(text: str) -> str:
     """sgemm.cpp with the Q4_1, Q4_K, Q6_K and Q0 kernel classes and their dispatch cases added."""
     if (text.count(_CLASS_ANCHOR) != 1 or text.count(_CASE_ANCHOR) != 1
-            or any(text.count(a) != 1 for a in (*_Q0_ANCHORS.values(), _N1_ANCHOR))):
+            or any(text.count(a) != 1 for a in (*_Q0_ANCHORS.values(), _N1_ANCHOR, _SWITCH_ANCHOR))):
         raise BuildError("sgemm.cpp does not look like llama-cpp-python 0.3.36's: the patch does not apply")
     text = text.replace(_CLASS_ANCHOR, "#endif // __AVX__\n" + KERNEL.read_text() + KERNEL_K.read_text()
                         + KERNEL_Q0.read_text() + "\n//PPC Implementation")
     text = text.replace(_CASE_ANCHOR, _CASE + _CASE_ANCHOR)
     for a, anchor in _Q0_ANCHORS.items():
         text = text.replace(anchor, anchor + _Q0_TEMPLATE.format(a=a))
-    return text.replace(_N1_ANCHOR, _N1)
+    return text.replace(_N1_ANCHOR, _N1).replace(_SWITCH_ANCHOR, _SWITCH)
 
 
 def patch_ops(text: str) -> str:

@@ -1,0 +1,83 @@
+"""Which kernels take a plain one-row step: AdaSpark's or ggml's vec_dot, whichever is faster here.
+
+AdaSpark's patched library multiplies a one-row step's weights with its own kernels (the ones a
+verify of many rows uses, see native/build.py) or leaves them to ggml's ``vec_dot``; each kernel
+sums exactly as vec_dot does, so the choice changes the step's time and never a bit of its
+output. Which is faster depends on the CPU: on an Intel Xeon (AVX-512) AdaSpark's K-quant and Q0
+one-row products cost 0.74x and 0.75x vec_dot's, on an AMD EPYC with AVX-512 1.1-1.4x, on an AMD
+EPYC with AVX2 only about 1.5x (benchmarks/results/real-targets/s32/). So the backend learns it
+while it serves, as the scheduler learns its verify costs: its first one-row steps alternate the
+two settings in blocks (ABBA order, so drift hits both alike), and once every block has run the
+faster median wins, AdaSpark's kernels unless vec_dot is faster by more than MARGIN.
+
+``ADASPARK_ONE_ROW=ours`` or ``=vec_dot`` fixes the choice (benchmarks, tests); the default learns.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+
+from ..errors import ConfigError
+
+ONE_ROW_ENV = "ADASPARK_ONE_ROW"
+#: one-row steps per block of one setting, and blocks in the trial (half per setting)
+BLOCK_STEPS = 4
+TRIAL_BLOCKS = 8
+#: vec_dot must be this much faster (ratio of medians) to be chosen over AdaSpark's kernels
+MARGIN = 0.03
+OURS, VEC_DOT = "ours", "vec_dot"
+
+
+class OneRowChooser:
+    """The trial and its verdict, for one model in one process. ``setting()`` is the setting of the
+    next one-row step; ``record(seconds)`` gives its time. Pure: the backend applies the setting."""
+
+    def __init__(self, fixed: str | None = None, block_steps: int = BLOCK_STEPS,
+                 trial_blocks: int = TRIAL_BLOCKS, margin: float = MARGIN) -> None:
+        if fixed not in (None, OURS, VEC_DOT):
+            raise ValueError(f"one-row setting must be {OURS!r} or {VEC_DOT!r}, not {fixed!r}")
+        if block_steps < 1 or trial_blocks < 2 or trial_blocks % 2:
+            raise ValueError("the trial needs an even number (2+) of blocks of 1+ steps")
+        self.block_steps, self.trial_blocks, self.margin = block_steps, trial_blocks, margin
+        self.chosen: str | None = fixed
+        self._blocks: list[tuple[str, float]] = []  # (setting, median seconds) per finished block
+        self._current: list[float] = []
+        self.ratio: float | None = None  # vec_dot's median over ours once decided by the trial
+
+    @classmethod
+    def from_env(cls) -> "OneRowChooser":
+        value = os.environ.get(ONE_ROW_ENV, "").strip().lower() or "learn"
+        if value not in ("learn", OURS, VEC_DOT):
+            raise ConfigError(f"{ONE_ROW_ENV}={value!r}: give {OURS}, {VEC_DOT} or learn")
+        return cls(fixed=None if value == "learn" else value)
+
+    def _block_setting(self, k: int) -> str:
+        return OURS if ((k + 1) // 2) % 2 == 0 else VEC_DOT  # A B B A A B B A ...
+
+    def setting(self) -> str:
+        if self.chosen is not None:
+            return self.chosen
+        return self._block_setting(len(self._blocks))
+
+    def record(self, seconds: float) -> None:
+        if self.chosen is not None:
+            return
+        self._current.append(seconds)
+        if len(self._current) < self.block_steps:
+            return
+        self._blocks.append((self._block_setting(len(self._blocks)), statistics.median(self._current)))
+        self._current = []
+        if len(self._blocks) == self.trial_blocks:
+            ours = statistics.median(t for s, t in self._blocks if s == OURS)
+            vec = statistics.median(t for s, t in self._blocks if s == VEC_DOT)
+            self.ratio = vec / ours if ours > 0 else 1.0
+            self.chosen = VEC_DOT if self.ratio < 1.0 - self.margin else OURS
+
+    def describe(self) -> str:
+        """For reports: the verdict (and the trial's ratio), or that the trial is running."""
+        if self.chosen is None:
+            return f"learning ({len(self._blocks)}/{self.trial_blocks} blocks)"
+        if self.ratio is None:
+            return f"{self.chosen} (fixed by {ONE_ROW_ENV})"
+        return f"{self.chosen} (vec_dot/ours {self.ratio:.3f})"

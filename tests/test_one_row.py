@@ -1,0 +1,122 @@
+"""The one-row kernel choice (engine/one_row.py): a seeded synthetic trial with known answers, and
+on the bundled model the switch it drives (native.one_row_switch) changes no bit of a step."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import subprocess
+import sys
+
+import pytest
+
+from adaspark_app.engine.one_row import MARGIN, OURS, VEC_DOT, OneRowChooser
+from adaspark_app.errors import ConfigError
+
+
+def _run_trial(chooser: OneRowChooser, ours_s: float, vec_s: float, seed: int, noise: float = 0.05,
+               drift: float = 0.0, outliers: float = 0.05) -> list[str]:
+    """Feed the chooser steps whose time depends on its setting (plus noise, outliers and a linear
+    drift); returns the settings it asked for, in order."""
+    rng = random.Random(seed)
+    asked = []
+    step = 0
+    while chooser.chosen is None:
+        s = chooser.setting()
+        asked.append(s)
+        t = (ours_s if s == OURS else vec_s) * (1 + drift * step) * (1 + rng.uniform(-noise, noise))
+        if rng.random() < outliers:
+            t *= 3  # an outlier: the machine was busy
+        chooser.record(t)
+        step += 1
+    return asked
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_trial_picks_the_faster_setting(seed):
+    c = OneRowChooser()
+    _run_trial(c, ours_s=0.090, vec_s=0.060, seed=seed)
+    assert c.chosen == VEC_DOT and 0.6 < c.ratio < 0.75
+    c = OneRowChooser()
+    _run_trial(c, ours_s=0.040, vec_s=0.054, seed=seed)
+    assert c.chosen == OURS and c.ratio > 1.2
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_a_tie_keeps_adasparks_kernels(seed):
+    """vec_dot 1% faster is inside the margin: AdaSpark's kernels stay (no switch for noise)."""
+    c = OneRowChooser()
+    _run_trial(c, ours_s=0.050, vec_s=0.050 * (1 - MARGIN / 3), seed=seed, noise=0.01)
+    assert c.chosen == OURS
+
+
+def test_blocks_alternate_abba_so_a_drift_hits_both_alike():
+    """Steps growing 1% each (a context filling up) with equal settings: the ABBA order leaves
+    the medians level, so the trial does not mistake the drift for vec_dot being slower."""
+    c = OneRowChooser(block_steps=4, trial_blocks=8)
+    asked = _run_trial(c, ours_s=0.050, vec_s=0.050 * (1 - 2 * MARGIN), seed=1, noise=0.0, drift=0.01, outliers=0.0)
+    blocks = [asked[i] for i in range(0, len(asked), 4)]
+    assert blocks == [OURS, VEC_DOT, VEC_DOT, OURS, OURS, VEC_DOT, VEC_DOT, OURS]
+    assert len(asked) == 32 and c.chosen == VEC_DOT  # 6% faster with the drift: still seen
+
+
+def test_fixed_setting_never_trials_and_bad_values_are_refused(monkeypatch):
+    c = OneRowChooser(fixed=VEC_DOT)
+    for _ in range(100):
+        assert c.setting() == VEC_DOT
+        c.record(1.0)
+    assert c.ratio is None and "fixed" in c.describe()
+    monkeypatch.setenv("ADASPARK_ONE_ROW", "ours")
+    assert OneRowChooser.from_env().chosen == OURS
+    monkeypatch.setenv("ADASPARK_ONE_ROW", "learn")
+    assert OneRowChooser.from_env().chosen is None
+    monkeypatch.setenv("ADASPARK_ONE_ROW", "fastest")
+    with pytest.raises(ConfigError, match="ADASPARK_ONE_ROW='fastest'"):
+        OneRowChooser.from_env()
+    with pytest.raises(ValueError):
+        OneRowChooser(trial_blocks=3)
+
+
+_PROBE = r"""
+import hashlib, json, sys
+from adaspark_app import native
+native.activate()
+from adaspark_app.engine.backend import LlamaBackend
+from adaspark_app.engine.one_row import OURS, VEC_DOT, OneRowChooser
+b = LlamaBackend(sys.argv[1], n_ctx=512, n_threads=int(sys.argv[2]))
+switch = native.one_row_switch()
+toks = b.tokenize("The quick brown fox jumps over the lazy dog. " * 6)
+b.prefill(toks[:40], 0)
+out = {"switch": None if switch is None else switch.value, "steps": {}}
+for setting in (OURS, VEC_DOT, OURS):
+    b.one_row = OneRowChooser(fixed=setting)
+    rows = []
+    for i in range(40, 46):
+        b.verify([toks[i]], [i], [(0,)])
+        rows.append(hashlib.sha256(b.logits_rows(1).tobytes()).hexdigest())
+        seen = switch.value if switch is not None else None
+    b.seq_rm(0, 40, -1)
+    out["steps"].setdefault(setting, []).append({"rows": rows, "switch": seen})
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.model
+@pytest.mark.parametrize("threads", (1, 2))
+def test_one_row_steps_are_bit_identical_on_either_setting(model_path, threads):
+    """Six one-row steps on the bundled model (Q4_1 layers, a Q8_0 output matrix) with AdaSpark's
+    kernels, then with vec_dot, then AdaSpark's again: the same logits bit for bit, and the switch
+    the backend drives is the mapped library's (its value follows the setting)."""
+    from test_native import _clean_env
+
+    got = subprocess.run([sys.executable, "-c", _PROBE, model_path, str(threads)], env=_clean_env(),
+                         capture_output=True, text=True, timeout=300)
+    assert got.returncode == 0, got.stderr[-2000:]
+    out = json.loads(got.stdout.strip().splitlines()[-1])
+    if out["switch"] is None:
+        pytest.skip("the patched kernels are not in use here (stock libraries)")
+    ours, vec = out["steps"][OURS], out["steps"][VEC_DOT][0]
+    assert [o["switch"] for o in ours] == [7, 7] and vec["switch"] == 0
+    assert ours[0]["rows"] == vec["rows"] == ours[1]["rows"]
+    assert len(set(vec["rows"])) == 6  # six different steps, not one row hashed six times
