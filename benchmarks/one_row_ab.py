@@ -24,20 +24,19 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
-
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from adaspark_app import native  # noqa: E402
+from adaspark_app.bench.stats import bootstrap_interval, geometric_mean  # noqa: E402
 
 CORPUS = ROOT / "benchmarks" / "corpora" / "longpaste.jsonl"
 
 
 def measure(model: str, context: int, blocks: int, steps: int, threads: int) -> dict:
     from adaspark_app.engine.backend import LlamaBackend
-    from adaspark_app.engine.one_row import OURS, VEC_DOT, OneRowChooser
+    from adaspark_app.engine.one_row import OURS, VEC_DOT, OneRowChooser, block_setting
 
     b = LlamaBackend(model, n_ctx=max(4096, context + 256), n_threads=threads)
     try:
@@ -49,7 +48,7 @@ def measure(model: str, context: int, blocks: int, steps: int, threads: int) -> 
         per_block: list[tuple[str, float]] = []
         hashes: dict[str, list[str]] = {OURS: [], VEC_DOT: []}
         for k in range(blocks + 1):  # block 0 warms up and is dropped
-            setting = OURS if ((k + 1) // 2) % 2 == 0 else VEC_DOT
+            setting = block_setting(k)
             b.one_row = OneRowChooser(fixed=setting)
             times = []
             for i in range(steps):
@@ -65,12 +64,11 @@ def measure(model: str, context: int, blocks: int, steps: int, threads: int) -> 
         b.close()
     ours = [t for s, t in per_block if s == OURS]
     vec = [t for s, t in per_block if s == VEC_DOT]
-    logs = np.log(np.array(vec) / np.array(ours))  # block pairs in order (each pair adjacent)
-    rng = np.random.default_rng(0)
-    boot = np.exp(logs[rng.integers(0, len(logs), size=(10000, len(logs)))].mean(axis=1))
+    ratios = [v / o for v, o in zip(vec, ours)]  # block pairs in order (each pair adjacent)
+    ci = bootstrap_interval({f"{i:03d}": [math.log(r)] for i, r in enumerate(ratios)})  # resampling pairs
     return {"context": context, "ours_ms": 1e3 * statistics.median(ours), "vec_ms": 1e3 * statistics.median(vec),
-            "ratio": float(math.exp(logs.mean())), "ci": [float(x) for x in np.quantile(boot, [0.025, 0.975])],
-            "identical": hashes[OURS] == hashes[VEC_DOT], "pairs": len(logs)}
+            "ratio": geometric_mean(ratios), "ci": list(ci),
+            "identical": hashes[OURS] == hashes[VEC_DOT], "pairs": len(ratios)}
 
 
 def main(argv: list[str] | None = None) -> int:

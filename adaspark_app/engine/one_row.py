@@ -4,8 +4,9 @@ AdaSpark's patched library multiplies a one-row step's weights with its own kern
 verify of many rows uses, see native/build.py) or leaves them to ggml's ``vec_dot``; each kernel
 sums exactly as vec_dot does, so the choice changes the step's time and never a bit of its
 output. Which is faster depends on the CPU: on an Intel Xeon (AVX-512) AdaSpark's K-quant and Q0
-one-row products cost 0.74x and 0.75x vec_dot's, on an AMD EPYC with AVX-512 1.1-1.4x, on an AMD
-EPYC with AVX2 only about 1.5x (benchmarks/results/real-targets/s32/). So the backend learns it
+one-row products cost 0.74x and 0.75x vec_dot's, on an AMD EPYC with AVX-512 1.1-1.4x (s29), and
+on an AMD EPYC with AVX2 only a Qwen2.5-1.5B one-row step took about 1.7x the stock libraries'
+(benchmarks/results/real-targets/attention/qwen1.5b-avx2.md, separate processes). So the backend learns it
 while it serves, as the scheduler learns its verify costs: its first one-row steps alternate the
 two settings in blocks (ABBA order, so drift hits both alike), and once every block has run the
 faster median wins, AdaSpark's kernels unless vec_dot is faster by more than MARGIN.
@@ -27,6 +28,11 @@ TRIAL_BLOCKS = 8
 #: vec_dot must be this much faster (ratio of medians) to be chosen over AdaSpark's kernels
 MARGIN = 0.03
 OURS, VEC_DOT = "ours", "vec_dot"
+
+
+def block_setting(k: int) -> str:
+    """The setting of the trial's k-th block: A B B A A B B A ..., so a drift hits both alike."""
+    return OURS if ((k + 1) // 2) % 2 == 0 else VEC_DOT
 
 
 class OneRowChooser:
@@ -52,13 +58,10 @@ class OneRowChooser:
             raise ConfigError(f"{ONE_ROW_ENV}={value!r}: give {OURS}, {VEC_DOT} or learn")
         return cls(fixed=None if value == "learn" else value)
 
-    def _block_setting(self, k: int) -> str:
-        return OURS if ((k + 1) // 2) % 2 == 0 else VEC_DOT  # A B B A A B B A ...
-
     def setting(self) -> str:
         if self.chosen is not None:
             return self.chosen
-        return self._block_setting(len(self._blocks))
+        return block_setting(len(self._blocks))
 
     def record(self, seconds: float) -> None:
         if self.chosen is not None:
@@ -66,7 +69,7 @@ class OneRowChooser:
         self._current.append(seconds)
         if len(self._current) < self.block_steps:
             return
-        self._blocks.append((self._block_setting(len(self._blocks)), statistics.median(self._current)))
+        self._blocks.append((block_setting(len(self._blocks)), statistics.median(self._current)))
         self._current = []
         if len(self._blocks) == self.trial_blocks:
             ours = statistics.median(t for s, t in self._blocks if s == OURS)

@@ -189,7 +189,8 @@ def one_row_switch() -> Any:
 
     try:
         with open("/proc/self/maps", encoding="utf-8", errors="replace") as f:
-            paths = {line.split(None, 5)[5].strip() for line in f if "libggml-cpu" in line and len(line.split(None, 5)) == 6}
+            fields = (line.split(None, 5) for line in f if "libggml-cpu" in line)
+            paths = {x[5].strip() for x in fields if len(x) == 6}
     except OSError:
         return None
     for path in sorted(paths):
