@@ -12,8 +12,9 @@ sum), so a row computes bit for bit alike in a one-row decode and a many-row ver
 ``test_cells_written_by_a_verify_equal_plain_decode_cells`` checks it on the real model.
 ``tinyblas_k_quants.inc`` does the same for Q4_K and Q6_K x Q8_K (the Q4_K_M files people run;
 stock ggml takes them one row at a time too, because ggml's tiled K-quant matmul sums in another
-order and the backend turns it off): tiles of up to 2 weight rows x 4 batch rows (4 x 1 for one
-batch row: it takes one-row products too, 0.74x the stock one-row step on Qwen2.5-1.5B), each
+order and the backend turns it off): tiles of up to 2 weight rows x 4 batch rows (1 x 1 for one
+batch row, rows read in memory order with a prefetch that runs on into the next row: it takes
+one-row products too, 0.84-1.02x vec_dot's time on Qwen2.5-1.5B on an AMD EPYC, Zen 4), each
 output computed as ``ggml_vec_dot_q4_K_q8_K`` / ``ggml_vec_dot_q6_K_q8_K``'s AVX2 path computes it.
 ``tinyblas_q0.inc`` replaces stock tinyBLAS's Q4_0, Q5_0 and Q8_0 x Q8_0 (most of Qwen2.5-0.5B's
 weights and its output matrix) on the AVX-512 VNNI variants, for one-row products too: two
