@@ -10,7 +10,8 @@
 # with SET=s29 s29-q05-chat s29-q05-code s29-q15-paste s29-smol-chat s29-gemma-chat (s29/: peers and pinned widths together);
 # with SET=s30 s30-q05-chat s30-q15-code s30-q05-code (s30/: ShareGPT chats and the last unused pasted code, landed
 # code of s29), then s30b-q05-chat s30b-smol-chat s30b-q15-humaneval (after the wide widths' upper bound);
-# with SET=s31 s31-q15-humaneval s31-q15-humaneval-b (s31/: HumanEval 6-19 on the 1.5B, pinned widths and peers).
+# with SET=s31 s31-q15-humaneval s31-q15-humaneval-b (s31/: HumanEval 6-19 on the 1.5B, pinned widths and peers);
+# with SET=s33 s33-q05-chat s33-q05-paste s33-q15-paste (s33/: benchmarks/heldout_sets.py's sets).
 # Targets come from benchmarks/targets/assemble.py (~/.cache/adaspark/targets). Held-out sets are
 # in benchmarks/results/real-targets/$SET/ (default s25: conversations no tuning in this repo
 # looked at; s24's sets and reports stay as they were run). Every step writes its report under
@@ -107,6 +108,13 @@ for step in "${steps[@]}"; do
     s31-q15-humaneval-b) python benchmarks/peers/run_peers.py $S/humaneval-6b-1.5b.jsonl --model "$T/qwen1.5b.gguf" \
            --peers adaspark:ar,adaspark,adaspark:pinned:8,server-ngram-mod,server-plain --max-tokens 128 \
            --keep-capped --out $S/qwen1.5b-humaneval-b ;;
+    # sets from benchmarks/heldout_sets.py (SET=s33), after the one-row kernels read rows in memory order
+    s33-q05-chat) python benchmarks/peers/run_peers.py $S/chat-12.jsonl --model "$T/qwen0.5b.gguf" \
+           --peers $PEERS29 --max-tokens 128 --keep-capped --out $S/qwen0.5b-chat ;;
+    s33-q05-paste) python benchmarks/peers/run_peers.py $S/paste-10.jsonl --model "$T/qwen0.5b.gguf" \
+           --peers $PEERS29 --max-tokens 128 --keep-capped --out $S/qwen0.5b-paste ;;
+    s33-q15-paste) python benchmarks/peers/run_peers.py $S/paste-10.jsonl --model "$T/qwen1.5b.gguf" \
+           --peers $PEERS29 --max-tokens 128 --keep-capped --out $S/qwen1.5b-paste ;;
     *) echo "unknown step $step" >&2; exit 2 ;;
   esac
 done
