@@ -258,16 +258,19 @@ sys.path.insert(0, "benchmarks/targets")
 from kernel_identity import GGML_TYPES, _libs, mul_mat
 base, cpu, status = _libs()
 rng = np.random.default_rng(7)
-w = rng.standard_normal((37, 512)).astype(np.float32) * 0.05  # 37 rows: the tiles' remainders too
+# 37 and 38 rows: the tiles' remainders too (4-row tiles leave 1 and 2 rows)
+weights = {rows: rng.standard_normal((rows, 512)).astype(np.float32) * 0.05 for rows in (37, 38)}
 x = rng.standard_normal((13, 512)).astype(np.float32)
 out = {"status": status}
 for name in sys.argv[1].split(","):
-    for n in (2, 3, 5, 8, 13):
-        for threads in (1, 2):
-            batched = mul_mat(base, cpu, GGML_TYPES[name], w, x[:n], threads)
-            alone = np.stack([mul_mat(base, cpu, GGML_TYPES[name], w, x[j:j + 1], threads)[0] for j in range(n)])
-            out[f"{name} n={n} t={threads}"] = {"batched": batched.tobytes().hex(), "alone": alone.tobytes().hex(),
-                                                "err": float(np.abs(batched - x[:n] @ w.T).max())}
+    for rows, w in weights.items():
+        for n in (2, 3, 5, 8, 13):
+            for threads in (1, 2):
+                batched = mul_mat(base, cpu, GGML_TYPES[name], w, x[:n], threads)
+                alone = np.stack([mul_mat(base, cpu, GGML_TYPES[name], w, x[j:j + 1], threads)[0] for j in range(n)])
+                out[f"{name} m={rows} n={n} t={threads}"] = {
+                    "batched": batched.tobytes().hex(), "alone": alone.tobytes().hex(),
+                    "err": float(np.abs(batched - x[:n] @ w.T).max())}
 print(json.dumps(out))
 """
 
@@ -307,7 +310,7 @@ def test_k_quant_and_q4_1_batches_equal_columns_alone_and_the_stock_kernels(vari
     ours = _quant_products({**env, native.VARIANT_ENV: variant}, types)
     stock = _quant_products({**env, "ADASPARK_STOCK_KERNELS": "1"}, types)
     assert ours.pop("status") == "q4_1-tinyblas" and stock.pop("status").startswith("stock")
-    assert len(ours) == 30
+    assert len(ours) == 60  # 3 types x 2 row counts x 5 batch sizes x 2 thread counts
     for key, got in ours.items():
         assert got["batched"] == got["alone"], f"{key}: a batched column differs from the column alone"
         assert got["batched"] == stock[key]["batched"], f"{key}: differs from the stock library's product"
@@ -358,7 +361,7 @@ def test_q0_batches_equal_columns_alone_and_the_stock_kernels(variant):
     ours = _quant_products({**env, native.VARIANT_ENV: variant}, types)
     stock = _quant_products({**env, "ADASPARK_STOCK_KERNELS": "1"}, types)
     assert ours.pop("status") == "q4_1-tinyblas" and stock.pop("status").startswith("stock")
-    assert len(ours) == 30
+    assert len(ours) == 60  # 3 types x 2 row counts x 5 batch sizes x 2 thread counts
     for key, got in ours.items():
         assert got["batched"] == got["alone"], f"{key}: a batched column differs from the column alone"
         assert got["batched"] == stock[key]["batched"], f"{key}: differs from the stock library's product"
