@@ -11,7 +11,8 @@
 # with SET=s30 s30-q05-chat s30-q15-code s30-q05-code (s30/: ShareGPT chats and the last unused pasted code, landed
 # code of s29), then s30b-q05-chat s30b-smol-chat s30b-q15-humaneval (after the wide widths' upper bound);
 # with SET=s31 s31-q15-humaneval s31-q15-humaneval-b (s31/: HumanEval 6-19 on the 1.5B, pinned widths and peers);
-# with SET=s33 s33-q05-chat s33-q05-paste s33-q15-paste (s33/: benchmarks/heldout_sets.py's sets).
+# with SET=s33 s33-q05-chat s33-q05-paste s33-q15-paste (s33/: benchmarks/heldout_sets.py's sets), then
+# SET=s33b s33b-q15-paste s33b-q15-code s33b-q05-paste s33b-q05-chat (the next ones, after the 4-column Q4_K tiles).
 # Targets come from benchmarks/targets/assemble.py (~/.cache/adaspark/targets). Held-out sets are
 # in benchmarks/results/real-targets/$SET/ (default s25: conversations no tuning in this repo
 # looked at; s24's sets and reports stay as they were run). Every step writes its report under
@@ -115,6 +116,15 @@ for step in "${steps[@]}"; do
            --peers $PEERS29 --max-tokens 128 --keep-capped --out $S/qwen0.5b-paste ;;
     s33-q15-paste) python benchmarks/peers/run_peers.py $S/paste-10.jsonl --model "$T/qwen1.5b.gguf" \
            --peers $PEERS29 --max-tokens 128 --keep-capped --out $S/qwen1.5b-paste ;;
+    # the next held-out sets (SET=s33b), after the 4-column Q4_K tiles
+    s33b-q15-paste) python benchmarks/peers/run_peers.py $S/paste-10.jsonl --model "$T/qwen1.5b.gguf" \
+           --peers $PEERS29 --max-tokens 128 --keep-capped --out $S/qwen1.5b-paste ;;
+    s33b-q15-code) python benchmarks/peers/run_peers.py $S/code-8.jsonl --model "$T/qwen1.5b.gguf" \
+           --peers $PEERS29 --max-tokens 128 --keep-capped --out $S/qwen1.5b-code ;;
+    s33b-q05-paste) python benchmarks/peers/run_peers.py $S/paste-10.jsonl --model "$T/qwen0.5b.gguf" \
+           --peers $PEERS29 --max-tokens 128 --keep-capped --out $S/qwen0.5b-paste ;;
+    s33b-q05-chat) python benchmarks/peers/run_peers.py $S/chat-12.jsonl --model "$T/qwen0.5b.gguf" \
+           --peers $PEERS29 --max-tokens 128 --keep-capped --out $S/qwen0.5b-chat ;;
     *) echo "unknown step $step" >&2; exit 2 ;;
   esac
 done

@@ -6,10 +6,18 @@ sums exactly as vec_dot does, so the choice changes the step's time and never a 
 output. Which is faster depends on the CPU: on an Intel Xeon (AVX-512) AdaSpark's K-quant and Q0
 one-row products cost 0.74x and 0.75x vec_dot's, on an AMD EPYC with AVX-512 1.1-1.4x (s29), and
 on an AMD EPYC with AVX2 only a Qwen2.5-1.5B one-row step took about 1.7x the stock libraries'
-(benchmarks/results/real-targets/attention/qwen1.5b-avx2.md, separate processes). So the backend learns it
-while it serves, as the scheduler learns its verify costs: its first one-row steps alternate the
-two settings in blocks (ABBA order, so drift hits both alike), and once every block has run the
-faster median wins, AdaSpark's kernels unless vec_dot is faster by more than MARGIN.
+(benchmarks/results/real-targets/attention/qwen1.5b-avx2.md, separate processes). Those EPYC figures were
+the kernels' 4- and 8-row one-row tiles, short streams the hardware prefetcher missed; reading the
+rows in memory order (session 33) brought them to 0.84-1.02x vec_dot's time on an AMD EPYC (Zen 4)
+and 0.89-1.03x with its AVX2 build (benchmarks/results/real-targets/s33/one-row-zen4.md). So the backend learns it
+while it serves, as the scheduler learns its verify costs: after WARMUP_STEPS uncounted steps its
+one-row steps alternate the two settings in blocks (ABBA order, so drift hits both alike), and
+once every block has run AdaSpark's kernels stay unless vec_dot is faster by more than MARGIN
+overall and in every ABBA quad of the trial. The warm-up and the quads are there because
+a wrong verdict costs every later step (up to 18% on Qwen2.5-1.5B): the first steps after a load
+run slow, and they fell in the trial's first block (AdaSpark's), and one busy spell of the machine
+could land in one setting's blocks; either chose vec_dot where AdaSpark's kernels were 5-13% faster
+(1 of 6 trials on the 1.5B; benchmark arms whose plain steps should match then differed by ~10%).
 
 ``ADASPARK_ONE_ROW=ours`` or ``=vec_dot`` fixes the choice (benchmarks, tests); the default learns.
 """
@@ -22,9 +30,12 @@ import statistics
 from ..errors import ConfigError
 
 ONE_ROW_ENV = "ADASPARK_ONE_ROW"
-#: one-row steps per block of one setting, and blocks in the trial (half per setting)
+#: one-row steps run (on AdaSpark's kernels) and not timed before the trial: the first ones after a
+#: model load run slow (pages, caches) and would count against the setting tried first
+WARMUP_STEPS = 8
+#: one-row steps per block of one setting, and blocks in the trial (ABBA quads: half per setting)
 BLOCK_STEPS = 4
-TRIAL_BLOCKS = 8
+TRIAL_BLOCKS = 12
 #: vec_dot must be this much faster (ratio of medians) to be chosen over AdaSpark's kernels
 MARGIN = 0.03
 OURS, VEC_DOT = "ours", "vec_dot"
@@ -40,12 +51,14 @@ class OneRowChooser:
     next one-row step; ``record(seconds)`` gives its time. Pure: the backend applies the setting."""
 
     def __init__(self, fixed: str | None = None, block_steps: int = BLOCK_STEPS,
-                 trial_blocks: int = TRIAL_BLOCKS, margin: float = MARGIN) -> None:
+                 trial_blocks: int = TRIAL_BLOCKS, margin: float = MARGIN,
+                 warmup_steps: int = WARMUP_STEPS) -> None:
         if fixed not in (None, OURS, VEC_DOT):
             raise ValueError(f"one-row setting must be {OURS!r} or {VEC_DOT!r}, not {fixed!r}")
-        if block_steps < 1 or trial_blocks < 2 or trial_blocks % 2:
-            raise ValueError("the trial needs an even number (2+) of blocks of 1+ steps")
+        if block_steps < 1 or trial_blocks < 4 or trial_blocks % 4 or warmup_steps < 0:
+            raise ValueError("the trial needs whole ABBA quads (4, 8, ... blocks) of 1+ steps")
         self.block_steps, self.trial_blocks, self.margin = block_steps, trial_blocks, margin
+        self._warmup = warmup_steps  # steps still to run before the trial
         self.chosen: str | None = fixed
         self._blocks: list[tuple[str, float]] = []  # (setting, median seconds) per finished block
         self._current: list[float] = []
@@ -61,10 +74,15 @@ class OneRowChooser:
     def setting(self) -> str:
         if self.chosen is not None:
             return self.chosen
+        if self._warmup:
+            return OURS
         return block_setting(len(self._blocks))
 
     def record(self, seconds: float) -> None:
         if self.chosen is not None:
+            return
+        if self._warmup:
+            self._warmup -= 1
             return
         self._current.append(seconds)
         if len(self._current) < self.block_steps:
@@ -75,7 +93,15 @@ class OneRowChooser:
             ours = statistics.median(t for s, t in self._blocks if s == OURS)
             vec = statistics.median(t for s, t in self._blocks if s == VEC_DOT)
             self.ratio = vec / ours if ours > 0 else 1.0
-            self.chosen = VEC_DOT if self.ratio < 1.0 - self.margin else OURS
+            self.chosen = VEC_DOT if self.ratio < 1.0 - self.margin and self._every_quad_prefers_vec_dot() else OURS
+
+    def _every_quad_prefers_vec_dot(self) -> bool:
+        """Whether vec_dot's two blocks beat AdaSpark's two by the margin in each ABBA quad."""
+        for q in range(0, len(self._blocks), 4):
+            quad = self._blocks[q:q + 4]
+            if sum(t for s, t in quad if s == VEC_DOT) >= (1.0 - self.margin) * sum(t for s, t in quad if s == OURS):
+                return False
+        return True
 
     def describe(self) -> str:
         """For reports: the verdict (and the trial's ratio), or that the trial is running."""
