@@ -24,6 +24,10 @@ counts the drafted rounds that measured nothing (the gates learning whether draf
 drafter pay) and the rounds that won. Moving a measurement's cost into unmeasured rounds would
 lower the cold start but not this.
 
+Calibration, from the same file: the acceptance model's expected accepted draft tokens over the
+tokens the target accepted, by the bench's rule (priced rounds of more than one row, cold
+measurements left out): 1.00 is calibrated, above 1 the pricing over-promises.
+
 Load. The counts (measured rounds, their rows, rows beyond what they committed) do not depend
 on the machine's load; the time share does, and on a shared machine it is only indicative.
 """
@@ -35,7 +39,9 @@ import json
 import statistics
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
+from adaspark_app.bench.runner import CalibrationTally
 from adaspark_app.errors import ScriptError
 from adaspark_app.runner import read_jsonl
 
@@ -96,6 +102,17 @@ def cold_start(rows: list[dict]) -> dict:
             "bounded_over_first": (sum(r["bounded_excess_ms"] for r in out) / first_decode if first_decode > 0 else 0.0)}
 
 
+def calibration(rows: list[dict]) -> tuple[int, float, int]:
+    """(tree rounds, expected accepted, accepted), by the bench's rule (``CalibrationTally``:
+    priced rounds of more than one row, cold measurements left out)."""
+    tally = CalibrationTally()
+    for r in rows:
+        tally(SimpleNamespace(**r))
+    turns = list(tally.by_turn.values())
+    return (int(sum(t["rounds"] for t in turns)), sum(t["expected"] for t in turns),
+            int(sum(t["accepted"] for t in turns)))
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("rounds", type=Path, help="ROUNDS.jsonl from adaspark run --log-rounds")
@@ -126,6 +143,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"first verifies of wide widths at their upper bound (chosen, not measured): {res['bounded_rounds']} rounds, "
               f"{[w for r in res['replies'] for w in r['bounded_widths']]}; their time beyond plain decode of what they "
               f"committed: {100 * res['bounded_over_first']:.1f}% of the first reply's decode time")
+    n, expected, accepted = calibration(rows)
+    if n:
+        print(f"calibration (expected over accepted draft tokens, {n} priced tree rounds, cold measurements "
+              f"left out): {expected:.1f} / {accepted} = {expected / accepted if accepted else float('inf'):.3f}")
     if res["first_over_plain"] is not None:
         print(f"first reply's time beyond plain decode of its tokens, every round: {100 * res['first_over_plain']:.1f}% "
               "of its decode time (negative: faster than plain)")

@@ -12,7 +12,10 @@
 # code of s29), then s30b-q05-chat s30b-smol-chat s30b-q15-humaneval (after the wide widths' upper bound);
 # with SET=s31 s31-q15-humaneval s31-q15-humaneval-b (s31/: HumanEval 6-19 on the 1.5B, pinned widths and peers);
 # with SET=s33 s33-q05-chat s33-q05-paste s33-q15-paste (s33/: benchmarks/heldout_sets.py's sets), then
-# SET=s33b s33b-q15-paste s33b-q15-code s33b-q05-paste s33b-q05-chat (the next ones, after the 4-column Q4_K tiles).
+# SET=s33b s33b-q15-paste s33b-q15-code s33b-q05-paste s33b-q05-chat (the next ones, after the 4-column Q4_K tiles);
+# s33b-q15-paste-r2 runs s33b-q15-paste again after the one-row trial's warm-up and quads (its first run's
+# arms ran their plain steps on different kernels); s33b-cold: cold start and calibration on a fresh store;
+# s33b-q05-chat-r2 after the arms share one one-row trial (s33b-q05-chat's pinned arms ran vec_dot, the others not).
 # Targets come from benchmarks/targets/assemble.py (~/.cache/adaspark/targets). Held-out sets are
 # in benchmarks/results/real-targets/$SET/ (default s25: conversations no tuning in this repo
 # looked at; s24's sets and reports stay as they were run). Every step writes its report under
@@ -121,10 +124,22 @@ for step in "${steps[@]}"; do
            --peers $PEERS29 --max-tokens 128 --keep-capped --out $S/qwen1.5b-paste ;;
     s33b-q15-code) python benchmarks/peers/run_peers.py $S/code-8.jsonl --model "$T/qwen1.5b.gguf" \
            --peers $PEERS29 --max-tokens 128 --keep-capped --out $S/qwen1.5b-code ;;
+    s33b-q15-paste-r2) python benchmarks/peers/run_peers.py $S/paste-10.jsonl --model "$T/qwen1.5b.gguf" \
+           --peers $PEERS29 --max-tokens 128 --keep-capped --out $S/qwen1.5b-paste-r2 ;;
     s33b-q05-paste) python benchmarks/peers/run_peers.py $S/paste-10.jsonl --model "$T/qwen0.5b.gguf" \
            --peers $PEERS29 --max-tokens 128 --keep-capped --out $S/qwen0.5b-paste ;;
     s33b-q05-chat) python benchmarks/peers/run_peers.py $S/chat-12.jsonl --model "$T/qwen0.5b.gguf" \
            --peers $PEERS29 --max-tokens 128 --keep-capped --out $S/qwen0.5b-chat ;;
+    s33b-q05-chat-r2) python benchmarks/peers/run_peers.py $S/chat-12.jsonl --model "$T/qwen0.5b.gguf" \
+           --peers $PEERS29 --max-tokens 128 --keep-capped --out $S/qwen0.5b-chat-r2 ;;
+    # cold start and calibration on a fresh store (SET=s33b): --log-rounds, then benchmarks/cold_start.py
+    s33b-cold) mkdir -p $S/cold-start
+       for run in "qwen0.5b chat-12" "qwen0.5b paste-10" "qwen1.5b paste-10"; do
+         set -- $run; R=$(mktemp --suffix=.jsonl); O=$(mktemp --suffix=.jsonl)
+         adaspark run $S/$2.jsonl --model "$T/$1.gguf" --arm adaspark --max-tokens 128 --fresh-store \
+           --out $O --log-rounds $R
+         python benchmarks/cold_start.py $R > $S/cold-start/$1-$2.txt; rm -f $R $O
+       done ;;
     *) echo "unknown step $step" >&2; exit 2 ;;
   esac
 done

@@ -17,13 +17,11 @@ from __future__ import annotations
 
 import argparse
 import json
-from types import SimpleNamespace
 
-from cold_start import cold_start  # benchmarks/ is the script's own directory
+from cold_start import calibration, cold_start  # benchmarks/ is the script's own directory
 from interleaved import compare
 
 from adaspark_app import native
-from adaspark_app.bench.runner import CalibrationTally
 from adaspark_app.engine.chat_engine import ChatEngine
 
 
@@ -31,17 +29,6 @@ def _engine(model: str | None, drafter: str | None, arm: str, bound_wide: bool =
     eng = ChatEngine(model, drafter_path=drafter, arm=arm, n_ctx=4096, n_threads=2)
     eng.decoder.scheduler.cost.bound_wide = bound_wide
     return eng
-
-
-def calibration(rows: list[dict]) -> tuple[int, float, int]:
-    """(tree rounds, expected accepted, accepted), by the bench's rule (``CalibrationTally``:
-    priced rounds of more than one row, cold measurements left out)."""
-    tally = CalibrationTally()
-    for r in rows:
-        tally(SimpleNamespace(**r))
-    turns = list(tally.by_turn.values())
-    return (int(sum(t["rounds"] for t in turns)), sum(t["expected"] for t in turns),
-            int(sum(t["accepted"] for t in turns)))
 
 
 def main() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -38,3 +39,10 @@ def test_bench_two_conversations_two_arms_writes_every_report_file(tmp_path):
     assert {r["arm"] for r in replies} == {"ar", "chain:4"}
     assert all(r["n_tokens"] <= 16 for r in replies)
     assert data["summary"]["arms"]["ar"]["width_shares"] in ({"1": 1.0}, {})
+    # which kernels each arm's one-row steps ran on (engine/one_row.py), so arms are comparable
+    verdicts = data["meta"]["one_row"]
+    assert set(verdicts) == {"ar", "chain:4"}
+    assert all(re.fullmatch(r"(ours|vec_dot) \(vec_dot/ours \d\.\d{3}\)|learning \(\d+/12 blocks\)", v)
+               for v in verdicts.values()), verdicts
+    assert f"`ar` {verdicts['ar']}" in (out / "report.md").read_text()
+    assert verdicts["ar"] == verdicts["chain:4"], "the arms share one trial: one verdict"

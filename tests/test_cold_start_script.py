@@ -56,3 +56,21 @@ def test_first_verifies_at_a_bound_are_reported_beside_the_cold_start():
     assert a["excess_ms"] == pytest.approx(30.0) and a["bounded_widths"] == [64]
     assert a["bounded_excess_ms"] == pytest.approx(90.0)
     assert res["bounded_over_first"] == pytest.approx(90.0 / 230.0)
+
+
+def test_calibration_counts_priced_tree_rounds_only(tmp_path, capsys):
+    """Expected over accepted by the bench's rule: plain, measured and unpriced rounds left out."""
+    def priced(width, expected, accepted, **kw):
+        return dict(_row("a", 0, width, 20.0, accepted + 1, **kw), priced_by="fit",
+                    expected_accepted=expected, accepted=accepted)
+    rows = [dict(_row("a", 0, 1, 9.0, 1), priced_by="none", expected_accepted=0.0, accepted=0) for _ in range(6)]
+    rows += [priced(4, 3.0, 2), priced(8, 5.0, 6)]                  # counted: 8.0 expected, 8 accepted
+    rows += [priced(8, 7.0, 0, measured=True)]                      # a cold measurement: left out
+    rows += [dict(priced(4, 9.0, 1), priced_by="none")]             # not priced: left out
+    rows += [priced(2, 2.0, 2)]                                     # counted: 10.0 over 10
+    assert cold_start.calibration(rows) == (3, pytest.approx(10.0), 10)
+    rows[-1] = priced(2, 2.0, 0)                                    # now 10.0 over 8
+    path = tmp_path / "ROUNDS.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert cold_start.main([str(path)]) == 0
+    assert "3 priced tree rounds, cold measurements left out): 10.0 / 8 = 1.250" in capsys.readouterr().out

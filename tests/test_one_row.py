@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from adaspark_app.engine.one_row import MARGIN, OURS, VEC_DOT, WARMUP_STEPS, OneRowChooser
+from adaspark_app.engine.one_row import MARGIN, OURS, VEC_DOT, WARMUP_STEPS, OneRowChooser, chooser_for
 from adaspark_app.errors import ConfigError
 
 
@@ -106,6 +106,24 @@ def test_fixed_setting_never_trials_and_bad_values_are_refused(monkeypatch):
     for blocks in (3, 6):  # whole ABBA quads only
         with pytest.raises(ValueError):
             OneRowChooser(trial_blocks=blocks)
+
+
+def test_engines_of_one_model_and_thread_count_share_one_trial(tmp_path, monkeypatch):
+    """A bench's arms are engines of one model: one trial, one verdict for all of them."""
+    monkeypatch.delenv("ADASPARK_ONE_ROW", raising=False)
+    model, other = tmp_path / "m.gguf", tmp_path / "n.gguf"
+    model.write_bytes(b"GGUF")
+    other.write_bytes(b"GGUF")
+    link = tmp_path / "link.gguf"
+    link.symlink_to(model)
+    a = chooser_for(str(model), 2)
+    assert chooser_for(str(link), 2) is a  # the same file by another name
+    assert chooser_for(str(model), 1) is not a and chooser_for(str(other), 2) is not a
+    _run_trial(a, ours_s=0.090, vec_s=0.060, seed=0)  # steps of the first engine decide it
+    assert chooser_for(str(model), 2).chosen == VEC_DOT
+    monkeypatch.setenv("ADASPARK_ONE_ROW", "ours")  # a fixed setting is per engine, never shared
+    fixed = chooser_for(str(model), 2)
+    assert fixed is not a and fixed.chosen == OURS and a.chosen == VEC_DOT
 
 
 _PROBE = r"""

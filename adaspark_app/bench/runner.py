@@ -183,6 +183,13 @@ class CalibrationTally:
         return self.by_turn.pop(int(turn), {"rounds": 0, "expected": 0.0, "accepted": 0})
 
 
+def one_row_verdict(engine: Any) -> str | None:
+    """The one-row kernel verdict of an engine's backend (engine/one_row.py), for the report: two
+    arms whose plain steps run different kernels differ in speed for no reason of their own."""
+    chooser = getattr(getattr(engine, "backend", None), "one_row", None)
+    return chooser.describe() if chooser is not None else None
+
+
 def _default_engine_factory(config: BenchConfig, arm: str, store: Any) -> Any:
     from ..engine.chat_engine import ChatEngine
 
@@ -290,6 +297,8 @@ def run_bench(
         "sampling": config.sampling.to_json() if config.sampling is not None else None,
     }
 
+    engines: dict[str, Any] = {}
+
     def finish(interrupted: bool) -> dict:
         try:
             meta["machine"]["loadavg_at_end"] = [round(x, 2) for x in os.getloadavg()]
@@ -298,6 +307,8 @@ def run_bench(
         meta["elapsed_s"] = round(time.time() - started, 2)
         meta["interrupted"] = interrupted
         meta["replies_done"] = len(records)
+        verdicts = {label: one_row_verdict(e) for label, e in engines.items()}
+        meta["one_row"] = {label: v for label, v in verdicts.items() if v is not None}
         meta["replies_planned"] = total_replies
         return write_report(records, meta, out_dir)
 
@@ -311,7 +322,6 @@ def run_bench(
         else:
             store_root = Path(config.store_dir)
             store_root.mkdir(parents=True, exist_ok=True)
-        engines: dict[str, Any] = {}
         for label, arm in labels:
             store = store_factory(store_root / f"{_safe(label)}.db")
             if hasattr(store, "close"):

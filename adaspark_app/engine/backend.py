@@ -25,7 +25,7 @@ from ..errors import ContextOverflowError, ModelLoadError
 from ..native import ONE_ROW_ALL, ONE_ROW_NONE
 from ..gguf_file import GGUF_MAGIC
 from .limits import N_SEQ_MAX, check_n_batch, check_n_ctx, check_threads
-from .one_row import OURS, OneRowChooser
+from .one_row import OURS, chooser_for
 
 # KV cache types and attention kernel. With an F16 (or F32) K and V cache, ggml's CPU flash
 # attention takes a different kernel for a one-row batch at 512+ cached cells (the KV range split
@@ -178,8 +178,9 @@ class LlamaBackend:
         self._batch = L.llama_batch_init(max(self.n_batch, N_SEQ_MAX), 0, N_SEQ_MAX)
         self._batch_cap = max(self.n_batch, N_SEQ_MAX)
         # one-row steps: AdaSpark's kernels or vec_dot, the same bits, whichever is faster here
+        # (one trial per model and thread count in the process, shared by its engines)
         self._one_row_switch = native.one_row_switch()
-        self.one_row = OneRowChooser.from_env()
+        self.one_row = chooser_for(model_path, self.n_threads)
 
     def _init_vocab(self) -> None:
         """The vocabulary's handle and the per-token caches (tokenize, pieces, end-of-generation)."""

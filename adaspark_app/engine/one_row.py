@@ -8,8 +8,9 @@ one-row products cost 0.74x and 0.75x vec_dot's, on an AMD EPYC with AVX-512 1.1
 on an AMD EPYC with AVX2 only a Qwen2.5-1.5B one-row step took about 1.7x the stock libraries'
 (benchmarks/results/real-targets/attention/qwen1.5b-avx2.md, separate processes). Those EPYC figures were
 the kernels' 4- and 8-row one-row tiles, short streams the hardware prefetcher missed; reading the
-rows in memory order (session 33) brought them to 0.84-1.02x vec_dot's time on an AMD EPYC (Zen 4)
-and 0.89-1.03x with its AVX2 build (benchmarks/results/real-targets/s33/one-row-zen4.md). So the backend learns it
+rows in memory order (session 33) brought them to 0.84-1.10x vec_dot's time on four models on an AMD
+EPYC (Zen 4) (benchmarks/results/real-targets/s33/one-row-zen4.md) and 0.88-1.09x with its AVX2 build
+(s33/one-row-haswell-on-zen4.md): either may be faster by a few percent. So the backend learns it
 while it serves, as the scheduler learns its verify costs: after WARMUP_STEPS uncounted steps its
 one-row steps alternate the two settings in blocks (ABBA order, so drift hits both alike), and
 once every block has run AdaSpark's kernels stay unless vec_dot is faster by more than MARGIN
@@ -18,6 +19,13 @@ a wrong verdict costs every later step (up to 18% on Qwen2.5-1.5B): the first st
 run slow, and they fell in the trial's first block (AdaSpark's), and one busy spell of the machine
 could land in one setting's blocks; either chose vec_dot where AdaSpark's kernels were 5-13% faster
 (1 of 6 trials on the 1.5B; benchmark arms whose plain steps should match then differed by ~10%).
+
+The verdict belongs to the model and the machine, not to one engine: every engine of one model file
+at one thread count in a process shares one trial (``chooser_for``). A benchmark's arms each hold an
+engine of the same model, and with a trial each they came to different verdicts where the two
+settings are within a few percent (Qwen-0.5B on Zen 4: ``ar`` and ``adaspark`` on AdaSpark's
+kernels, both pinned widths on vec_dot, s33b), so the arms' plain steps differed for no reason of
+their own.
 
 ``ADASPARK_ONE_ROW=ours`` or ``=vec_dot`` fixes the choice (benchmarks, tests); the default learns.
 """
@@ -110,3 +118,15 @@ class OneRowChooser:
         if self.ratio is None:
             return f"{self.chosen} (fixed by {ONE_ROW_ENV})"
         return f"{self.chosen} (vec_dot/ours {self.ratio:.3f})"
+
+
+_SHARED: dict[tuple[str, int], OneRowChooser] = {}
+
+
+def chooser_for(model_path: str, n_threads: int) -> OneRowChooser:
+    """The process's one trial for this model file at this thread count (a fixed setting from
+    ``ADASPARK_ONE_ROW`` is read anew for each engine and never shared)."""
+    chooser = OneRowChooser.from_env()
+    if chooser.chosen is not None:
+        return chooser
+    return _SHARED.setdefault((os.path.realpath(model_path), int(n_threads)), chooser)

@@ -44,7 +44,7 @@ sys.path.insert(0, str(ROOT))
 
 from adaspark_app import native  # noqa: E402
 from adaspark_app.bench.report import write_report  # noqa: E402
-from adaspark_app.bench.runner import arm_order, cap_marks, machine_info, warm_page_cache  # noqa: E402
+from adaspark_app.bench.runner import arm_order, cap_marks, machine_info, one_row_verdict, warm_page_cache  # noqa: E402
 from adaspark_app.runner import Conversation, load_script  # noqa: E402
 from adaspark_app.cli import _add_sampling as add_sampling_options  # noqa: E402
 from adaspark_app.cli import _check_sampling as check_sampling  # noqa: E402
@@ -351,6 +351,8 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"[{len(records)}/{total}] {conv.id} done, {time.time() - started:.0f} s",
                           file=sys.stderr, flush=True)
         finally:
+            one_row = {n: v for n, p in peers.items()
+                       if (v := one_row_verdict(getattr(p, "engine", None))) is not None}
             for p in peers.values():
                 p.close()
     meta = {
@@ -360,7 +362,7 @@ def main(argv: list[str] | None = None) -> int:
         "conversations": len(convs), "turns": sum(len(c.turns) for c in convs),
         "store": "adaspark peers: fresh empty store", "order": "interleaved per conversation, alternating",
         "machine": {**machine0, "loadavg_at_end": [round(x, 2) for x in os.getloadavg()]},
-        "elapsed_s": round(time.time() - started, 1),
+        "elapsed_s": round(time.time() - started, 1), "one_row": one_row,
         "command": "python benchmarks/peers/run_peers.py " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:])),
         "timing": "client clock: first to last streamed text piece; tokens by re-tokenising the reply text",
         "server_cmds": {n: " ".join(p.cmd[:1] + ["-m", "MODEL"] + p.cmd[3:]) for n, p in peers.items()
