@@ -15,7 +15,7 @@
 # SET=s33b s33b-q15-paste s33b-q15-code s33b-q05-paste s33b-q05-chat (the next ones, after the 4-column Q4_K tiles);
 # s33b-q15-paste-r2 runs s33b-q15-paste again after the one-row trial's warm-up and quads (its first run's
 # arms ran their plain steps on different kernels); s33b-cold: cold start and calibration on a fresh store;
-# s33b-q05-chat-r2 after the arms share one one-row trial (s33b-q05-chat's pinned arms ran vec_dot, the others not).
+# s33b-q05-chat-r2 and SET=s33 s33-q15-paste-r2 after the arms share one one-row trial (s33b-q05-chat's pinned arms ran vec_dot, the others not).
 # Targets come from benchmarks/targets/assemble.py (~/.cache/adaspark/targets). Held-out sets are
 # in benchmarks/results/real-targets/$SET/ (default s25: conversations no tuning in this repo
 # looked at; s24's sets and reports stay as they were run). Every step writes its report under
@@ -119,6 +119,8 @@ for step in "${steps[@]}"; do
            --peers $PEERS29 --max-tokens 128 --keep-capped --out $S/qwen0.5b-paste ;;
     s33-q15-paste) python benchmarks/peers/run_peers.py $S/paste-10.jsonl --model "$T/qwen1.5b.gguf" \
            --peers $PEERS29 --max-tokens 128 --keep-capped --out $S/qwen1.5b-paste ;;
+    s33-q15-paste-r2) python benchmarks/peers/run_peers.py $S/paste-10.jsonl --model "$T/qwen1.5b.gguf" \
+           --peers $PEERS29 --max-tokens 128 --keep-capped --out $S/qwen1.5b-paste-r2 ;;
     # the next held-out sets (SET=s33b), after the 4-column Q4_K tiles
     s33b-q15-paste) python benchmarks/peers/run_peers.py $S/paste-10.jsonl --model "$T/qwen1.5b.gguf" \
            --peers $PEERS29 --max-tokens 128 --keep-capped --out $S/qwen1.5b-paste ;;
