@@ -15,7 +15,7 @@
 # SET=s33b s33b-q15-paste s33b-q15-code s33b-q05-paste s33b-q05-chat (the next ones, after the 4-column Q4_K tiles);
 # s33b-q15-paste-r2 runs s33b-q15-paste again after the one-row trial's warm-up and quads (its first run's
 # arms ran their plain steps on different kernels); s33b-cold: cold start and calibration on a fresh store;
-# s33b-q05-chat-r2 and SET=s33 s33-q15-paste-r2 after the arms share one one-row trial (s33b-q05-chat's pinned arms ran vec_dot, the others not).
+# s33b-smol-chat (the bundled model), s33b-q05-chat-r2 and SET=s33 s33-q15-paste-r2 after the arms share one one-row trial (s33b-q05-chat's pinned arms ran vec_dot, the others not).
 # Targets come from benchmarks/targets/assemble.py (~/.cache/adaspark/targets). Held-out sets are
 # in benchmarks/results/real-targets/$SET/ (default s25: conversations no tuning in this repo
 # looked at; s24's sets and reports stay as they were run). Every step writes its report under
@@ -134,6 +134,8 @@ for step in "${steps[@]}"; do
            --peers $PEERS29 --max-tokens 128 --keep-capped --out $S/qwen0.5b-chat ;;
     s33b-q05-chat-r2) python benchmarks/peers/run_peers.py $S/chat-12.jsonl --model "$T/qwen0.5b.gguf" \
            --peers $PEERS29 --max-tokens 128 --keep-capped --out $S/qwen0.5b-chat-r2 ;;
+    s33b-smol-chat) python benchmarks/peers/run_peers.py $S/chat-12.jsonl \
+           --peers $PEERS29 --max-tokens 128 --keep-capped --out $S/smollm2-chat ;;
     # cold start and calibration on a fresh store (SET=s33b): --log-rounds, then benchmarks/cold_start.py
     s33b-cold) mkdir -p $S/cold-start
        for run in "qwen0.5b chat-12" "qwen0.5b paste-10" "qwen1.5b paste-10"; do
