@@ -28,6 +28,14 @@ S=benchmarks/results/real-targets/$SET
 U=benchmarks/results/tui-vs-headless
 PEERS=adaspark:ar,adaspark,server-ngram-mod,server-plain
 PEERS29=adaspark:ar,adaspark,adaspark:pinned:4,adaspark:pinned:8,server-ngram-mod,server-plain
+# peers29 SET MODEL OUT: run_peers.py on $S/SET.jsonl with MODEL ($T/MODEL.gguf; - for the bundled one),
+# AdaSpark's ar, adaspark and pinned widths against llama-server, greedy, 128 tokens, capped replies kept
+peers29() {
+  local model=()
+  if [ "$2" != - ]; then model=(--model "$T/$2.gguf"); fi
+  python benchmarks/peers/run_peers.py "$S/$1.jsonl" "${model[@]}" --peers $PEERS29 --max-tokens 128 \
+    --keep-capped --out "$S/$3"
+}
 steps=("$@"); [ ${#steps[@]} -eq 0 ] && steps=(tui tui-qwen qwen-chat qwen-paste q15-paste pinned)
 lscpu | grep "Model name"
 for step in "${steps[@]}"; do
@@ -82,29 +90,18 @@ for step in "${steps[@]}"; do
     s28-smol-chat) adaspark bench $S/chat-8.jsonl --arms adaspark,pinned:4,ar \
            --max-tokens 128 --keep-capped --no-progress --report $S/smollm2-chat ;;
     # the sets no target had run (SET=s29), peers and pinned widths in one interleaved run
-    s29-q05-chat) python benchmarks/peers/run_peers.py $S/chat-19.jsonl --model "$T/qwen0.5b.gguf" \
-           --peers $PEERS29 --max-tokens 128 --keep-capped --out $S/qwen0.5b-chat ;;
-    s29-q05-code) python benchmarks/peers/run_peers.py $S/code-6-0.5b.jsonl --model "$T/qwen0.5b.gguf" \
-           --peers $PEERS29 --max-tokens 128 --keep-capped --out $S/qwen0.5b-code ;;
-    s29-q15-paste) python benchmarks/peers/run_peers.py $S/paste-4-1.5b.jsonl --model "$T/qwen1.5b.gguf" \
-           --peers $PEERS29 --max-tokens 128 --keep-capped --out $S/qwen1.5b-paste ;;
-    s29-smol-chat) python benchmarks/peers/run_peers.py $S/chat-19.jsonl \
-           --peers $PEERS29 --max-tokens 128 --keep-capped --out $S/smollm2-chat ;;
-    s29-gemma-chat) python benchmarks/peers/run_peers.py $S/chat-19.jsonl --model "$T/gemma270m.gguf" \
-           --peers $PEERS29 --max-tokens 128 --keep-capped --out $S/gemma270m-chat ;;
+    s29-q05-chat) peers29 chat-19 qwen0.5b qwen0.5b-chat ;;
+    s29-q05-code) peers29 code-6-0.5b qwen0.5b qwen0.5b-code ;;
+    s29-q15-paste) peers29 paste-4-1.5b qwen1.5b qwen1.5b-paste ;;
+    s29-smol-chat) peers29 chat-19 - smollm2-chat ;;
+    s29-gemma-chat) peers29 chat-19 gemma270m gemma270m-chat ;;
     # the last conversations no target had run (SET=s30): ShareGPT chats (3 turns) and pasted code
-    s30-q05-chat) python benchmarks/peers/run_peers.py $S/chat-12-sg.jsonl --model "$T/qwen0.5b.gguf" \
-           --peers $PEERS29 --max-tokens 128 --keep-capped --out $S/qwen0.5b-chat ;;
-    s30-q15-code) python benchmarks/peers/run_peers.py $S/code-7.jsonl --model "$T/qwen1.5b.gguf" \
-           --peers $PEERS29 --max-tokens 128 --keep-capped --out $S/qwen1.5b-code ;;
-    s30-q05-code) python benchmarks/peers/run_peers.py $S/code-7.jsonl --model "$T/qwen0.5b.gguf" \
-           --peers $PEERS29 --max-tokens 128 --keep-capped --out $S/qwen0.5b-code ;;
-    s30b-q05-chat) python benchmarks/peers/run_peers.py $S/chat-11-sg-b.jsonl --model "$T/qwen0.5b.gguf" \
-           --peers $PEERS29 --max-tokens 128 --keep-capped --out $S/qwen0.5b-chat-b ;;
-    s30b-smol-chat) python benchmarks/peers/run_peers.py $S/chat-11-sg-b.jsonl \
-           --peers $PEERS29 --max-tokens 128 --keep-capped --out $S/smollm2-chat-b ;;
-    s30b-q15-humaneval) python benchmarks/peers/run_peers.py $S/humaneval-6-1.5b.jsonl --model "$T/qwen1.5b.gguf" \
-           --peers $PEERS29 --max-tokens 128 --keep-capped --out $S/qwen1.5b-humaneval ;;
+    s30-q05-chat) peers29 chat-12-sg qwen0.5b qwen0.5b-chat ;;
+    s30-q15-code) peers29 code-7 qwen1.5b qwen1.5b-code ;;
+    s30-q05-code) peers29 code-7 qwen0.5b qwen0.5b-code ;;
+    s30b-q05-chat) peers29 chat-11-sg-b qwen0.5b qwen0.5b-chat-b ;;
+    s30b-smol-chat) peers29 chat-11-sg-b - smollm2-chat-b ;;
+    s30b-q15-humaneval) peers29 humaneval-6-1.5b qwen1.5b qwen1.5b-humaneval ;;
     # HumanEval 6-13 and 14-19 on the 1.5B (SET=s31): pinned widths, then the peers
     s31-q15-humaneval) python benchmarks/peers/run_peers.py $S/humaneval-8-1.5b.jsonl --model "$T/qwen1.5b.gguf" \
            --peers adaspark:ar,adaspark,adaspark:pinned:4,adaspark:pinned:8 --max-tokens 128 --keep-capped \
@@ -113,29 +110,18 @@ for step in "${steps[@]}"; do
            --peers adaspark:ar,adaspark,adaspark:pinned:8,server-ngram-mod,server-plain --max-tokens 128 \
            --keep-capped --out $S/qwen1.5b-humaneval-b ;;
     # sets from benchmarks/heldout_sets.py (SET=s33), after the one-row kernels read rows in memory order
-    s33-q05-chat) python benchmarks/peers/run_peers.py $S/chat-12.jsonl --model "$T/qwen0.5b.gguf" \
-           --peers $PEERS29 --max-tokens 128 --keep-capped --out $S/qwen0.5b-chat ;;
-    s33-q05-paste) python benchmarks/peers/run_peers.py $S/paste-10.jsonl --model "$T/qwen0.5b.gguf" \
-           --peers $PEERS29 --max-tokens 128 --keep-capped --out $S/qwen0.5b-paste ;;
-    s33-q15-paste) python benchmarks/peers/run_peers.py $S/paste-10.jsonl --model "$T/qwen1.5b.gguf" \
-           --peers $PEERS29 --max-tokens 128 --keep-capped --out $S/qwen1.5b-paste ;;
-    s33-q15-paste-r2) python benchmarks/peers/run_peers.py $S/paste-10.jsonl --model "$T/qwen1.5b.gguf" \
-           --peers $PEERS29 --max-tokens 128 --keep-capped --out $S/qwen1.5b-paste-r2 ;;
+    s33-q05-chat) peers29 chat-12 qwen0.5b qwen0.5b-chat ;;
+    s33-q05-paste) peers29 paste-10 qwen0.5b qwen0.5b-paste ;;
+    s33-q15-paste) peers29 paste-10 qwen1.5b qwen1.5b-paste ;;
+    s33-q15-paste-r2) peers29 paste-10 qwen1.5b qwen1.5b-paste-r2 ;;
     # the next held-out sets (SET=s33b), after the 4-column Q4_K tiles
-    s33b-q15-paste) python benchmarks/peers/run_peers.py $S/paste-10.jsonl --model "$T/qwen1.5b.gguf" \
-           --peers $PEERS29 --max-tokens 128 --keep-capped --out $S/qwen1.5b-paste ;;
-    s33b-q15-code) python benchmarks/peers/run_peers.py $S/code-8.jsonl --model "$T/qwen1.5b.gguf" \
-           --peers $PEERS29 --max-tokens 128 --keep-capped --out $S/qwen1.5b-code ;;
-    s33b-q15-paste-r2) python benchmarks/peers/run_peers.py $S/paste-10.jsonl --model "$T/qwen1.5b.gguf" \
-           --peers $PEERS29 --max-tokens 128 --keep-capped --out $S/qwen1.5b-paste-r2 ;;
-    s33b-q05-paste) python benchmarks/peers/run_peers.py $S/paste-10.jsonl --model "$T/qwen0.5b.gguf" \
-           --peers $PEERS29 --max-tokens 128 --keep-capped --out $S/qwen0.5b-paste ;;
-    s33b-q05-chat) python benchmarks/peers/run_peers.py $S/chat-12.jsonl --model "$T/qwen0.5b.gguf" \
-           --peers $PEERS29 --max-tokens 128 --keep-capped --out $S/qwen0.5b-chat ;;
-    s33b-q05-chat-r2) python benchmarks/peers/run_peers.py $S/chat-12.jsonl --model "$T/qwen0.5b.gguf" \
-           --peers $PEERS29 --max-tokens 128 --keep-capped --out $S/qwen0.5b-chat-r2 ;;
-    s33b-smol-chat) python benchmarks/peers/run_peers.py $S/chat-12.jsonl \
-           --peers $PEERS29 --max-tokens 128 --keep-capped --out $S/smollm2-chat ;;
+    s33b-q15-paste) peers29 paste-10 qwen1.5b qwen1.5b-paste ;;
+    s33b-q15-code) peers29 code-8 qwen1.5b qwen1.5b-code ;;
+    s33b-q15-paste-r2) peers29 paste-10 qwen1.5b qwen1.5b-paste-r2 ;;
+    s33b-q05-paste) peers29 paste-10 qwen0.5b qwen0.5b-paste ;;
+    s33b-q05-chat) peers29 chat-12 qwen0.5b qwen0.5b-chat ;;
+    s33b-q05-chat-r2) peers29 chat-12 qwen0.5b qwen0.5b-chat-r2 ;;
+    s33b-smol-chat) peers29 chat-12 - smollm2-chat ;;
     # cold start and calibration on a fresh store (SET=s33b): --log-rounds, then benchmarks/cold_start.py
     s33b-cold) mkdir -p $S/cold-start
        for run in "qwen0.5b chat-12" "qwen0.5b paste-10" "qwen1.5b paste-10"; do

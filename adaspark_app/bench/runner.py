@@ -307,8 +307,7 @@ def run_bench(
         meta["elapsed_s"] = round(time.time() - started, 2)
         meta["interrupted"] = interrupted
         meta["replies_done"] = len(records)
-        verdicts = {label: one_row_verdict(e) for label, e in engines.items()}
-        meta["one_row"] = {label: v for label, v in verdicts.items() if v is not None}
+        meta["one_row"] = {label: v for label, e in engines.items() if (v := one_row_verdict(e)) is not None}
         meta["replies_planned"] = total_replies
         return write_report(records, meta, out_dir)
 
