@@ -16,6 +16,7 @@
 # s33b-q15-paste-r2 runs s33b-q15-paste again after the one-row trial's warm-up and quads (its first run's
 # arms ran their plain steps on different kernels); s33b-cold: cold start and calibration on a fresh store;
 # s33b-smol-chat (the bundled model), s33b-q05-chat-r2 and SET=s33 s33-q15-paste-r2 after the arms share one one-row trial (s33b-q05-chat's pinned arms ran vec_dot, the others not).
+# with SET=s35 s35-smol-chat s35-q05-chat s35-q05-paste (s35/: the next held-out sets); SET=s33b s33b-smol-chat-r2.
 # Targets come from benchmarks/targets/assemble.py (~/.cache/adaspark/targets). Held-out sets are
 # in benchmarks/results/real-targets/$SET/ (default s25: conversations no tuning in this repo
 # looked at; s24's sets and reports stay as they were run). Every step writes its report under
@@ -122,6 +123,15 @@ for step in "${steps[@]}"; do
     s33b-q05-chat) peers29 chat-12 qwen0.5b qwen0.5b-chat ;;
     s33b-q05-chat-r2) peers29 chat-12 qwen0.5b qwen0.5b-chat-r2 ;;
     s33b-smol-chat) peers29 chat-12 - smollm2-chat ;;
+    # the bundled model's chats again, AdaSpark's arms only (adaspark bench, no llama-server), SET=s33b
+    s33b-smol-chat-r2) adaspark bench $S/chat-12.jsonl --arms ar,adaspark,pinned:4,pinned:8 --max-tokens 128 \
+           --keep-capped --no-progress --report $S/smollm2-chat-r2
+       python benchmarks/rebase_report.py $S/smollm2-chat-r2/replies.jsonl --base adaspark \
+           > $S/smollm2-chat-r2/rebased-adaspark.md ;;
+    # the next held-out sets (SET=s35): the bundled model's pinned widths again, then the 0.5B
+    s35-smol-chat) peers29 chat-12 - smollm2-chat ;;
+    s35-q05-chat) peers29 chat-12 qwen0.5b qwen0.5b-chat ;;
+    s35-q05-paste) peers29 paste-10 qwen0.5b qwen0.5b-paste ;;
     # cold start and calibration on a fresh store (SET=s33b): --log-rounds, then benchmarks/cold_start.py
     s33b-cold) mkdir -p $S/cold-start
        for run in "qwen0.5b chat-12" "qwen0.5b paste-10" "qwen1.5b paste-10"; do
