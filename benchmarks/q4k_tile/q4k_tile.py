@@ -52,15 +52,16 @@ def patched(src: str) -> str:
     tile, tail = (rest, "") if end < 0 else (rest[:end], rest[end:])
     if not sep or tile.count(DECODE) != 1 or tile.count(FLOAT_START) != 1 or tile.count(PREFETCH) != 1:
         raise ValueError("tile_q4_K_x4 changed: update q4k_tile.py's patterns")
-    src = tile  # only the 4-column tile is patched
-    src = src.replace(DECODE, "#ifdef NO_DECODE\n                ms[r] = _mm512_castsi256_si512(_mm256_cvtepu8_epi16("
-                      "_mm_loadu_si128((const __m128i *)x[r]->scales)));\n#else\n" + DECODE + "\n#endif")
-    i = src.index(FLOAT_START)
-    k = src.rindex("        }\n", i, src.index(FLOAT_END, i))
+    # only the 4-column tile is patched: the kernel's other tiles and the one-row path stay as shipped
+    tile = tile.replace(DECODE, "#ifdef NO_DECODE\n                ms[r] = _mm512_castsi256_si512(_mm256_cvtepu8_epi16("
+                        "_mm_loadu_si128((const __m128i *)x[r]->scales)));\n#else\n" + DECODE + "\n#endif")
+    i = tile.index(FLOAT_START)
+    k = tile.rindex("        }\n", i, tile.index(FLOAT_END, i))
     fold = ("            for (int r = 0; r < RM; ++r) acc[0][r] = _mm512_add_ps(acc[0][r], _mm512_cvtepi32_ps(_mm512_add_epi32("
             "_mm512_add_epi32(sumz[0][r], sumz[1][r]), _mm512_add_epi32(sumz[2][r], sumz[3][r]))));\n")
-    src = src[:i] + "#ifndef NO_FLOAT\n" + src[i:k] + "#else\n" + fold + "#endif\n" + src[k:]
-    return head + sep + src.replace(PREFETCH, "#ifndef NO_PF\n" + PREFETCH + "#endif\n") + tail
+    tile = tile[:i] + "#ifndef NO_FLOAT\n" + tile[i:k] + "#else\n" + fold + "#endif\n" + tile[k:]
+    tile = tile.replace(PREFETCH, "#ifndef NO_PF\n" + PREFETCH + "#endif\n")
+    return head + sep + tile + tail
 
 
 def main() -> int:
