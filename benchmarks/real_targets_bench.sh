@@ -17,6 +17,7 @@
 # arms ran their plain steps on different kernels); s33b-cold: cold start and calibration on a fresh store;
 # s33b-smol-chat (the bundled model), s33b-q05-chat-r2 and SET=s33 s33-q15-paste-r2 after the arms share one one-row trial (s33b-q05-chat's pinned arms ran vec_dot, the others not).
 # with SET=s35 s35-smol-chat s35-q05-chat s35-q05-paste (s35/: the next held-out sets); SET=s33b s33b-smol-chat-r2.
+# with SET=s36 s36-smol-chat s36-q05-chat s36-q05-paste s36-cold (s36/: the next held-out sets, narrow widths priced after one measurement).
 # Targets come from benchmarks/targets/assemble.py (~/.cache/adaspark/targets). Held-out sets are
 # in benchmarks/results/real-targets/$SET/ (default s25: conversations no tuning in this repo
 # looked at; s24's sets and reports stay as they were run). Every step writes its report under
@@ -139,6 +140,19 @@ for step in "${steps[@]}"; do
          adaspark run $S/$2.jsonl --model "$T/$1.gguf" --arm adaspark --max-tokens 128 --fresh-store \
            --out $O --log-rounds $R
          python benchmarks/cold_start.py $R > $S/cold-start/$1-$2.txt; rm -f $R $O
+       done ;;
+    # the next held-out sets (SET=s36), after narrow widths are priced from one measurement
+    s36-smol-chat) peers29 chat-12 - smollm2-chat ;;
+    s36-q05-chat) peers29 chat-12 qwen0.5b qwen0.5b-chat ;;
+    s36-q05-paste) peers29 paste-10 qwen0.5b qwen0.5b-paste ;;
+    # cold start and calibration on a fresh store, two runs each (SET=s36; - is the bundled model)
+    s36-cold) mkdir -p $S/cold-start
+       for run in "- chat-12 1" "- chat-12 2" "qwen0.5b chat-12 1" "qwen0.5b chat-12 2" "qwen0.5b paste-10 1" \
+                  "qwen0.5b paste-10 2"; do
+         set -- $run; R=$(mktemp --suffix=.jsonl); O=$(mktemp --suffix=.jsonl); model=()
+         if [ "$1" != - ]; then model=(--model "$T/$1.gguf"); fi
+         adaspark run $S/$2.jsonl "${model[@]}" --arm adaspark --max-tokens 128 --fresh-store --out $O --log-rounds $R
+         python benchmarks/cold_start.py $R > $S/cold-start/${1/-/smollm2}-$2-$3.txt; rm -f $R $O
        done ;;
     *) echo "unknown step $step" >&2; exit 2 ;;
   esac

@@ -13,7 +13,8 @@ from adaspark_app.engine.arms import AdaSparkPolicy, Arm
 from adaspark_app.engine.ngram import NgramIndex
 from adaspark_app.engine.rounds import RoundStart
 from adaspark_app.explain import account, read_rounds
-from adaspark_app.learn.constants import LADDER, MEASUREMENTS_BEFORE_PRICED, PENDING_STALL
+from adaspark_app.learn.constants import (COLD_ALWAYS_BELOW, CONDITIONAL_MEASUREMENTS, LADDER, MEASUREMENTS_BEFORE_PRICED,
+                                          PENDING_STALL)
 from adaspark_app.learn.cost import context_band
 from adaspark_app.learn.gates import PROBE_NONE
 from adaspark_app.learn.kinds import Decider
@@ -73,10 +74,13 @@ def test_plan_trace_names_cold_measurements_then_the_chooser():
     s_d = np.zeros(66)
     s_n = np.concatenate([[0.0, 0.0], np.cumsum(np.full(64, 0.6))])  # a long, likely chain
     seen: list[str] = []
+    cold_widths: list[int] = []
     for i in range(120):
         ctx = 300 + i
         plan = s.plan(ctx, s_d, s_n, 0.001)
         seen.append(plan.decided_by.value)
+        if plan.decided_by == Decider.COLD:
+            cold_widths.append(plan.width)
         if plan.decided_by in (Decider.COLD, Decider.SPLIT):
             assert plan.measured
         else:
@@ -93,7 +97,10 @@ def test_plan_trace_names_cold_measurements_then_the_chooser():
         acc[: min(rows - 1, 2)] = True
         s.observe(plan, ctx, verify, 0.001, int(acc.sum()) + 1, i == 0, q, np.ones(rows - 1, np.int64), acc)
     assert seen[0] == Decider.COLD.value
-    assert seen.count(Decider.COLD.value) >= MEASUREMENTS_BEFORE_PRICED * (len(LADDER) - 3)
+    # width 1 three times after the request's first round (which teaches nothing), then each
+    # narrow ladder width once (CONDITIONAL_MEASUREMENTS); 16 rows and up wait at their bound
+    narrow = [w for w in LADDER if 1 < w < COLD_ALWAYS_BELOW]
+    assert cold_widths == [1] * (MEASUREMENTS_BEFORE_PRICED + 1) + [w for w in narrow for _ in range(CONDITIONAL_MEASUREMENTS)]
     assert Decider.CHOOSER.value in seen[-40:]
 
 

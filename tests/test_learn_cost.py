@@ -86,12 +86,11 @@ def _cold_run(q: float, rounds: int = 40, curve=_linear_ms):
 ])
 def test_cold_start_times_width_1_by_plain_steps_and_measures_only_widths_that_could_win(q, expect):
     """Width 1 is timed by plain steps (free); every narrow ladder width is measured only on a
-    tree where, at a lower bound on its price, it could win, three times
-    (MEASUREMENTS_BEFORE_PRICED), narrowest first. Wide ones (from COLD_ALWAYS_BELOW rows) are
-    never measured cold: they wait, at an upper bound, for a round they win."""
+    tree where, at a lower bound on its price, it could win, and priced after
+    CONDITIONAL_MEASUREMENTS such rounds, narrowest first. Wide ones (from COLD_ALWAYS_BELOW rows)
+    are never measured cold: they wait, at an upper bound, for a round they win."""
     sch, measured = _cold_run(q)
-    reps = {w: MEASUREMENTS_BEFORE_PRICED if w < COLD_ALWAYS_BELOW else CONDITIONAL_MEASUREMENTS for w in LADDER}
-    assert measured == [w for w in expect for _ in range(reps[w])]
+    assert measured == [w for w in expect for _ in range(CONDITIONAL_MEASUREMENTS)]
     assert all(sch.cost.is_priced(w) for w in expect)
     assert not any(sch.cost.classes[w].count for w in LADDER if w not in expect and w > 1)
 
@@ -205,10 +204,11 @@ def test_roofline_bound_stays_below_the_true_price_of_narrow_widths(curve):
 
 def test_cold_start_on_a_weak_tree_costs_a_fraction_of_measuring_every_width():
     """Known answer on the weak tree of a fresh drafter (q 0.1): rows verified beyond a plain
-    step by the measurements, 3 x (2 - 1) = 3, where three of each of 2, 4 and 8 and a drafted
-    tree for each of width 1's three (the old cold start) cost 3 x (1 + 3 + 7) = 33 extra rows."""
+    step by the measurements, CONDITIONAL_MEASUREMENTS x (2 - 1) = 1, where three of each of 2, 4
+    and 8 and a drafted tree for each of width 1's three (the first cold start) cost
+    3 x (1 + 3 + 7) = 33 extra rows, and three of width 2 alone (until session 36) 3."""
     _, measured = _cold_run(0.1)
-    assert sum(w - 1 for w in measured) == 3
+    assert sum(w - 1 for w in measured) == CONDITIONAL_MEASUREMENTS * (2 - 1)
 
 
 def test_measurement_round_with_narrower_tree_does_not_count_and_teaches_reach():

@@ -98,14 +98,12 @@ def test_a_state_of_the_previous_layout_loads_without_a_notice(keyed_store, mode
     shutil.copy(src, path)
     old = json.loads((DATA / "learned_state_b9fbe7f.json").read_text())
     _set_state(path, key_id, json.dumps(old))
-    # priced as the cost model rules (learn/constants.py): three measurements, or one for a width
-    # measured only where it could win (a split, or a ladder width from COLD_ALWAYS_BELOW up)
-    from adaspark_app.learn.constants import (COLD_ALWAYS_BELOW, CONDITIONAL_MEASUREMENTS,
-                                              MEASUREMENTS_BEFORE_PRICED)
+    # priced as the cost model rules (learn/constants.py): three measurements for the plain step,
+    # CONDITIONAL_MEASUREMENTS for every wider width (each measured only where it could win)
+    from adaspark_app.learn.constants import CONDITIONAL_MEASUREMENTS, MEASUREMENTS_BEFORE_PRICED
 
     def need(c: dict) -> int:
-        conditional = c["origin"] == "split" or (c["origin"] == "ladder" and c["width"] >= COLD_ALWAYS_BELOW)
-        return CONDITIONAL_MEASUREMENTS if conditional else MEASUREMENTS_BEFORE_PRICED
+        return CONDITIONAL_MEASUREMENTS if c["width"] > 1 else MEASUREMENTS_BEFORE_PRICED
 
     priced = sum(1 for c in old["scheduler"]["cost"]["classes"] if c["count"] >= need(c))
     with Store.open(path) as store:

@@ -22,7 +22,7 @@ HELDOUT_SMALL_BAND: int = 4  # ... or on all of a band with fewer than this many
 LAW_CLAMP: tuple[float, float] = (0.5, 3.0)  # fitted law bounded to this multiple of the class's lowest time
 LEVEL_WINDOW: int = 8  # level = min over the class's last 8 verifies of measured / law
 LEVEL_CLAMP: tuple[float, float] = (0.5, 2.0)  # the level never moves the price beyond these factors
-MEASUREMENTS_BEFORE_PRICED: int = 3  # a width is measured until it has 3 measurements (cold start / new split)
+MEASUREMENTS_BEFORE_PRICED: int = 3  # the plain step (width 1) is timed 3 times before it is priced; wider widths: CONDITIONAL_MEASUREMENTS
 SAMPLES_BEFORE_LAW: int = 3  # before a law has 3 samples the price is the lowest measured time
 LADDER: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64)  # starting width table; width 1 ADDED to the paper's ladder
 HOLD_ROUNDS_BEFORE_SPLIT: int = 8  # chooser must hold a width this long before a class is split
@@ -35,7 +35,7 @@ REACH_PATIENCE: int = 8  # rounds before a pending width wider than every tree s
 SPLIT_PATIENCE: int = 512  # rounds a split width may wait for a round where it could win before it is dropped
 COLD_ALWAYS_BELOW: int = 16  # DEVIATION: ladder widths from this up whose bound passes COLD_RISK_STEPS are offered unmeasured at an upper bound (T(a) n / a) until a round verifies one; the others are measured where they could win at a lower bound
 COLD_RISK_STEPS: float = 5.0  # DEVIATION: a wide cold width whose upper-bound price exceeds this many plain steps waits at that bound (about a cold 8-row verify on the dearest CPU curve measured, SmolLM2 on the Xeon: 5.2)
-CONDITIONAL_MEASUREMENTS: int = 1  # DEVIATION: a width verified only where it could (split) or did (wide ladder, at its bound) win is priced after 1
+CONDITIONAL_MEASUREMENTS: int = 1  # DEVIATION: every width above 1 is verified only where it could (cold, split) or did (wide ladder, at its bound) win, and is priced after 1
 ROOFLINE_SLOPE_SHARE: float = 0.5  # DEVIATION: a narrow cold width's lower-bound price rises by half the per-row slope of the two widest priced widths below it
 PENDING_STALL: int = 64  # rounds a width may wait for a tree wide enough before it stops forcing drafting
 FIXED_EMA_WEIGHT: float = 0.2  # weight of the newest round in the running D that prices a drafted round before it is timed

@@ -363,20 +363,26 @@ class RowClass:
 
     @property
     def conditional(self) -> bool:
-        """Measured only in rounds where it could win: a split (scheduler._split_to_measure), or
-        a ladder width of COLD_ALWAYS_BELOW rows or more, verified first where it wins at an
-        upper bound on its price (``VerifyCostModel.at_bound``)."""
-        return self.origin == "split" or (self.origin == "ladder" and self.width >= COLD_ALWAYS_BELOW)
+        """Verified only in rounds where it could or did win, so priced after
+        CONDITIONAL_MEASUREMENTS: every width but the plain step. A split is measured where it
+        could win (scheduler._split_to_measure), a narrow ladder or reach width likewise at a
+        lower bound on its price (scheduler._cold_could_win), and a ladder width of
+        COLD_ALWAYS_BELOW rows or more first where it wins at an upper bound
+        (``VerifyCostModel.at_bound``). Width 1 is timed by plain steps, for free."""
+        return self.width > 1
 
     @property
     def needed(self) -> int:
-        """Measurements before the width is offered: §3.2's three, or for a conditional width
-        CONDITIONAL_MEASUREMENTS (a deviation): each of its measurements is a verify of many rows
-        run only because it could win, and once offered every round verified at it goes on
-        teaching its class. One sample prices it at that sample's time, which interference can
-        only raise: the error leans toward narrower widths, never toward a width that costs more
-        than priced. A narrow ladder width is also measured only where it could win
-        (``scheduler._cold_could_win``) but keeps the three: its rounds are cheap and common."""
+        """Measurements before the width is offered: §3.2's three for the plain step, and
+        CONDITIONAL_MEASUREMENTS (a deviation) for a conditional width: each of its measurements
+        is a verify run only because it could win, and once offered every round verified at it
+        goes on teaching its class. One sample prices it at that sample's time, which
+        interference can only raise: the error leans toward narrower widths, never toward a
+        width that costs more than priced. Narrow ladder widths kept the three until session 36:
+        on an AMD EPYC (Zen 4) their nine cold rounds (2, 4 and 8 rows, three each) were most of
+        the cold start, 2.9-6.7% of the first reply's decode time on the bundled model's chats
+        and 14.5% on Qwen2.5-Coder-0.5B's, against 1.0-1.2% and 0.0% with one each
+        (benchmarks/results/real-targets/s36/)."""
         return CONDITIONAL_MEASUREMENTS if self.conditional else MEASUREMENTS_BEFORE_PRICED
 
     @property
@@ -491,7 +497,7 @@ class VerifyCostModel:
         self._pending = None
 
     def pending(self) -> list[int]:
-        """Widths with fewer than MEASUREMENTS_BEFORE_PRICED measurements, narrowest first."""
+        """Widths not yet priced (fewer measurements than ``RowClass.needed``), narrowest first."""
         ws = self.widths()
         if self._pending is None:
             # which are at their bound changes only where pending does (a count, a width, a law's
@@ -565,7 +571,7 @@ class VerifyCostModel:
             self._widths_stale = True
 
     def next_measurement(self, available: int) -> int | None:
-        """Cold start (§3.2): the narrowest width with < 3 measurements that this round's tree fills.
+        """Cold start (§3.2): the narrowest unpriced width (``RowClass.needed``) this round's tree fills.
 
         ``available`` is the widest verify this round's candidates allow. A pending width wider
         than every tree seen so far teaches the table its reach (REACH_PATIENCE rounds after the

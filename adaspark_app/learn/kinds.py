@@ -45,7 +45,7 @@ class Decider(str, Enum):
     HYSTERESIS = "hysteresis"  # the incumbent held against a better-scored width inside the margin
     STAND_IN = "stand_in"  # the incumbent is not offered this round: the widest offered width below it held
     PRESSURE = "pressure"  # the CUSUM of an alternative's advantages cleared the margin (chooser.py)
-    COLD = "cold"  # a cold-start measurement of a width with < 3 measurements (Algorithm 1 line 8)
+    COLD = "cold"  # a cold-start measurement of a width not yet priced (Algorithm 1 line 8; RowClass.needed)
     SPLIT = "split"  # a measurement of a new split width, in a round where it could win (§3.2)
     CLAMP = "clamp"  # the width was cut to what the tree, the reply's token budget or the context holds
     LONG_COPY = "long_copy"  # a confirmed long copy verified whole, as llama.cpp's ngram-mod would (arms.py)

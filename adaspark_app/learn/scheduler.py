@@ -414,7 +414,7 @@ class WidthScheduler:
         return self.cost.prices(context)
 
     def cold_start_progress(self) -> tuple[int, int]:
-        """(widths with >= 3 measurements, widths learned)."""
+        """(widths priced: measured as often as RowClass.needed, widths learned)."""
         ws = self.cost.widths()
         return sum(1 for w in ws if self.cost.classes[w].priced), len(ws)
 
