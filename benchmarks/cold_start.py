@@ -12,7 +12,10 @@ where t1 is the median time of the file's unmeasured one-row rounds (a plain ste
 own if it has five or more). The cold start of a reply is the sum of its measured rounds'
 excess over its decode time (the sum of verify_ms + fixed_ms over its rounds). The headline,
 for a file that starts on a fresh store: the whole cold start (every measured round's excess,
-in whatever reply it fell) over the first reply's decode time. Per reply shares are reported too.
+in whatever reply it fell) over the first reply's decode time. Per reply shares are reported too, and how much of the whole is
+split measurements (``decided_by`` split: a width inside a class, measured once where it could
+win, whenever the chooser has held a width long enough, so also in later replies) against the
+ladder's cold measurements. A short first reply makes any later measurement a large share.
 
 Rounds that first verified a wide width at its upper bound (``bounded``: the chooser's own
 choice at the dearest price, not a measurement) are not in the cold start; their excess, by the
@@ -77,6 +80,7 @@ def cold_start(rows: list[dict]) -> dict:
         def _excess(rs: list[dict]) -> float:
             return 0.0 if t1 is None else sum(max(0.0, r["verify_ms"] + r["fixed_ms"] - r["committed"] * t1) for r in rs)
         excess = _excess(measured)
+        splits = [r for r in measured if r.get("decided_by") == "split"]
         out.append({
             "conversation": conv, "turn": turn, "rounds": len(rounds), "tokens": sum(r["committed"] for r in rounds),
             "measured_rounds": len(measured), "measured_widths": [r["width"] for r in measured],
@@ -84,6 +88,7 @@ def cold_start(rows: list[dict]) -> dict:
             "rows_beyond_committed": sum(max(0, r["width"] - r["committed"]) for r in measured),
             "plain_ms": t1, "excess_ms": excess, "decode_ms": decode,
             "share": excess / decode if decode > 0 else 0.0,
+            "split_rounds": len(splits), "split_excess_ms": _excess(splits),
             "over_plain_ms": None if t1 is None else decode - sum(r["committed"] for r in rounds) * t1,
             "bounded_rounds": len(bounded), "bounded_widths": [r["width"] for r in bounded],
             "bounded_excess_ms": _excess(bounded),
@@ -98,6 +103,8 @@ def cold_start(rows: list[dict]) -> dict:
             "total_share": total_excess / total_decode if total_decode > 0 else 0.0,
             "measured_rounds": sum(r["measured_rounds"] for r in out),
             "measured_rows": sum(r["measured_rows"] for r in out),
+            "split_rounds": sum(r["split_rounds"] for r in out),
+            "split_over_first": (sum(r["split_excess_ms"] for r in out) / first_decode if first_decode > 0 else 0.0),
             "bounded_rounds": sum(r["bounded_rounds"] for r in out),
             "bounded_over_first": (sum(r["bounded_excess_ms"] for r in out) / first_decode if first_decode > 0 else 0.0)}
 
@@ -139,6 +146,10 @@ def main(argv: list[str] | None = None) -> int:
           f"within the first reply: {100 * res['first_share']:.1f}%; over all replies: "
           f"{100 * res['total_share']:.1f}%; {res['measured_rounds']} measured rounds, {res['measured_rows']} rows "
           "(time shares are indicative on a loaded machine; the counts are not)")
+    if res["split_rounds"]:
+        print(f"of which split measurements (a width learned inside a class, at any age of the store): "
+              f"{res['split_rounds']} rounds, {100 * res['split_over_first']:.1f}% of the first reply's decode time; "
+              f"the ladder's cold start: {100 * (res['cold_over_first'] - res['split_over_first']):.1f}%")
     if res["bounded_rounds"]:
         print(f"first verifies of wide widths at their upper bound (chosen, not measured): {res['bounded_rounds']} rounds, "
               f"{[w for r in res['replies'] for w in r['bounded_widths']]}; their time beyond plain decode of what they "

@@ -74,3 +74,20 @@ def test_calibration_counts_priced_tree_rounds_only(tmp_path, capsys):
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     assert cold_start.main([str(path)]) == 0
     assert "3 priced tree rounds, cold measurements left out): 10.0 / 8 = 1.250" in capsys.readouterr().out
+
+
+def test_split_measurements_are_told_apart_from_the_ladders_cold_start(tmp_path, capsys):
+    """Known answer: a ladder measurement in the first reply (30 ms excess) and a split in the
+    second (90 ms): the whole is 120 ms over the first reply's 110 ms, of which the split 90."""
+    rows = [_row("a", 0, 1, 9.0, 1) for _ in range(6)]
+    rows += [dict(_row("a", 0, 8, 49.0, 2, measured=True), decided_by="cold")]
+    rows += [_row("b", 0, 1, 9.0, 1) for _ in range(6)]
+    rows += [dict(_row("b", 0, 12, 99.0, 1, measured=True), decided_by="split")]
+    res = cold_start.cold_start(rows)
+    assert res["cold_over_first"] == pytest.approx(120.0 / 110.0)
+    assert res["split_rounds"] == 1 and res["split_over_first"] == pytest.approx(90.0 / 110.0)
+    path = tmp_path / "ROUNDS.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert cold_start.main([str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "1 rounds, 81.8% of the first reply's decode time; the ladder's cold start: 27.3%" in out
