@@ -12,10 +12,11 @@ where t1 is the median time of the file's unmeasured one-row rounds (a plain ste
 own if it has five or more). The cold start of a reply is the sum of its measured rounds'
 excess over its decode time (the sum of verify_ms + fixed_ms over its rounds). The headline,
 for a file that starts on a fresh store: the whole cold start (every measured round's excess,
-in whatever reply it fell) over the first reply's decode time. Per reply shares are reported too, and how much of the whole is
-split measurements (``decided_by`` split: a width inside a class, measured once where it could
-win, whenever the chooser has held a width long enough, so also in later replies) against the
-ladder's cold measurements. A short first reply makes any later measurement a large share.
+in whatever reply it fell) over the first reply's decode time. Per reply shares are reported
+too, and how much of the whole is split measurements (``decided_by`` split: a width inside a
+class, measured once where it could win, whenever the chooser has held a width long enough, so
+also in later replies) against the cold measurements of the ladder (and reach) widths. A short
+first reply makes any later measurement a large share.
 
 Rounds that first verified a wide width at its upper bound (``bounded``: the chooser's own
 choice at the dearest price, not a measurement) are not in the cold start; their excess, by the
@@ -149,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     if res["split_rounds"]:
         print(f"of which split measurements (a width learned inside a class, at any age of the store): "
               f"{res['split_rounds']} rounds, {100 * res['split_over_first']:.1f}% of the first reply's decode time; "
-              f"the ladder's cold start: {100 * (res['cold_over_first'] - res['split_over_first']):.1f}%")
+              f"the ladder's (and reach's) cold start: {100 * (res['cold_over_first'] - res['split_over_first']):.1f}%")
     if res["bounded_rounds"]:
         print(f"first verifies of wide widths at their upper bound (chosen, not measured): {res['bounded_rounds']} rounds, "
               f"{[w for r in res['replies'] for w in r['bounded_widths']]}; their time beyond plain decode of what they "

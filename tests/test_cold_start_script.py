@@ -90,4 +90,4 @@ def test_split_measurements_are_told_apart_from_the_ladders_cold_start(tmp_path,
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     assert cold_start.main([str(path)]) == 0
     out = capsys.readouterr().out
-    assert "1 rounds, 81.8% of the first reply's decode time; the ladder's cold start: 27.3%" in out
+    assert "1 rounds, 81.8% of the first reply's decode time; the ladder's (and reach's) cold start: 27.3%" in out
