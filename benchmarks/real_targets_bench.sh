@@ -17,7 +17,7 @@
 # arms ran their plain steps on different kernels); s33b-cold: cold start and calibration on a fresh store;
 # s33b-smol-chat (the bundled model), s33b-q05-chat-r2 and SET=s33 s33-q15-paste-r2 after the arms share one one-row trial (s33b-q05-chat's pinned arms ran vec_dot, the others not).
 # with SET=s35 s35-smol-chat s35-q05-chat s35-q05-paste (s35/: the next held-out sets); SET=s33b s33b-smol-chat-r2.
-# with SET=s36 s36-smol-chat s36-q05-chat s36-q05-paste s36-cold s36-q15-paste (s36/: the next held-out sets, narrow widths priced after one measurement).
+# with SET=s36 s36-smol-chat s36-q05-chat s36-q05-paste s36-cold s36-q15-paste s36-q05-code (s36/: the next held-out sets, narrow widths priced after one measurement).
 # Targets come from benchmarks/targets/assemble.py (~/.cache/adaspark/targets). Held-out sets are
 # in benchmarks/results/real-targets/$SET/ (default s25: conversations no tuning in this repo
 # looked at; s24's sets and reports stay as they were run). Every step writes its report under
@@ -146,6 +146,7 @@ for step in "${steps[@]}"; do
     s36-q05-chat) peers29 chat-12 qwen0.5b qwen0.5b-chat ;;
     s36-q05-paste) peers29 paste-10 qwen0.5b qwen0.5b-paste ;;
     s36-q15-paste) peers29 paste-10 qwen1.5b qwen1.5b-paste ;;
+    s36-q05-code) peers29 code-8 qwen0.5b qwen0.5b-code ;;
     # cold start and calibration on a fresh store, two runs each (SET=s36; - is the bundled model)
     s36-cold) mkdir -p $S/cold-start
        for run in "- chat-12 1" "- chat-12 2" "qwen0.5b chat-12 1" "qwen0.5b chat-12 2" "qwen0.5b paste-10 1" \
