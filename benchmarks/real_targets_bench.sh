@@ -30,13 +30,30 @@ S=benchmarks/results/real-targets/$SET
 U=benchmarks/results/tui-vs-headless
 PEERS=adaspark:ar,adaspark,server-ngram-mod,server-plain
 PEERS29=adaspark:ar,adaspark,adaspark:pinned:4,adaspark:pinned:8,server-ngram-mod,server-plain
-# peers29 SET MODEL OUT: run_peers.py on $S/SET.jsonl with MODEL ($T/MODEL.gguf; - for the bundled one),
+# model_opt MODEL: sets the caller's array `model` to --model $T/MODEL.gguf, or to nothing for -
+# (the bundled model)
+model_opt() {
+  model=()
+  if [ "$1" != - ]; then model=(--model "$T/$1.gguf"); fi
+}
+# peers29 SET MODEL OUT: run_peers.py on $S/SET.jsonl with MODEL (model_opt),
 # AdaSpark's ar, adaspark and pinned widths against llama-server, greedy, 128 tokens, capped replies kept
 peers29() {
-  local model=()
-  if [ "$2" != - ]; then model=(--model "$T/$2.gguf"); fi
+  local model
+  model_opt "$2"
   python benchmarks/peers/run_peers.py "$S/$1.jsonl" "${model[@]}" --peers $PEERS29 --max-tokens 128 \
     --keep-capped --out "$S/$3"
+}
+# cold SET MODEL OUT: cold start and calibration on a fresh store: adaspark run of $S/SET.jsonl with
+# MODEL (model_opt), greedy, 128 tokens, --log-rounds, then benchmarks/cold_start.py into
+# $S/cold-start/OUT.txt
+cold() {
+  local model R O
+  model_opt "$2"
+  mkdir -p "$S/cold-start"
+  R=$(mktemp --suffix=.jsonl); O=$(mktemp --suffix=.jsonl)
+  adaspark run "$S/$1.jsonl" "${model[@]}" --arm adaspark --max-tokens 128 --fresh-store --out "$O" --log-rounds "$R"
+  python benchmarks/cold_start.py "$R" > "$S/cold-start/$3.txt"; rm -f "$R" "$O"
 }
 steps=("$@"); [ ${#steps[@]} -eq 0 ] && steps=(tui tui-qwen qwen-chat qwen-paste q15-paste pinned)
 lscpu | grep "Model name"
@@ -134,12 +151,8 @@ for step in "${steps[@]}"; do
     s35-q05-chat) peers29 chat-12 qwen0.5b qwen0.5b-chat ;;
     s35-q05-paste) peers29 paste-10 qwen0.5b qwen0.5b-paste ;;
     # cold start and calibration on a fresh store (SET=s33b): --log-rounds, then benchmarks/cold_start.py
-    s33b-cold) mkdir -p $S/cold-start
-       for run in "qwen0.5b chat-12" "qwen0.5b paste-10" "qwen1.5b paste-10"; do
-         set -- $run; R=$(mktemp --suffix=.jsonl); O=$(mktemp --suffix=.jsonl)
-         adaspark run $S/$2.jsonl --model "$T/$1.gguf" --arm adaspark --max-tokens 128 --fresh-store \
-           --out $O --log-rounds $R
-         python benchmarks/cold_start.py $R > $S/cold-start/$1-$2.txt; rm -f $R $O
+    s33b-cold) for run in "qwen0.5b chat-12" "qwen0.5b paste-10" "qwen1.5b paste-10"; do
+         set -- $run; cold "$2" "$1" "$1-$2"
        done ;;
     # the next held-out sets (SET=s36), after narrow widths are priced from one measurement
     s36-smol-chat) peers29 chat-12 - smollm2-chat ;;
@@ -148,13 +161,9 @@ for step in "${steps[@]}"; do
     s36-q15-paste) peers29 paste-10 qwen1.5b qwen1.5b-paste ;;
     s36-q05-code) peers29 code-8 qwen0.5b qwen0.5b-code ;;
     # cold start and calibration on a fresh store, two runs each (SET=s36; - is the bundled model)
-    s36-cold) mkdir -p $S/cold-start
-       for run in "- chat-12 1" "- chat-12 2" "qwen0.5b chat-12 1" "qwen0.5b chat-12 2" "qwen0.5b paste-10 1" \
+    s36-cold) for run in "- chat-12 1" "- chat-12 2" "qwen0.5b chat-12 1" "qwen0.5b chat-12 2" "qwen0.5b paste-10 1" \
                   "qwen0.5b paste-10 2"; do
-         set -- $run; R=$(mktemp --suffix=.jsonl); O=$(mktemp --suffix=.jsonl); model=()
-         if [ "$1" != - ]; then model=(--model "$T/$1.gguf"); fi
-         adaspark run $S/$2.jsonl "${model[@]}" --arm adaspark --max-tokens 128 --fresh-store --out $O --log-rounds $R
-         python benchmarks/cold_start.py $R > $S/cold-start/${1/-/smollm2}-$2-$3.txt; rm -f $R $O
+         set -- $run; cold "$2" "$1" "${1/-/smollm2}-$2-$3"
        done ;;
     *) echo "unknown step $step" >&2; exit 2 ;;
   esac
