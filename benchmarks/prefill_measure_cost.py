@@ -1,21 +1,22 @@
-"""What measuring the ladder in a fresh store's first prefill costs (Decoder._prefill).
+"""What measuring the ladder in a fresh store's first prefill costs, and what it saves, on the
+first reply (Decoder._prefill).
 
-    python benchmarks/prefill_measure_cost.py SET.jsonl [--model GGUF] [--prompts 3] [--reps 6] [--out FILE.md]
+    python benchmarks/prefill_measure_cost.py SET.jsonl [--model GGUF] [--prompts 3] [--reps 4]
+        [--max-tokens 128] [--out FILE.md]
 
-For each of the set's first prompts (its first turn, rendered with the model's chat template):
-the prefill of a fresh `adaspark` decoder (which decodes the prompt's last tokens as timed
-verifies of 2, 4, 8 ... rows) against the prefill of an `ar` decoder (one piece), in one
-process, ABBA order, the cache cleared before each. Reports per prompt the median of the paired
-ratios with a 95% bootstrap interval, the extra time in one-row steps (its median one-row step
-from `ar` steps after the prefill), and the widths measured. Nothing else may run meanwhile.
+For each of the set's first prompts (its first turn, rendered with the model's chat template),
+the first reply of a fresh store three ways, in one process, the order rotated each repetition
+and the cache cleared before each: `adaspark` measuring in the prefill (now), `adaspark` with
+`measure_in_prefill` off (the ladder measured in decode rounds, as before), and `ar`. Each
+trial times the prefill and the reply's decode (greedy, up to --max-tokens). Reports per prompt
+medians of paired ratios with 95% bootstrap intervals: the prefill, the decode and their sum,
+now over before, and each over `ar`'s sum. Nothing else may run meanwhile.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import platform
-import statistics
 import subprocess
 import sys
 import time
@@ -24,31 +25,30 @@ import numpy as np
 
 from adaspark_app.engine.arms import Arm
 from adaspark_app.engine.backend import LlamaBackend
-from adaspark_app.engine.decoder import Decoder
+from adaspark_app.engine.decoder import Decoder, run_reply
 from adaspark_app.engine.template import chat_template_for
 from adaspark_app.models.discovery import bundled_entries
 
+ARMS = ("prefill", "decode", "ar")  # adaspark measuring in the prefill, in decode rounds; ar
 
-def prefill_s(b: LlamaBackend, arm: str, prompt: list[int]) -> tuple[float, list[int]]:
+
+def first_reply(b: LlamaBackend, arm: str, prompt: list[int], max_tokens: int) -> tuple[float, float, list[int], int]:
+    """(prefill seconds, decode seconds, widths the prefill measured, reply tokens) of a fresh
+    decoder's reply."""
     b.seq_rm(0, 0, -1)
-    dec = Decoder(b, Arm(arm))
+    dec = Decoder(b, Arm("ar" if arm == "ar" else "adaspark"))
+    dec.measure_in_prefill = arm == "prefill"
     t0 = time.perf_counter()
-    dec.start_reply(prompt)
-    return time.perf_counter() - t0, list(dec.prefill_measured)
+    first, _, _ = dec.start_reply(prompt)
+    t_prefill = time.perf_counter() - t0
+    reply, stats = run_reply(dec, max_tokens, b.is_eog, first_token=first)
+    return t_prefill, stats["decode_s"], list(dec.prefill_measured), len(reply)
 
 
-def one_row_s(b: LlamaBackend, prompt: list[int], n: int = 15) -> float:
-    dec = Decoder(b, Arm("ar"))
-    b.seq_rm(0, 0, -1)
-    dec.start_reply(prompt)
-    ts = [dec.round().verify_s for _ in range(n)]
-    return statistics.median(ts)
-
-
-def boot(x: np.ndarray, n: int = 4000, seed: int = 0) -> tuple[float, float]:
-    rng = np.random.default_rng(seed)
-    meds = np.median(rng.choice(x, size=(n, len(x)), replace=True), axis=1)
-    return float(np.quantile(meds, 0.025)), float(np.quantile(meds, 0.975))
+def interval(x: list[float], n: int = 4000, seed: int = 0) -> str:
+    a = np.asarray(x)
+    meds = np.median(np.random.default_rng(seed).choice(a, size=(n, len(a)), replace=True), axis=1)
+    return f"{np.median(a):.3f} [{np.quantile(meds, 0.025):.3f}, {np.quantile(meds, 0.975):.3f}]"
 
 
 def main() -> int:
@@ -56,7 +56,8 @@ def main() -> int:
     ap.add_argument("set")
     ap.add_argument("--model")
     ap.add_argument("--prompts", type=int, default=3)
-    ap.add_argument("--reps", type=int, default=6)
+    ap.add_argument("--reps", type=int, default=4)
+    ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--out")
     a = ap.parse_args()
@@ -64,30 +65,33 @@ def main() -> int:
     b = LlamaBackend(model, n_threads=a.threads)
     tpl = chat_template_for(b)
     convs = [json.loads(x) for x in open(a.set)][: a.prompts]
-    cpu = subprocess.run("lscpu | grep 'Model name'", shell=True, capture_output=True, text=True).stdout.split(":")[-1].strip()
-    lines = [f"# Measuring the ladder in the first prefill: its cost ({cpu or platform.processor()}, {a.threads} threads)", "",
+    cpu = subprocess.run("lscpu | grep 'Model name'", shell=True, capture_output=True, text=True).stdout
+    lines = [f"# The first reply on a fresh store: the ladder measured in the prefill (now) or in decode (before)", "",
              f"- command: `python benchmarks/prefill_measure_cost.py {' '.join(sys.argv[1:])}`",
-             f"- model: `{model}`; ABBA pairs per prompt: {a.reps}", "",
-             "| prompt | tokens | widths measured | `adaspark` prefill / `ar` prefill [95%] | extra, one-row steps |",
-             "|---|---|---|---|---|"]
-    for c in convs:
+             f"- model: `{model}`; CPU: {cpu.split(':')[-1].strip()}, {a.threads} threads; {a.reps} repetitions per "
+             f"prompt, arms rotated; greedy, up to {a.max_tokens} tokens", "",
+             "Medians of paired ratios, 95% bootstrap intervals over repetitions.", "",
+             "| prompt | tokens | reply tokens | widths the prefill measured | prefill now/before | decode now/before | "
+             "prefill+decode now/before | now / `ar` | before / `ar` |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for k, c in enumerate(convs):
         prompt = b.tokenize(tpl.render([{"role": "user", "content": c["turns"][0]}], add_generation_prompt=True),
                             add_special=False, parse_special=True)
-        prefill_s(b, "ar", prompt)  # warm-up
-        ratios, extra, widths = [], [], []
+        if k == 0:
+            first_reply(b, "ar", prompt, 8)  # warm-up (and the process's one-row trial)
+        got: dict[str, list[tuple[float, float]]] = {k: [] for k in ARMS}
+        widths: list[int] = []
+        n_reply = 0
         for i in range(a.reps):
-            order = ("adaspark", "ar") if i % 2 == 0 else ("ar", "adaspark")
-            got = {}
-            for arm in order:
-                got[arm] = prefill_s(b, arm, prompt)
-            widths = got["adaspark"][1]
-            ratios.append(got["adaspark"][0] / got["ar"][0])
-            extra.append(got["adaspark"][0] - got["ar"][0])
-        t1 = one_row_s(b, prompt)
-        r = np.array(ratios)
-        lo, hi = boot(r)
-        lines.append(f"| {c['id']} | {len(prompt)} | {widths} | {np.median(r):.3f} [{lo:.3f}, {hi:.3f}] | "
-                     f"{statistics.median(extra) / t1:.1f} |")
+            for arm in ARMS[i % 3:] + ARMS[:i % 3]:
+                p, d, w, n_reply = first_reply(b, arm, prompt, a.max_tokens)
+                got[arm].append((p, d))
+                widths = w or widths
+        ratio = lambda f, x, y: [f(u) / f(v) for u, v in zip(got[x], got[y])]  # noqa: E731
+        pre, dec_, tot = (lambda t: t[0]), (lambda t: t[1]), (lambda t: t[0] + t[1])
+        lines.append(f"| {c['id']} | {len(prompt)} | {n_reply} | {widths} | {interval(ratio(pre, 'prefill', 'decode'))} | "
+                     f"{interval(ratio(dec_, 'prefill', 'decode'))} | {interval(ratio(tot, 'prefill', 'decode'))} | "
+                     f"{interval(ratio(tot, 'prefill', 'ar'))} | {interval(ratio(tot, 'decode', 'ar'))} |")
         print(lines[-1], flush=True)
     text = "\n".join(lines) + "\n"
     print(text)

@@ -177,10 +177,10 @@ for step in "${steps[@]}"; do
     s37-cold) for run in "- chat-12 1" "qwen0.5b chat-12 1" "qwen0.5b paste-10 1" "qwen1.5b paste-10 1"; do
          set -- $run; cold "$2" "$1" "${1/-/smollm2}-$2-$3"
        done ;;
-    s37-prefill) for run in "qwen0.5b chat-12" "qwen0.5b paste-10" "qwen1.5b paste-10"; do
+    s37-prefill) for run in "- chat-12 3" "qwen0.5b chat-12 3" "qwen0.5b paste-10 2" "qwen1.5b paste-10 2"; do
          set -- $run; model_opt "$1"
-         python benchmarks/prefill_measure_cost.py "$S/$2.jsonl" "${model[@]}" --prompts 3 --reps 6 \
-           --out "$S/cold-start/prefill-$1-$2.md"
+         python benchmarks/prefill_measure_cost.py "$S/$2.jsonl" "${model[@]}" --prompts "$3" --reps 4 \
+           --out "$S/cold-start/first-reply-${1/-/smollm2}-$2.md"
        done ;;
     *) echo "unknown step $step" >&2; exit 2 ;;
   esac

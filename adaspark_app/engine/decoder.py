@@ -97,6 +97,9 @@ class Decoder:
         self.cut_tokens = 0  # accepted tokens the cut discarded, over all rounds
         self.checked_rows = 0
         self.prefill_measured: list[int] = []  # widths the last measuring prefill timed (_prefill)
+        # False: the ladder is measured in decode rounds only, as before session 37 (benchmarks'
+        # comparison, benchmarks/prefill_measure_cost.py)
+        self.measure_in_prefill = True
         # Target features of committed rows not yet injected into the drafter: kept as copies so a
         # run of plain steps costs no drafter forward; injected in one batch before the next draft.
         self._feed_feats: list[np.ndarray] = []
@@ -227,7 +230,8 @@ class Decoder:
         on_chunk = self._note_rows if self.feeds_drafter else None
         greedy = self.sampler is None
         cost = self.scheduler.cost
-        widths = cost.prefill_widths(len(tokens)) if self.policy.measures_widths else []
+        measures = self.policy.measures_widths and self.measure_in_prefill
+        widths = cost.prefill_widths(len(tokens)) if measures else []
         self.prefill_measured = []
         if not widths:
             return b.prefill(tokens, start, on_chunk=on_chunk, argmax=greedy), 1
