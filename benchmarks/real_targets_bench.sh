@@ -18,8 +18,7 @@
 # s33b-smol-chat (the bundled model), s33b-q05-chat-r2 and SET=s33 s33-q15-paste-r2 after the arms share one one-row trial (s33b-q05-chat's pinned arms ran vec_dot, the others not).
 # with SET=s35 s35-smol-chat s35-q05-chat s35-q05-paste (s35/: the next held-out sets); SET=s33b s33b-smol-chat-r2.
 # with SET=s36 s36-smol-chat s36-q05-chat s36-q05-paste s36-cold s36-q15-paste s36-q05-code (s36/: the next held-out sets, narrow widths priced after one measurement).
-# with SET=s37 s37-cold s37-prefill s37-q05-paste s37-q05-chat s37-q15-paste s37-smol-chat (s37/: the next held-out
-# sets, the ladder measured in the first prompt's prefill).
+# with SET=s37 s37-q05-paste s37-q05-chat s37-q15-paste s37-smol-chat s37-cold (s37/: the next held-out sets).
 # Targets come from benchmarks/targets/assemble.py (~/.cache/adaspark/targets). Held-out sets are
 # in benchmarks/results/real-targets/$SET/ (default s25: conversations no tuning in this repo
 # looked at; s24's sets and reports stay as they were run). Every step writes its report under
@@ -167,20 +166,14 @@ for step in "${steps[@]}"; do
                   "qwen0.5b paste-10 2"; do
          set -- $run; cold "$2" "$1" "${1/-/smollm2}-$2-$3"
        done ;;
-    # SET=s37: the next held-out sets, after the ladder is measured in the first prefill
+    # SET=s37: the next held-out sets
     s37-smol-chat) peers29 chat-12 - smollm2-chat ;;
     s37-q05-chat) peers29 chat-12 qwen0.5b qwen0.5b-chat ;;
     s37-q05-paste) peers29 paste-10 qwen0.5b qwen0.5b-paste ;;
     s37-q15-paste) peers29 paste-10 qwen1.5b qwen1.5b-paste ;;
-    # cold start and calibration on a fresh store (SET=s37), and
-    # what the measuring prefill costs against ar's
+    # cold start and calibration on a fresh store (SET=s37; - is the bundled model)
     s37-cold) for run in "- chat-12 1" "qwen0.5b chat-12 1" "qwen0.5b paste-10 1" "qwen1.5b paste-10 1"; do
          set -- $run; cold "$2" "$1" "${1/-/smollm2}-$2-$3"
-       done ;;
-    s37-prefill) for run in "- chat-12 3" "qwen0.5b chat-12 3" "qwen0.5b paste-10 2" "qwen1.5b paste-10 2"; do
-         set -- $run; model_opt "$1"
-         python benchmarks/prefill_measure_cost.py "$S/$2.jsonl" "${model[@]}" --prompts "$3" --reps 4 \
-           --out "$S/cold-start/first-reply-${1/-/smollm2}-$2.md"
        done ;;
     *) echo "unknown step $step" >&2; exit 2 ;;
   esac

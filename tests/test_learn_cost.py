@@ -414,21 +414,3 @@ def test_cost_model_state_dict_round_trips_through_json():
     assert again.state_dict() == cost.state_dict()
     for c in (400, 1500, 2800):
         assert again.prices(c) == cost.prices(c)
-
-
-def test_a_prefill_times_the_unmeasured_ladder_narrowest_first_as_far_as_its_tokens_go():
-    """prefill_widths: the unmeasured ladder widths of 2 rows or more, narrowest first, while
-    their rows fit in the new prompt tokens; measured widths, the plain step and reach widths
-    are never in it, and a width it returns is priced by one observation."""
-    cost = VerifyCostModel()
-    assert cost.prefill_widths(1) == []
-    assert cost.prefill_widths(29) == [2, 4, 8]          # 2+4+8 = 14; 14+16 = 30 > 29
-    assert cost.prefill_widths(30) == [2, 4, 8, 16]
-    assert cost.prefill_widths(125) == [2, 4, 8, 16, 32]  # 126 for all six
-    assert cost.prefill_widths(126) == [2, 4, 8, 16, 32, 64]
-    for w, s in ((2, 0.012), (4, 0.015)):
-        cost.observe(w, 400, s)
-        assert cost.is_priced(w)
-    assert cost.prefill_widths(100) == [8, 16, 32]       # 8+16+32 = 56; + 64 > 100
-    cost._set_reach(12)                                   # a reach width is measured in decode only
-    assert 12 in cost.widths() and 12 not in cost.prefill_widths(200)

@@ -210,19 +210,3 @@ def test_sampled_reply_records_settings_in_out_and_rounds(engines, tmp_path):
     assert out["sampling"] == s.to_json() and out["seed"] == 42
     rows = [json.loads(line) for line in rounds.read_text().splitlines()]
     assert rows and all(r["sampling"]["top_k"] == 20 and r["seed"] == 42 for r in rows)
-
-
-def test_a_measuring_prefill_draws_the_first_token_from_the_prompts_last_row(engines, model_path):
-    """A fresh `adaspark` engine times its ladder in the first prompt's prefill, so that prefill
-    ends in a verify with logits on every row: the first token is still drawn from the prompt's
-    last row, and the seeded reply equals `ar`'s."""
-    s = SamplingSettings(temperature=0.8, seed=5)
-    conv = CONVS[0]
-    base = _conversation_replies(engines["ar"], conv, s)
-    fresh = ChatEngine(model_path, arm="adaspark")
-    try:
-        got = list(run_conversation(fresh, conv, 32, sampling=s))
-    finally:
-        fresh.close()
-    assert got[0].prefill_measured[:2] == [2, 4]  # the prefill did time widths
-    assert [r.text for r in got] == base

@@ -72,9 +72,6 @@ class ArmPolicy:
     explores = True
     #: Whether the arm ever drafts (keeps the n-gram index and feeds the drafter).
     drafts = True
-    #: Whether the arm's scheduler prices widths, so that a prompt's prefill measures its
-    #: unmeasured ones (decoder.Decoder._prefill).
-    measures_widths = False
 
     def __init__(self, arm: Arm) -> None:
         self.arm = arm
@@ -144,8 +141,6 @@ class ChainPolicy(ArmPolicy):
 
 class AdaSparkPolicy(ArmPolicy):
     """`adaspark`: the gates decide whether to draft, the scheduler chooses the width and learns."""
-
-    measures_widths = True
 
     def __init__(self, arm: Arm) -> None:
         super().__init__(arm)

@@ -276,8 +276,7 @@ class ChatEngine:
             looped=stats["looped"], stopped=stats["stopped"], arm=str(self.arm), tokens=reply,
             ngram_rounds=stats["ngram_rounds"], drafter_rounds=stats["drafter_rounds"],
             decided_by=stats["decided_by"], sampling=sjson, seed=seed, dropped_turns=window.dropped_turns,
-            prompt_length=len(prompt), capped_to=window.reply_tokens if window.capped else None,
-            prefill_measured=list(dec.prefill_measured))
+            prompt_length=len(prompt), capped_to=window.reply_tokens if window.capped else None)
         self._save(result)
         return result
 

@@ -96,10 +96,6 @@ class Decoder:
         self.cut_rounds = 0  # rounds whose accepted path was cut to keep KV cells in position order
         self.cut_tokens = 0  # accepted tokens the cut discarded, over all rounds
         self.checked_rows = 0
-        self.prefill_measured: list[int] = []  # widths the last measuring prefill timed (_prefill)
-        # False: the ladder is measured in decode rounds only, as before session 37 (benchmarks'
-        # comparison, benchmarks/prefill_measure_cost.py)
-        self.measure_in_prefill = True
         # Target features of committed rows not yet injected into the drafter: kept as copies so a
         # run of plain steps costs no drafter forward; injected in one batch before the next draft.
         self._feed_feats: list[np.ndarray] = []
@@ -204,9 +200,10 @@ class Decoder:
         if self.drafter is not None:
             self._drafter_truncate(m)
         t0 = time.perf_counter()
-        first, n_out = self._prefill(prompt[m:], m)
+        first = b.prefill(prompt[m:], m, on_chunk=self._note_rows if self.feeds_drafter else None,
+                          argmax=self.sampler is None)
         if self.sampler is not None:  # the first token is drawn like every other: at its position
-            first = self.sampler.draw(b.logits_view(n_out)[n_out - 1], len(prompt), self.sampler.history(prompt))
+            first = self.sampler.draw(b.logits_view(1)[0], len(prompt), self.sampler.history(prompt))
         dt = time.perf_counter() - t0
         self.kv_tokens = list(prompt)
         self.anchor = first
@@ -215,39 +212,6 @@ class Decoder:
         self.acceptance.begin_request()
         self.request_round = 0
         return first, len(prompt) - m, dt
-
-    def _prefill(self, tokens: list[int], start: int) -> tuple[int, int]:
-        """Decode the prompt's new `tokens` at positions start..; returns the argmax after the last
-        one (-1 when sampling) and how many rows of the last decode have logits.
-
-        While the verify-cost model has unmeasured ladder widths (a fresh store), the prompt's
-        last tokens are decoded as verifies of exactly those widths, logits on every row, each
-        timed into its class (``VerifyCostModel.prefill_widths``): a verify of n rows at this
-        context costs what n prompt tokens with their logits cost, so the first reply decodes with
-        its widths priced instead of running cold measurement rounds. Rows compute bit for bit
-        alike in any batch, so the cache holds what one prefill would have written."""
-        b = self.backend
-        on_chunk = self._note_rows if self.feeds_drafter else None
-        greedy = self.sampler is None
-        cost = self.scheduler.cost
-        measures = self.policy.measures_widths and self.measure_in_prefill
-        widths = cost.prefill_widths(len(tokens)) if measures else []
-        self.prefill_measured = []
-        if not widths:
-            return b.prefill(tokens, start, on_chunk=on_chunk, argmax=greedy), 1
-        bulk = len(tokens) - sum(widths)
-        if bulk:
-            b.prefill(tokens[:bulk], start, on_chunk=on_chunk, argmax=False)
-        i = bulk
-        for w in widths:
-            pos = list(range(start + i, start + i + w))
-            out = b.verify(tokens[i:i + w], pos, [(0,)] * w, argmax=greedy)
-            if on_chunk is not None:
-                on_chunk(list(range(w)), pos)
-            cost.observe(w, start + i, out.seconds)
-            i += w
-        self.prefill_measured = list(widths)
-        return (int(out.argmax[-1]) if greedy else -1), widths[-1]
 
     def end_reply(self, keep: int) -> None:
         """Trim the committed state to its first `keep` tokens (a stop inside a round's path)."""

@@ -93,7 +93,6 @@ class ReplyResult:
     dropped_turns: int = 0  # oldest turns left out of the prompt so history and reply fit
     prompt_length: int = 0  # tokens of the whole prompt (prompt_tokens counts only the prefilled ones)
     capped_to: int | None = None  # the reply's cap when the context left less than max_tokens
-    prefill_measured: list[int] = field(default_factory=list)  # widths the prompt's prefill timed (a fresh store)
 
     @property
     def tokens_per_s(self) -> float:

@@ -539,24 +539,6 @@ class VerifyCostModel:
             return math.inf
         return min(self.classes[a].law.lowest * width / a for a in below) / one.law.lowest
 
-    def prefill_widths(self, tokens: int) -> list[int]:
-        """Unmeasured ladder widths (of 2 rows or more) that a prefill of ``tokens`` new prompt
-        tokens can time as verifies, narrowest first, as many as fit. A deviation from §3.2,
-        whose cold start measures in decode rounds: a prompt's tokens are decoded anyway, so
-        decoding its last ones as verifies of these widths costs the prefill only its lost
-        batching and their rows' logits, and the first reply starts with the ladder priced (wide
-        widths at their measured cost rather than an upper bound)."""
-        out: list[int] = []
-        used = 0
-        for w in self.cold_pending():
-            if w < 2 or self.classes[w].origin != "ladder":
-                continue
-            if used + w > tokens:
-                break
-            out.append(w)
-            used += w
-        return out
-
     def measurable_pending(self) -> list[int]:
         """Cold pending widths that a cold measurement round may run (not at a bound)."""
         return [w for w in self.cold_pending() if not self.at_bound(w)]
