@@ -56,6 +56,14 @@ cold() {
   adaspark run "$S/$1.jsonl" "${model[@]}" --arm adaspark --max-tokens 128 --fresh-store --out "$O" --log-rounds "$R"
   python benchmarks/cold_start.py "$R" > "$S/cold-start/$3.txt"; rm -f "$R" "$O"
 }
+# cold_runs "MODEL SET N" ...: cold for each, into $S/cold-start/MODEL-SET-N.txt (- is the bundled
+# model, named smollm2)
+cold_runs() {
+  local run
+  for run in "$@"; do
+    set -- $run; cold "$2" "$1" "${1/-/smollm2}-$2-$3"
+  done
+}
 steps=("$@"); [ ${#steps[@]} -eq 0 ] && steps=(tui tui-qwen qwen-chat qwen-paste q15-paste pinned)
 lscpu | grep "Model name"
 for step in "${steps[@]}"; do
@@ -155,26 +163,17 @@ for step in "${steps[@]}"; do
     s33b-cold) for run in "qwen0.5b chat-12" "qwen0.5b paste-10" "qwen1.5b paste-10"; do
          set -- $run; cold "$2" "$1" "$1-$2"
        done ;;
-    # the next held-out sets (SET=s36), after narrow widths are priced from one measurement
-    s36-smol-chat) peers29 chat-12 - smollm2-chat ;;
-    s36-q05-chat) peers29 chat-12 qwen0.5b qwen0.5b-chat ;;
-    s36-q05-paste) peers29 paste-10 qwen0.5b qwen0.5b-paste ;;
-    s36-q15-paste) peers29 paste-10 qwen1.5b qwen1.5b-paste ;;
+    # the next held-out sets: SET=s36 (after narrow widths are priced from one measurement), SET=s37
+    s36-smol-chat|s37-smol-chat) peers29 chat-12 - smollm2-chat ;;
+    s36-q05-chat|s37-q05-chat) peers29 chat-12 qwen0.5b qwen0.5b-chat ;;
+    s36-q05-paste|s37-q05-paste) peers29 paste-10 qwen0.5b qwen0.5b-paste ;;
+    s36-q15-paste|s37-q15-paste) peers29 paste-10 qwen1.5b qwen1.5b-paste ;;
     s36-q05-code) peers29 code-8 qwen0.5b qwen0.5b-code ;;
     # cold start and calibration on a fresh store, two runs each (SET=s36; - is the bundled model)
-    s36-cold) for run in "- chat-12 1" "- chat-12 2" "qwen0.5b chat-12 1" "qwen0.5b chat-12 2" "qwen0.5b paste-10 1" \
-                  "qwen0.5b paste-10 2"; do
-         set -- $run; cold "$2" "$1" "${1/-/smollm2}-$2-$3"
-       done ;;
-    # SET=s37: the next held-out sets
-    s37-smol-chat) peers29 chat-12 - smollm2-chat ;;
-    s37-q05-chat) peers29 chat-12 qwen0.5b qwen0.5b-chat ;;
-    s37-q05-paste) peers29 paste-10 qwen0.5b qwen0.5b-paste ;;
-    s37-q15-paste) peers29 paste-10 qwen1.5b qwen1.5b-paste ;;
-    # cold start and calibration on a fresh store (SET=s37; - is the bundled model)
-    s37-cold) for run in "- chat-12 1" "qwen0.5b chat-12 1" "qwen0.5b paste-10 1" "qwen1.5b paste-10 1"; do
-         set -- $run; cold "$2" "$1" "${1/-/smollm2}-$2-$3"
-       done ;;
+    s36-cold) cold_runs "- chat-12 1" "- chat-12 2" "qwen0.5b chat-12 1" "qwen0.5b chat-12 2" "qwen0.5b paste-10 1" \
+                        "qwen0.5b paste-10 2" ;;
+    # the same, one run each, with the 1.5B (SET=s37)
+    s37-cold) cold_runs "- chat-12 1" "qwen0.5b chat-12 1" "qwen0.5b paste-10 1" "qwen1.5b paste-10 1" ;;
     *) echo "unknown step $step" >&2; exit 2 ;;
   esac
 done
