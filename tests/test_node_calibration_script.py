@@ -1,0 +1,70 @@
+"""benchmarks/node_calibration.py: its classes and tables on records written by hand, and one real
+recording on the bundled model (the labels and prices it records are the model's own)."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from adaspark_app.learn.kinds import NgramKind, NodeKind
+
+_SPEC = importlib.util.spec_from_file_location(
+    "node_calibration", Path(__file__).parents[1] / "benchmarks" / "node_calibration.py")
+node_calibration = importlib.util.module_from_spec(_SPEC)
+_SPEC.loader.exec_module(node_calibration)
+
+
+def test_node_class_bins_evidence_as_the_acceptance_model_does():
+    c = node_calibration.node_class
+    assert c(NodeKind.PICK, 0, 0) == "drafter pick"
+    assert c(NodeKind.SIBLING, NgramKind.COPY, 9) == "drafter sibling"
+    assert c(NodeKind.NGRAM, NgramKind.COPY, 5) == "copy, matched 4-7"
+    assert c(NodeKind.NGRAM, NgramKind.COPY, 8) == "copy, matched 8-15"
+    assert c(NodeKind.NGRAM, NgramKind.COPY, 40) == "copy, matched 32+"
+    assert c(NodeKind.NGRAM, NgramKind.FOLLOWER, 1) == "follower, count 1"
+    assert c(NodeKind.NGRAM, NgramKind.FOLLOWER, 3) == "follower, count 2-3"
+
+
+def test_summarise_reports_known_shares_and_ratios():
+    # 10 copies priced 0.9, 8 accepted; 4 followers priced 0.5, 3 accepted
+    nodes = [{"cls": "copy, matched 8-15", "q": 0.9, "y": int(i < 8)} for i in range(10)]
+    nodes += [{"cls": "follower, count 1", "q": 0.5, "y": int(i < 3)} for i in range(4)]
+    rounds = [{"conversation": "a", "expected": 3.0, "accepted": 4}, {"conversation": "a", "expected": 1.0, "accepted": 0},
+              {"conversation": "b", "expected": 6.0, "accepted": 4}]
+    text = node_calibration.summarise(nodes, rounds)
+    assert "| copy, matched 8-15 | 10 | 0.900 | 0.800 | 1.125 |" in text
+    assert "| follower, count 1 | 4 | 0.500 | 0.750 | 0.667 |" in text
+    assert "| all | 14 | 0.786 | 0.786 | 1.000 |" in text
+    assert "| 1 | a | 2 | 4.0 | 4 | 1.000 |" in text
+    assert "| 2 | b | 1 | 6.0 | 4 | 1.500 |" in text
+    assert "| | all | 3 | 10.0 | 8 | 1.250 |" in text
+
+
+@pytest.mark.model
+def test_recording_on_the_bundled_model_matches_the_bench_rule(tmp_path):
+    """The recorded tree rounds are the bench's priced rounds: their expected and accepted sums are
+    the engine's own RoundEvent figures for the same rounds (CalibrationTally's rule)."""
+    from adaspark_app.bench.runner import CalibrationTally
+    from adaspark_app.engine.chat_engine import ChatEngine
+    from adaspark_app.runner import Conversation
+
+    code = "def add(a, b):\n    return a + b\n\ndef sub(a, b):\n    return a - b\n\ndef mul(a, b):\n    return a * b\n"
+    conv = Conversation("c", [f"Here is my code:\n{code}\nAdd type hints to every function and show the whole file."],
+                        None, None)
+    tally = CalibrationTally()
+    with ChatEngine(None, arm="adaspark") as eng:
+        real_generate = eng.generate
+
+        def generate(*a, **k):
+            k["on_round"] = tally
+            return real_generate(*a, **k)
+
+        eng.generate = generate
+        nodes, rounds = node_calibration.record(eng, [conv], 96)
+    t = tally.pop(0)
+    assert len(rounds) == t["rounds"] and rounds, "the reply copies the pasted code: some tree rounds were priced"
+    assert sum(r["expected"] for r in rounds) == pytest.approx(t["expected"])
+    assert sum(r["accepted"] for r in rounds) == t["accepted"]
+    assert nodes and all(0.0 <= n["q"] <= 1.0 and n["y"] in (0, 1) for n in nodes)
