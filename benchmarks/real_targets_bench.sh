@@ -164,7 +164,7 @@ for step in "${steps[@]}"; do
     s33b-cold) for run in "qwen0.5b chat-12" "qwen0.5b paste-10" "qwen1.5b paste-10"; do
          set -- $run; cold "$2" "$1" "$1-$2"
        done ;;
-    # the next held-out sets: SET=s36 (after narrow widths are priced from one measurement), SET=s37
+    # the next held-out sets: SET=s36 (after narrow widths are priced from one measurement), SET=s37, SET=s38
     s36-smol-chat|s37-smol-chat|s38-smol-chat) peers29 chat-12 - smollm2-chat ;;
     s36-q05-chat|s37-q05-chat|s38-q05-chat) peers29 chat-12 qwen0.5b qwen0.5b-chat ;;
     s36-q05-paste|s37-q05-paste) peers29 paste-10 qwen0.5b qwen0.5b-paste ;;
