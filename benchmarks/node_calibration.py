@@ -143,15 +143,23 @@ def main(argv: list[str] | None = None) -> int:
     from adaspark_app.runner import load_script
     from adaspark_app.store import Store
 
-    convs = list(load_script(args.script))
-    with tempfile.TemporaryDirectory(prefix="adaspark-calib-") as tmp:
-        store = Store.open(str(Path(tmp) / "fresh.db"))
-        engine = ChatEngine(args.model, args.drafter, store=store, arm="adaspark")
-        try:
-            nodes, rounds = record(engine, convs, args.max_tokens)
-        finally:
-            engine.close()
-            store.close()
+    from adaspark_app.errors import AdaSparkError
+
+    try:
+        convs = list(load_script(args.script))
+        with tempfile.TemporaryDirectory(prefix="adaspark-calib-") as tmp:
+            store = Store.open(str(Path(tmp) / "fresh.db"))
+            try:
+                engine = ChatEngine(args.model, args.drafter, store=store, arm="adaspark")
+                try:
+                    nodes, rounds = record(engine, convs, args.max_tokens)
+                finally:
+                    engine.close()
+            finally:
+                store.close()
+    except AdaSparkError as err:  # a bad script, model or drafter: one line, exit 2, as the CLI
+        sys.stderr.write(f"node_calibration: error: {err}\n")
+        return 2
     text = (f"# Node calibration: `{args.script}`, model `{args.model or 'bundled'}`, "
             f"drafter `{args.drafter or 'none'}`, {args.max_tokens} tokens, fresh store\n\n" + summarise(nodes, rounds))
     if args.out:

@@ -43,7 +43,7 @@ def test_summarise_reports_known_shares_and_ratios():
 
 
 @pytest.mark.model
-def test_recording_on_the_bundled_model_matches_the_bench_rule(tmp_path):
+def test_recording_on_the_bundled_model_matches_the_bench_rule():
     """The recorded tree rounds are the bench's priced rounds: their expected and accepted sums are
     the engine's own RoundEvent figures for the same rounds (CalibrationTally's rule)."""
     from adaspark_app.bench.runner import CalibrationTally
@@ -68,3 +68,9 @@ def test_recording_on_the_bundled_model_matches_the_bench_rule(tmp_path):
     assert sum(r["expected"] for r in rounds) == pytest.approx(t["expected"])
     assert sum(r["accepted"] for r in rounds) == t["accepted"]
     assert nodes and all(0.0 <= n["q"] <= 1.0 and n["y"] in (0, 1) for n in nodes)
+
+
+def test_a_missing_script_is_one_line_and_exit_2(tmp_path, capsys):
+    assert node_calibration.main([str(tmp_path / "missing.jsonl")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("node_calibration: error: script not found") and err.count("\n") == 1
