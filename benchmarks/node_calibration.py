@@ -33,7 +33,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from adaspark_app.learn.constants import EVIDENCE_EDGES  # noqa: E402
+from adaspark_app.bench.runner import CalibrationTally  # noqa: E402
+from adaspark_app.learn.acceptance import EVIDENCE_EDGES, _bins  # noqa: E402
 from adaspark_app.learn.kinds import NgramKind, NodeKind  # noqa: E402
 
 
@@ -44,9 +45,9 @@ def node_class(kind: int, ng_kind: int, evidence: int) -> str:
         return "drafter pick"
     if kind == NodeKind.SIBLING:
         return "drafter sibling"
-    edges = list(EVIDENCE_EDGES)
-    i = max(j for j, e in enumerate(edges) if evidence >= e) if evidence >= edges[0] else 0
-    lo, hi = edges[i], (edges[i + 1] - 1 if i + 1 < len(edges) else None)
+    edges = EVIDENCE_EDGES
+    i = int(_bins(np.array([evidence]), edges)[0])  # the acceptance model's own evidence bin
+    lo, hi = int(edges[i]), (int(edges[i + 1]) - 1 if i + 1 < len(edges) else None)
     span = f"{lo}" if hi == lo else (f"{lo}+" if hi is None else f"{lo}-{hi}")
     return f"copy, matched {span}" if ng_kind == NgramKind.COPY else f"follower, count {span}"
 
@@ -94,16 +95,16 @@ def summarise(nodes: list[dict], rounds: list[dict]) -> str:
 
 
 def record(engine: Any, convs: list, max_tokens: int) -> tuple[list[dict], list[dict]]:
-    """Run ``convs`` through ``engine`` (runner.run_conversation), recording labelled nodes and
-    priced tree rounds through wrappers on the decoder's acceptance model and learn step."""
+    """Run ``convs`` through ``engine`` (runner.run_conversation), recording labelled nodes through
+    a wrapper on the decoder's acceptance model, and priced tree rounds from the engine's round
+    events by the bench's rule (``CalibrationTally.counts``)."""
     from adaspark_app.runner import run_conversation
 
-    dec = engine.decoder
-    acc = dec.acceptance
+    acc = engine.decoder.acceptance
     nodes: list[dict] = []
     rounds: list[dict] = []
     current = [""]
-    acc_learn, dec_learn = acc.learn, dec.learn
+    acc_learn = acc.learn
 
     def learn_nodes(cands, context, p_src, labels):
         fit, head = acc.q_both(cands, context, p_src)  # what q() priced (cached for learn itself)
@@ -114,16 +115,15 @@ def record(engine: Any, convs: list, max_tokens: int) -> tuple[list[dict], list[
                           "q": float(q[j]), "y": int(lab[j] == 1), "conversation": current[0]})
         return acc_learn(cands, context, p_src, labels)
 
-    def learn_round(tree, choice, result, r):
-        if choice.width > 1 and not choice.measured and tree.priced_by != "none":
-            rounds.append({"conversation": current[0], "expected": float(tree.expected_accepted(choice.width)),
-                           "accepted": len(result.path)})
-        return dec_learn(tree, choice, result, r)
+    def on_round(ev) -> None:
+        if CalibrationTally.counts(ev):
+            rounds.append({"conversation": current[0], "expected": float(ev.expected_accepted),
+                           "accepted": int(ev.accepted)})
 
-    acc.learn, dec.learn = learn_nodes, learn_round
+    acc.learn = learn_nodes
     for conv in convs:
         current[0] = conv.id
-        run_conversation(engine, conv, max_tokens)
+        run_conversation(engine, conv, max_tokens, on_round=on_round)
         engine.reset_conversation()
     return nodes, rounds
 
@@ -140,23 +140,16 @@ def main(argv: list[str] | None = None) -> int:
 
     native.activate()  # the patched kernels, as the CLI has them, before llama_cpp loads
     from adaspark_app.engine.chat_engine import ChatEngine
+    from adaspark_app.errors import AdaSparkError
     from adaspark_app.runner import load_script
     from adaspark_app.store import Store
 
-    from adaspark_app.errors import AdaSparkError
-
     try:
         convs = list(load_script(args.script))
-        with tempfile.TemporaryDirectory(prefix="adaspark-calib-") as tmp:
-            store = Store.open(str(Path(tmp) / "fresh.db"))
-            try:
-                engine = ChatEngine(args.model, args.drafter, store=store, arm="adaspark")
-                try:
-                    nodes, rounds = record(engine, convs, args.max_tokens)
-                finally:
-                    engine.close()
-            finally:
-                store.close()
+        with tempfile.TemporaryDirectory(prefix="adaspark-calib-") as tmp, \
+                Store.open(str(Path(tmp) / "fresh.db")) as store, \
+                ChatEngine(args.model, args.drafter, store=store, arm="adaspark") as engine:
+            nodes, rounds = record(engine, convs, args.max_tokens)
     except AdaSparkError as err:  # a bad script, model or drafter: one line, exit 2, as the CLI
         sys.stderr.write(f"node_calibration: error: {err}\n")
         return 2

@@ -44,8 +44,8 @@ def test_summarise_reports_known_shares_and_ratios():
 
 @pytest.mark.model
 def test_recording_on_the_bundled_model_matches_the_bench_rule():
-    """The recorded tree rounds are the bench's priced rounds: their expected and accepted sums are
-    the engine's own RoundEvent figures for the same rounds (CalibrationTally's rule)."""
+    """The recorded tree rounds are the bench's priced rounds: their count and expected and accepted
+    sums are what a CalibrationTally fed the same round events counts."""
     from adaspark_app.bench.runner import CalibrationTally
     from adaspark_app.engine.chat_engine import ChatEngine
     from adaspark_app.runner import Conversation
@@ -57,8 +57,9 @@ def test_recording_on_the_bundled_model_matches_the_bench_rule():
     with ChatEngine(None, arm="adaspark") as eng:
         real_generate = eng.generate
 
-        def generate(*a, **k):
-            k["on_round"] = tally
+        def generate(*a, **k):  # every round event to the tally too, beside the recorder's own
+            recorder = k.get("on_round")
+            k["on_round"] = lambda ev: (tally(ev), recorder(ev) if recorder else None)
             return real_generate(*a, **k)
 
         eng.generate = generate

@@ -171,8 +171,13 @@ class CalibrationTally:
     def __init__(self) -> None:
         self.by_turn: dict[int, dict[str, float]] = {}
 
+    @staticmethod
+    def counts(ev: Any) -> bool:
+        """Whether a RoundEvent is a priced tree round the calibration counts."""
+        return not (ev.prefill or ev.measured or ev.width <= 1 or ev.priced_by == "none")
+
     def __call__(self, ev: Any) -> None:
-        if ev.prefill or ev.measured or ev.width <= 1 or ev.priced_by == "none":
+        if not self.counts(ev):
             return
         t = self.by_turn.setdefault(int(ev.turn), {"rounds": 0, "expected": 0.0, "accepted": 0})
         t["rounds"] += 1
