@@ -33,7 +33,7 @@ drafted round's host time D):
   (long_copy_floor: the round before accepted a draft of >= 24 tokens whole).
 
     python benchmarks/ngram_mod_replay.py --model ~/.cache/adaspark/targets/qwen0.5b.gguf \
-        --set SET.jsonl --replies REPLIES.jsonl [--costs verify_cost.json] [--overhead 0.0]
+        --set SET.jsonl --replies REPLIES.jsonl [--costs verify_cost.json] [--overhead 0.0] [--extra-scale 1.0]
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ import argparse
 import json
 import math
 import statistics
+import sys
 from collections import defaultdict
 
 import numpy as np
@@ -52,6 +53,16 @@ from adaspark_app.engine.template import chat_template_for
 from ngram_policy_ceiling import ebin  # the same evidence bins (benchmarks/ is the script's own directory)
 
 MOD_MATCH, MOD_MAX, MOD_MIN, MOD_CHUNK = 24, 64, 48, 32  # ngram-mod's defaults (common.h)
+# Categories grouped as paste-and-ask (long pastes, pasted code); every other one (ShareGPT chats,
+# "sharegpt"; MT-Bench) is multi-turn chat. (A prefix test on "sharegpt" put the chats there too.)
+PASTE_CATEGORIES = ("sharegpt-long", "sharegpt-code")
+
+
+def group_of(category: str) -> str:
+    """The table's group for a conversation's category: paste-and-ask or multi-turn chat."""
+    return "paste-and-ask" if category in PASTE_CATEGORIES else "multi-turn chat"
+
+
 # Qwen2.5-Coder-0.5B Q4_K_M, verify over one-row step at 400 tokens (issue 19's table).
 QWEN05_COSTS = {1: 1.0, 4: 2.12, 8: 3.72, 16: 6.92, 32: 13.4, 64: 24.1}
 
@@ -66,6 +77,14 @@ def load_costs(path: str | None) -> dict[int, float]:
     ws = sorted(int(w) for w in runs[0]["process_s"])
     med = {w: statistics.median(r["process_s"][str(w)] for r in runs) for w in ws}
     return {w: med[w] / med[1] for w in ws}
+
+
+def scale_extra(table: dict[int, float], factor: float) -> dict[int, float]:
+    """The table with each width's cost above one row scaled: 1 + factor x (cost - 1). A what-if:
+    how cheap would verifies have to be (0: a verify of any width costs one step)."""
+    if factor < 0:
+        raise ValueError("the scale of the extra rows' cost cannot be negative")
+    return {w: 1.0 + factor * (c - 1.0) for w, c in table.items()}
 
 
 def cost_fn(table: dict[int, float]):
@@ -200,8 +219,13 @@ def main() -> None:
     ap.add_argument("--replies", required=True)
     ap.add_argument("--costs", default=None)
     ap.add_argument("--overhead", type=float, default=0.0, help="a drafted round's host time D over a one-row step")
+    ap.add_argument("--extra-scale", type=float, default=1.0,
+                    help="what-if: each width's cost above one row times this (0.5: half as dear; 0: free)")
     a = ap.parse_args()
-    cost = cost_fn(load_costs(a.costs))
+    if a.extra_scale < 0:
+        print("ngram_mod_replay: --extra-scale cannot be negative", file=sys.stderr)
+        sys.exit(2)
+    cost = cost_fn(scale_extra(load_costs(a.costs), a.extra_scale))
     d = a.overhead
     reqs, ada, stop = requests(a.model, a.set, a.replies)
     data = [(cat, cid, t, reply, positions(prompt, reply, stop), capped)
@@ -244,9 +268,10 @@ def main() -> None:
 
     groups = defaultdict(list)
     for row in data:
-        groups["paste-and-ask" if row[0].startswith("sharegpt") else "multi-turn chat"].append(row)
+        groups[group_of(row[0])].append(row)
         groups[row[0]].append(row)
-    print(f"# n-gram replay: `{a.replies}` ({len(data)} replies), costs {a.costs or 'issue 19 Qwen-0.5B'}, D = {d}\n")
+    print(f"# n-gram replay: `{a.replies}` ({len(data)} replies), costs {a.costs or 'issue 19 Qwen-0.5B'}"
+          + (f" with the cost above one row x {a.extra_scale:g}" if a.extra_scale != 1.0 else "") + f", D = {d}\n")
     print("Speed over plain decode (geometric mean over replies), priced by verify costs; share = gain over the oracle's gain.\n")
     print("| set | replies | oracle | ngram-mod | share | ours logged (before) | share "
           "| bucket, 31-token chains (before's ceiling) | share | + floor on every firing | share "

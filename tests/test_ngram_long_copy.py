@@ -228,3 +228,26 @@ def test_vocab_only_backend_rejects_a_file_that_is_not_gguf(tmp_path):
     bad.write_bytes(b"not a model at all")
     with pytest.raises(ModelLoadError, match="not a GGUF file"):
         LlamaBackend.vocab_only(str(bad))
+
+
+def test_replay_what_if_scales_only_the_cost_above_one_row():
+    import pytest as _pytest
+    from ngram_mod_replay import cost_fn, scale_extra
+
+    table = {1: 1.0, 2: 1.5, 4: 2.0, 8: 4.2}
+    half = scale_extra(table, 0.5)
+    assert half == {1: 1.0, 2: 1.25, 4: 1.5, 8: 2.6}
+    assert set(scale_extra(table, 0.0).values()) == {1.0}
+    assert scale_extra(table, 1.0) == table
+    assert cost_fn(half)(3) == _pytest.approx(1.375)  # between 2 and 4 rows
+    with _pytest.raises(ValueError):
+        scale_extra(table, -0.1)
+
+
+def test_replay_groups_sharegpt_chats_with_chat_and_pastes_with_paste_and_ask():
+    from ngram_mod_replay import group_of
+
+    assert group_of("sharegpt-long") == "paste-and-ask"
+    assert group_of("sharegpt-code") == "paste-and-ask"
+    assert group_of("sharegpt") == "multi-turn chat"  # heldout_sets.py's chats
+    assert group_of("mt-bench/writing") == "multi-turn chat"
