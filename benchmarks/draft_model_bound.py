@@ -124,6 +124,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="the draft's one-row step over the target's (default: measured)")
     ap.add_argument("--max-k", type=int, default=8)
     args = ap.parse_args(argv)
+    if args.max_k < 1 or (args.draft_cost is not None and args.draft_cost < 0):
+        print("draft_model_bound: --max-k must be at least 1 and --draft-cost at least 0", file=sys.stderr)
+        return 2
     for p in (args.target, args.draft, args.set, args.replies) + ((args.costs,) if args.costs else ()):
         if not Path(p).is_file():
             print(f"draft_model_bound: no such file: {p}", file=sys.stderr)

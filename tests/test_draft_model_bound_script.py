@@ -61,6 +61,14 @@ def test_a_missing_file_is_one_line_and_exit_2(tmp_path, capsys):
     assert err.count("\n") == 1 and "no such file" in err
 
 
+def test_a_bad_chain_length_or_draft_cost_is_one_line_and_exit_2(tmp_path, capsys):
+    for extra in (["--max-k", "0"], ["--draft-cost", "-0.5"]):
+        code = bound.main(["--target", "t.gguf", "--draft", "d.gguf", "--set", "s.jsonl", "--replies", "r.jsonl", *extra])
+        err = capsys.readouterr().err
+        assert code == 2
+        assert err.count("\n") == 1 and "--max-k" in err
+
+
 @pytest.mark.model
 def test_the_bundled_model_agrees_with_its_own_greedy_replies_on_every_row(tmp_path, capsys):
     """Teacher forcing rebuilds each prompt with the chat template and reads the draft's argmax on
