@@ -22,19 +22,19 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+for _p in (ROOT, ROOT / "benchmarks"):
+    if str(_p) not in sys.path:
+        sys.path.insert(0, str(_p))
 
 from adaspark_app.engine.ngram import NgramIndex  # noqa: E402
+from ngram_mod_replay import run_of  # noqa: E402
 
 SEPARATOR = -1  # between conversations in the cross-conversation index: no context spans two
 
 
 def _run(chain: list, reply: Sequence[int], i: int) -> int:
-    k = 0
-    while k < len(chain) and i + k < len(reply) and chain[k].token == reply[i + k]:
-        k += 1
-    return k
+    """How many of a chain's proposed tokens (NgramSteps) the reply has, in a row from i."""
+    return run_of([s.token for s in chain], list(reply), i)
 
 
 def coverage(replies: list[tuple[list[int], list[int]]], depth: int = 32) -> dict[str, int]:

@@ -78,8 +78,8 @@ def same_vocabulary(a, b) -> bool:
 
 def agreement_runs(draft_path: str, reqs: list) -> list[list[bool]]:
     """Per request (ngram_mod_replay.requests' rows), the draft's teacher-forced agreement with the
-    reply: the prompt prefilled, then the prompt's last token and the reply in chunks with logits
-    on every row (row j: the draft's argmax after the prompt and the reply's first j tokens)."""
+    reply: the prompt prefilled, then the prompt's last token and the reply verified in chunks
+    (row j: the draft's argmax after the prompt and the reply's first j tokens)."""
     from adaspark_app.engine.backend import LlamaBackend
 
     longest = max(len(r[3]) + len(r[4]) for r in reqs)
@@ -95,9 +95,8 @@ def agreement_runs(draft_path: str, reqs: list) -> list[list[bool]]:
             for i in range(0, len(rows), d.n_batch):
                 chunk = rows[i:i + d.n_batch]
                 start = len(prompt) - 1 + i
-                d._fill_batch(chunk, range(start, start + len(chunk)), [(0,)] * len(chunk), [True] * len(chunk))
-                d._decode()
-                picks += [int(x) for x in d._argmax_rows(len(chunk))]
+                out = d.verify(chunk, range(start, start + len(chunk)), [(0,)] * len(chunk))
+                picks += [int(x) for x in out.argmax]
             runs.append([p == t for p, t in zip(picks, reply)])
     finally:
         d.close()
@@ -140,8 +139,11 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         t, d = LlamaBackend.vocab_only(args.target), LlamaBackend.vocab_only(args.draft)
-        same = same_vocabulary(t, d)
-        t.close(), d.close()
+        try:
+            same = same_vocabulary(t, d)
+        finally:
+            t.close()
+            d.close()
         if not same:
             print(f"draft_model_bound: {args.draft} has another vocabulary than {args.target}: it cannot draft for it",
                   file=sys.stderr)

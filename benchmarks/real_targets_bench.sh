@@ -165,13 +165,13 @@ for step in "${steps[@]}"; do
     s33b-cold) for run in "qwen0.5b chat-12" "qwen0.5b paste-10" "qwen1.5b paste-10"; do
          set -- $run; cold "$2" "$1" "$1-$2"
        done ;;
-    # the next held-out sets: SET=s36 (after narrow widths are priced from one measurement), SET=s37, SET=s38
+    # the next held-out sets: SET=s36 (after narrow widths are priced from one measurement), SET=s37, SET=s38, SET=s39
     s36-smol-chat|s37-smol-chat|s38-smol-chat|s39-smol-chat) peers29 chat-12 - smollm2-chat ;;
     s36-q05-chat|s37-q05-chat|s38-q05-chat|s39-q05-chat) peers29 chat-12 qwen0.5b qwen0.5b-chat ;;
     s36-q05-paste|s37-q05-paste) peers29 paste-10 qwen0.5b qwen0.5b-paste ;;
     s36-q15-paste|s37-q15-paste) peers29 paste-10 qwen1.5b qwen1.5b-paste ;;
     s36-q05-code) peers29 code-8 qwen0.5b qwen0.5b-code ;;
-    # the sixth held-out sets (SET=s38): sixteen pastes, for a tighter interval on the 0.5B's paste bar
+    # the sixth and seventh held-out sets (SET=s38, SET=s39): sixteen pastes, for a tighter interval on the 0.5B's paste bar
     s38-q05-paste|s39-q05-paste) peers29 paste-16 qwen0.5b qwen0.5b-paste ;;
     s38-q15-paste|s39-q15-paste) peers29 paste-16 qwen1.5b qwen1.5b-paste ;;
     # cold start and calibration on a fresh store, two runs each (SET=s36; - is the bundled model)
