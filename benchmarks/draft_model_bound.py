@@ -69,11 +69,9 @@ def bound_table(runs: list[Sequence[bool]], c_draft: float, cost: Callable[[int]
 
 
 def same_vocabulary(a, b) -> bool:
-    """Whether two backends (LlamaBackend) share one vocabulary: the same size and the same text for
-    every token."""
-    if a.n_vocab != b.n_vocab:
-        return False
-    return all(a.token_bytes(t) == b.token_bytes(t) for t in range(a.n_vocab))
+    """Whether two backends (LlamaBackend) share one vocabulary by the engine's own rule for a
+    drafter (engine.dspark): the same size and the same text (llama_vocab_get_text) for every token."""
+    return a.vocab_texts() == b.vocab_texts()
 
 
 def agreement_runs(draft_path: str, reqs: list) -> list[list[bool]]:

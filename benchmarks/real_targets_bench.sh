@@ -21,6 +21,7 @@
 # with SET=s37 s37-q05-paste s37-q05-chat s37-q15-paste s37-smol-chat s37-cold (s37/: the next held-out sets).
 # with SET=s38 s38-smol-chat s38-q05-chat s38-q05-paste s38-cold s38-q15-paste (s38/: the sixth held-out sets, sixteen pastes).
 # with SET=s39 s39-q05-paste s39-q05-chat s39-q15-paste (s39/: the seventh held-out sets).
+# with SET=s40 s40-q05-paste s40-q05-chat s40-q15-paste s40-cold (s40/: the eighth held-out sets).
 # Targets come from benchmarks/targets/assemble.py (~/.cache/adaspark/targets). Held-out sets are
 # in benchmarks/results/real-targets/$SET/ (default s25: conversations no tuning in this repo
 # looked at; s24's sets and reports stay as they were run). Every step writes its report under
@@ -165,21 +166,22 @@ for step in "${steps[@]}"; do
     s33b-cold) for run in "qwen0.5b chat-12" "qwen0.5b paste-10" "qwen1.5b paste-10"; do
          set -- $run; cold "$2" "$1" "$1-$2"
        done ;;
-    # the next held-out sets: SET=s36 (after narrow widths are priced from one measurement), SET=s37, SET=s38, SET=s39
+    # the next held-out sets: SET=s36 (after narrow widths are priced from one measurement), SET=s37, SET=s38, SET=s39, SET=s40
     s36-smol-chat|s37-smol-chat|s38-smol-chat|s39-smol-chat) peers29 chat-12 - smollm2-chat ;;
-    s36-q05-chat|s37-q05-chat|s38-q05-chat|s39-q05-chat) peers29 chat-12 qwen0.5b qwen0.5b-chat ;;
+    s36-q05-chat|s37-q05-chat|s38-q05-chat|s39-q05-chat|s40-q05-chat) peers29 chat-12 qwen0.5b qwen0.5b-chat ;;
     s36-q05-paste|s37-q05-paste) peers29 paste-10 qwen0.5b qwen0.5b-paste ;;
     s36-q15-paste|s37-q15-paste) peers29 paste-10 qwen1.5b qwen1.5b-paste ;;
     s36-q05-code) peers29 code-8 qwen0.5b qwen0.5b-code ;;
-    # the sixth and seventh held-out sets (SET=s38, SET=s39): sixteen pastes, for a tighter interval on the 0.5B's paste bar
-    s38-q05-paste|s39-q05-paste) peers29 paste-16 qwen0.5b qwen0.5b-paste ;;
-    s38-q15-paste|s39-q15-paste) peers29 paste-16 qwen1.5b qwen1.5b-paste ;;
+    # the sixth to eighth held-out sets (SET=s38, SET=s39, SET=s40): sixteen pastes, for a tighter interval on the 0.5B's paste bar
+    s38-q05-paste|s39-q05-paste|s40-q05-paste) peers29 paste-16 qwen0.5b qwen0.5b-paste ;;
+    s38-q15-paste|s39-q15-paste|s40-q15-paste) peers29 paste-16 qwen1.5b qwen1.5b-paste ;;
     # cold start and calibration on a fresh store, two runs each (SET=s36; - is the bundled model)
     s36-cold) cold_runs "- chat-12 1" "- chat-12 2" "qwen0.5b chat-12 1" "qwen0.5b chat-12 2" "qwen0.5b paste-10 1" \
                         "qwen0.5b paste-10 2" ;;
     # the same, one run each, with the 1.5B (SET=s37)
     s37-cold) cold_runs "- chat-12 1" "qwen0.5b chat-12 1" "qwen0.5b paste-10 1" "qwen1.5b paste-10 1" ;;
     s38-cold) cold_runs "- chat-12 1" "qwen0.5b chat-12 1" "qwen0.5b paste-16 1" ;;
+    s40-cold) cold_runs "qwen0.5b chat-12 1" "qwen0.5b paste-16 1" "qwen1.5b paste-16 1" ;;
     *) echo "unknown step $step" >&2; exit 2 ;;
   esac
 done

@@ -7,6 +7,12 @@ bootstrap intervals over conversations, by category and by context band) with BA
 
     python benchmarks/rebase_report.py RUN/replies.jsonl --base adaspark [--out DIR]
 
+Several runs pool into one report (the bootstrap resamples the conversations of all of them;
+each conversation keeps its own run's interleaved arms), e.g. the held-out sets run on one
+decode path: each conversation is named RUN/conversation (RUN: the replies file's directory).
+
+    python benchmarks/rebase_report.py s38/qwen0.5b-paste/replies.jsonl s39/qwen0.5b-paste/replies.jsonl --base adaspark:ar
+
 Without --out the markdown goes to stdout; with it, DIR gets report.md, report.json and the plots.
 """
 
@@ -24,27 +30,48 @@ if str(ROOT) not in sys.path:
 from adaspark_app.bench.report import build_report, render_markdown, write_report  # noqa: E402
 
 
+def run_name(path: Path) -> str:
+    """A run's name in a pooled report: its replies file's directory, with the set's above it
+    (s39/qwen0.5b-paste for s39/qwen0.5b-paste/replies.jsonl)."""
+    p = path.resolve().parent
+    return f"{p.parent.name}/{p.name}"
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("replies", type=Path)
+    ap.add_argument("replies", type=Path, nargs="+", help="one run's replies.jsonl, or several to pool")
     ap.add_argument("--base", required=True, help="the arm every other arm is divided by")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args(argv)
-    try:
-        records = [json.loads(line) for line in args.replies.read_text(encoding="utf-8").splitlines() if line.strip()]
-    except (OSError, json.JSONDecodeError) as exc:
-        print(f"rebase_report: error: cannot read {args.replies}: {exc}", file=sys.stderr)
+    records = []
+    for path in args.replies:
+        try:
+            run = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+        except (OSError, json.JSONDecodeError) as exc:
+            print(f"rebase_report: error: cannot read {path}: {exc}", file=sys.stderr)
+            return 2
+        if not all(isinstance(r, dict) and "arm" in r and "conversation" in r for r in run):
+            print(f"rebase_report: error: {path}: not a replies file (each line needs an arm and a conversation)",
+                  file=sys.stderr)
+            return 2
+        if len(args.replies) > 1:
+            run = [dict(r, conversation=f"{run_name(path)}/{r['conversation']}") for r in run]
+        records += run
+    names = [run_name(p) for p in args.replies]
+    if len(set(names)) < len(names):
+        print(f"rebase_report: error: two runs share the name {max(names, key=names.count)!r}: pool runs from "
+              "differently named directories", file=sys.stderr)
         return 2
     arms: list[str] = []
     for r in records:
         if r.get("arm") not in arms:
             arms.append(r.get("arm"))
     if args.base not in arms:
-        print(f"rebase_report: error: no arm {args.base!r} in {args.replies} (arms: {', '.join(map(str, arms))})",
+        print(f"rebase_report: error: no arm {args.base!r} in {' '.join(map(str, args.replies))} (arms: {', '.join(map(str, arms))})",
               file=sys.stderr)
         return 2
     meta = {"arms": [args.base] + [a for a in arms if a != args.base],
-            "script": str(args.replies), "command": "python benchmarks/rebase_report.py " + " ".join(argv or sys.argv[1:])}
+            "script": " ".join(map(str, args.replies)), "command": "python benchmarks/rebase_report.py " + " ".join(argv or sys.argv[1:])}
     if args.out:
         write_report(records, meta, args.out)
         print(f"wrote {args.out}/report.md")

@@ -38,15 +38,14 @@ def test_the_table_is_the_geometric_mean_over_replies_per_chain_length():
 
 
 class _Vocab:
-    def __init__(self, pieces):
-        self.n_vocab = len(pieces)
-        self._p = pieces
+    def __init__(self, texts):
+        self._t = texts
 
-    def token_bytes(self, t):
-        return self._p[t]
+    def vocab_texts(self):
+        return list(self._t)
 
 
-def test_vocabularies_must_match_in_size_and_every_piece():
+def test_vocabularies_must_match_in_size_and_every_text():
     a = _Vocab([b"a", b"b", b"c"])
     assert bound.same_vocabulary(a, _Vocab([b"a", b"b", b"c"]))
     assert not bound.same_vocabulary(a, _Vocab([b"a", b"b"]))
@@ -92,3 +91,21 @@ def test_the_bundled_model_agrees_with_its_own_greedy_replies_on_every_row(tmp_p
     assert n > 20
     assert f"on {n} (100.0%)" in line
     assert "2 replies" in line
+
+
+@pytest.mark.model
+def test_vocab_texts_are_the_gguf_token_texts_not_the_pieces(model_path):
+    """same_vocabulary's rule is the engine's drafter check: the GGUF's token texts, in id order."""
+    from adaspark_app.engine.backend import LlamaBackend
+    from adaspark_app.gguf_file import read_gguf_header
+
+    b = LlamaBackend.vocab_only(model_path)
+    try:
+        texts = b.vocab_texts()
+        pieces = [b.token_bytes(t) for t in range(b.n_vocab)]
+    finally:
+        b.close()
+    assert texts == read_gguf_header(model_path).tokens
+    assert texts != pieces  # byte-level BPE: a text's "\u0120" is a piece's space
+    assert bound.same_vocabulary(_Vocab(texts), _Vocab(texts))
+    assert not bound.same_vocabulary(_Vocab(texts), _Vocab(texts[:-1]))

@@ -16,7 +16,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -127,6 +127,12 @@ class VerifyOutput:
 
     argmax: np.ndarray  # int32 per row of the batch
     seconds: float
+
+
+def vocab_texts(low: Any, model: Any) -> list[bytes]:
+    """Every token's text (llama_vocab_get_text) of a loaded llama_model, in id order."""
+    vocab = low.llama_model_get_vocab(model)
+    return [low.llama_vocab_get_text(vocab, i) or b"" for i in range(low.llama_vocab_n_tokens(vocab))]
 
 
 class LlamaBackend:
@@ -282,6 +288,11 @@ class LlamaBackend:
             n = L.llama_token_to_piece(self.vocab, token, buf, -n, 0, special)
             return buf.raw[:n]
         return self._piece_buf.raw[:n]
+
+    def vocab_texts(self) -> list[bytes]:
+        """Every token's text as the GGUF's vocabulary holds it (llama_vocab_get_text), in id
+        order: the rule by which two models share a vocabulary (engine.dspark's drafter check)."""
+        return vocab_texts(self.llama, self.model)
 
     def detokenize(self, tokens: Sequence[int]) -> str:
         return b"".join(self.token_bytes(t) for t in tokens).decode("utf-8", errors="replace")

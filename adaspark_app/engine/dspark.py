@@ -62,6 +62,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from adaspark_app.engine import ext_bindings
+from adaspark_app.engine.backend import vocab_texts
 from adaspark_app.errors import ContextOverflowError, DrafterError, ModelLoadError
 from adaspark_app.gguf_file import GGML_NUMPY_TYPES, GGUFHeader, read_gguf_header, read_gguf_tensor
 
@@ -176,12 +177,6 @@ def _meta_str(low: Any, model: Any, key: str) -> str | None:
     return None if n < 0 else buf.value.decode("utf-8", errors="replace")
 
 
-def _vocab_texts(low: Any, model: Any) -> list[bytes]:
-    vocab = low.llama_model_get_vocab(model)
-    n = low.llama_vocab_n_tokens(vocab)
-    return [low.llama_vocab_get_text(vocab, i) or b"" for i in range(n)]
-
-
 class DSparkDrafter:
     """A DSpark drafter bound to one target context (see the module docstring for positions).
 
@@ -270,7 +265,7 @@ class DSparkDrafter:
         return read_gguf_tensor(self.path, header, "d2t")
 
     def _check_vocab(self, header: GGUFHeader) -> None:
-        target_texts = _vocab_texts(self._low, self._target_model)
+        target_texts = vocab_texts(self._low, self._target_model)
         self.n_vocab = len(target_texts)
         mine = header.tokens
         if mine is None:
