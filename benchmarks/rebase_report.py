@@ -43,8 +43,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--base", required=True, help="the arm every other arm is divided by")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args(argv)
+    names = [run_name(p) for p in args.replies]
+    if len(set(names)) < len(names):
+        print(f"rebase_report: error: two runs share the name {max(names, key=names.count)!r}: pool runs from "
+              "differently named directories", file=sys.stderr)
+        return 2
     records = []
-    for path in args.replies:
+    for path, name in zip(args.replies, names):
         try:
             run = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
         except (OSError, json.JSONDecodeError) as exc:
@@ -55,13 +60,8 @@ def main(argv: list[str] | None = None) -> int:
                   file=sys.stderr)
             return 2
         if len(args.replies) > 1:
-            run = [dict(r, conversation=f"{run_name(path)}/{r['conversation']}") for r in run]
+            run = [dict(r, conversation=f"{name}/{r['conversation']}") for r in run]
         records += run
-    names = [run_name(p) for p in args.replies]
-    if len(set(names)) < len(names):
-        print(f"rebase_report: error: two runs share the name {max(names, key=names.count)!r}: pool runs from "
-              "differently named directories", file=sys.stderr)
-        return 2
     arms: list[str] = []
     for r in records:
         if r.get("arm") not in arms:
