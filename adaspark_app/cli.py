@@ -15,20 +15,8 @@ from typing import Sequence
 
 from . import native
 from .engine import limits
-from .errors import AdaSparkError, ArgumentError
-
-# flag -> help; values are parsed and checked by engine.sampling.SamplingSettings (one place)
-SAMPLING_FLAGS = {
-    "--temperature": "0 decodes greedily (default for run and bench; chat: the GGUF's general.sampling.temp, "
-                     "else llama.cpp's 0.8)",
-    "--top-k": "keep the K most likely tokens, 0 is off (default 40)",
-    "--top-p": "keep the smallest set with probability mass >= P, in (0, 1], 1 is off (default 0.95)",
-    "--min-p": "keep tokens with probability >= P times the top one's, in [0, 1], 0 is off (default 0.05)",
-    "--repeat-penalty": "divide (multiply, if negative) the logits of recent tokens, > 0, 1 is off (default 1.0)",
-    "--repeat-last-n": "how many recent tokens the repeat penalty sees, 0 is off (default 64)",
-    "--seed": "any integer; the same seed gives the same reply with every arm (default: random, recorded)",
-}
-
+from .errors import AdaSparkError
+from .options import add_sampling_options, check_sampling_options
 
 class OneLineParser(argparse.ArgumentParser):
     """argparse with a one-line error (exit 2) instead of the usage dump."""
@@ -36,27 +24,6 @@ class OneLineParser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # type: ignore[override]
         sys.stderr.write(f"adaspark: error: {message}\n")
         raise SystemExit(2)
-
-
-def _add_sampling(p: argparse.ArgumentParser) -> None:
-    """The sampling options (llama.cpp's meaning and order: penalties, top-k, top-p, min-p, temperature)."""
-    g = p.add_argument_group("sampling (lossless: the same seed gives the same reply with every arm)")
-    for flag, text in SAMPLING_FLAGS.items():
-        g.add_argument(flag, dest=flag[2:].replace("-", "_"), default=None, metavar="X", help=text)
-
-
-def _check_sampling(args: argparse.Namespace, defaults: dict | None = None, resolve_seed: bool = True):
-    """The options as SamplingSettings (ArgumentError, one line, on any bad value); unset ones take
-    `defaults`, then llama.cpp's. resolve_seed: draw the random seed now, so every reply of a run
-    or bench records and uses the same one."""
-    from .engine.sampling import settings_from
-
-    values = {flag[2:].replace("-", "_"): getattr(args, flag[2:].replace("-", "_"), None) for flag in SAMPLING_FLAGS}
-    settings = settings_from(values, defaults)
-    if resolve_seed and not settings.greedy:
-        settings = settings.resolved()
-    args.sampling = settings
-    return settings
 
 
 def _check_numbers(args: argparse.Namespace) -> None:
@@ -88,7 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--n-ctx", default=None,
                    help="context size in tokens (default: the model's training context, capped so the KV "
                         "cache takes at most half the free memory, and at 32768)")
-    _add_sampling(c)
+    add_sampling_options(c)
 
     r = sub.add_parser("run", help="headless scripted conversations")
     r.add_argument("script", help="SCRIPT.jsonl: one conversation per line")
@@ -106,7 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--threads", default=None,
                    help=f"llama.cpp threads (1..{limits.MAX_THREADS})")
     r.add_argument("--self-check", action="store_true", help="assert every emitted token is its row's argmax")
-    _add_sampling(r)
+    add_sampling_options(r)
 
     from .bench import commands as bench_commands
     from . import explain
@@ -129,7 +96,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from .engine.backend import check_gguf_file
     from .runner import load_script, run_conversation
 
-    _check_sampling(args)
+    check_sampling_options(args)
     _check_numbers(args)
     parse_arm(args.arm)
     convs = load_script(args.script)

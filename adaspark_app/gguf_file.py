@@ -63,6 +63,17 @@ _MIN_STRING_BYTES = 8
 _MIN_ARRAY_BYTES = 4 + 8
 
 
+def has_gguf_magic(head: bytes) -> bool:
+    """Whether `head`, a file's first bytes, starts with the GGUF magic: the one check of it."""
+    return head[:len(GGUF_MAGIC)] == GGUF_MAGIC
+
+
+def is_gguf(path: str | os.PathLike) -> bool:
+    """Whether the file at `path` starts with the GGUF magic; OSError if it cannot be read."""
+    with open(path, "rb") as fh:
+        return has_gguf_magic(fh.read(len(GGUF_MAGIC)))
+
+
 class GGUFError(ModelLoadError, ValueError):
     """A file is not a readable GGUF (bad magic, unsupported version, truncated, corrupt).
 
@@ -238,7 +249,7 @@ class _Walk:
         return n
 
     def header(self) -> GGUFHeader:
-        if bytes(self.buf[:4]) != GGUF_MAGIC:
+        if not has_gguf_magic(bytes(self.buf[:4])):
             raise self.fail(f"bad magic {bytes(self.buf[:4])!r}")
         self.bo = byte_order_of(bytes(self.buf[4:8]))
         self.pos = 4

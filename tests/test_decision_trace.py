@@ -4,13 +4,12 @@ summarises it per reply."""
 from __future__ import annotations
 
 import json
-from types import SimpleNamespace
-
 import pytest
 
 from adaspark_app.cli import main
 from adaspark_app.engine.arms import AdaSparkPolicy, Arm
-from adaspark_app.engine.ngram import NgramIndex
+from adaspark_app.engine.candidates import Sources
+from adaspark_app.engine.proposers import NgramSource
 from adaspark_app.engine.rounds import RoundStart
 from adaspark_app.explain import account, read_rounds
 from adaspark_app.learn.constants import (COLD_ALWAYS_BELOW, CONDITIONAL_MEASUREMENTS, LADDER, MEASUREMENTS_BEFORE_PRICED,
@@ -18,6 +17,7 @@ from adaspark_app.learn.constants import (COLD_ALWAYS_BELOW, CONDITIONAL_MEASURE
 from adaspark_app.learn.cost import context_band
 from adaspark_app.learn.gates import PROBE_NONE
 from adaspark_app.learn.kinds import Decider
+from adaspark_app.learn.learned_state import Learners
 from adaspark_app.learn.scheduler import WidthScheduler
 
 TRACE_FIELDS = ("decided_by", "incumbent", "argmax", "values", "rho", "D_ms", "gains", "draft_skipped",
@@ -28,20 +28,28 @@ def _round_start(context: int) -> RoundStart:
     return RoundStart(t0=0.0, context=context, first_round=False, budget=None)
 
 
-def _priced_scheduler(context: int) -> WidthScheduler:
-    """A scheduler with width 1 priced and no cold width forcing drafting."""
-    s = WidthScheduler()
+def _priced(learners: Learners, context: int) -> WidthScheduler:
+    """The learners' scheduler with width 1 priced and no cold width forcing drafting."""
+    s = learners.scheduler
     for _ in range(MEASUREMENTS_BEFORE_PRICED):
         s.observe_plain(context, 0.01, first_round=False)
     s.stall = PENDING_STALL
     return s
 
 
+def _policy(text: list[int]) -> tuple[AdaSparkPolicy, Learners]:
+    """The adaspark policy over an n-gram source holding `text` as a reply's committed text, no drafter."""
+    learners = Learners()
+    ngram = NgramSource(lambda token: False, learners.precision)
+    ngram.begin(text)
+    return AdaSparkPolicy(Arm("adaspark"), learners, Sources(ngram)), learners
+
+
 def test_gate_names_no_proposal_when_there_is_nothing_to_draft():
     """Guards decided_by for a round with no drafter and no n-gram continuation: a plain step that
     says why, rather than one that looks like the chooser's width 1."""
-    dec = SimpleNamespace(ngram=NgramIndex([1, 2, 3, 4, 5]), drafter=None, scheduler=WidthScheduler())
-    gate = AdaSparkPolicy(Arm("adaspark")).gate(dec, _round_start(6))
+    policy, _ = _policy([1, 2, 3, 4, 5])
+    gate = policy.gate(_round_start(6))
     assert not gate.draft and gate.decided_by == Decider.NO_PROPOSAL
 
 
@@ -50,17 +58,16 @@ def test_gate_names_the_draft_gate_when_it_skips():
     and the trace says the draft gate decided it; once the skip is spent the round drafts."""
     text = [7, 8, 9, 10, 11, 12] * 4  # the anchor's context recurs: the index proposes a copy
     ctx = len(text)
-    sched = _priced_scheduler(ctx)
-    dec = SimpleNamespace(ngram=NgramIndex(text), drafter=None, scheduler=sched)
-    policy = AdaSparkPolicy(Arm("adaspark"))
-    probe = policy.probe(dec)
+    policy, learners = _policy(text)
+    sched = _priced(learners, ctx)
+    probe = policy.sources.ngram.probe()
     assert probe != PROBE_NONE
     sched.probe = probe
     sched._gate(ctx).skip_left = 1  # the gate learned to skip one round here
-    gate = policy.gate(dec, _round_start(ctx))
+    gate = policy.gate(_round_start(ctx))
     assert not gate.draft and gate.decided_by == Decider.DRAFT_GATE and gate.draft_skipped
     assert sched.gates[(context_band(ctx), probe)].skip_left == 0
-    again = policy.gate(dec, _round_start(ctx))
+    again = policy.gate(_round_start(ctx))
     assert again.draft and again.decided_by is None and not again.draft_skipped
 
 

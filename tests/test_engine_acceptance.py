@@ -25,7 +25,7 @@ def _paste_log_losses(model_path, prompts):
     try:
         for i, text in enumerate(prompts):
             eng.generate(f"c{i}", [{"role": "user", "content": text}], max_tokens=96)
-            f, h, n = eng.decoder.acceptance.request_log_loss()
+            f, h, n = eng.decoder.learners.acceptance.request_log_loss()
             eng.reset_conversation()
             if i == 0 or n == 0:
                 continue
@@ -55,9 +55,9 @@ def test_class_precision_beats_one_p_src_in_both_estimates(model_path, monkeypat
     the test failed at random in a loaded run."""
     prompts = [json.loads(line)["turns"][0] for line in LONGPASTE.read_text().splitlines()[:8]]
     fit, head, _ = _paste_log_losses(model_path, prompts)
-    from adaspark_app.engine.decoder import Decoder
+    from adaspark_app.learn.precision import SourcePrecision
 
-    monkeypatch.setattr(Decoder, "node_precision", lambda self, c: np.full(len(c), np.nan))
+    monkeypatch.setattr(SourcePrecision, "for_nodes", lambda self, c: np.full(len(c), np.nan))
     fit_one, head_one, _ = _paste_log_losses(model_path, prompts)
     assert fit < 0.96 * fit_one, (fit, fit_one)
     assert head < 0.96 * head_one, (head, head_one)

@@ -29,7 +29,7 @@ def replies(model_path, public_prompts):
                     r = eng.generate(conv["id"], [{"role": "user", "content": conv["turns"][0]}],
                                      max_tokens=MAX_TOKENS)
                     res.append(r)
-                out[arm] = (res, eng.decoder.checked_rows)
+                out[arm] = (res, eng.decoder.counters.checked_rows)
             finally:
                 eng.close()
     return out

@@ -42,7 +42,7 @@ def _drafter_rows_verified_and_lossless(arm, drafter_file, model_path, public_pr
                 msgs.append({"role": "assistant", "content": a.text})
             # the drafter's KV follows the target's committed positions
             assert eng.drafter.n_positions() <= len(eng.decoder.kv_tokens)
-        assert eng.decoder.checked_rows > 0
+        assert eng.decoder.counters.checked_rows > 0
         if arm == "chain:4":
             assert rows > 0, "chain:4 with a drafter must verify drafter rows"
         assert same == 2 * len(convs), f"{same} of {2 * len(convs)} replies identical to ar"

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from learned_states import exercise, learned_state, reloaded, run_round, views
 
-from adaspark_app.learn import state as st
+from adaspark_app.learn import learned_state as st
 from adaspark_app.learn.acceptance import AcceptanceModel
 from adaspark_app.learn.chooser import WidthChooser
 from adaspark_app.learn.cost import VerifyCostModel
@@ -23,6 +23,7 @@ from adaspark_app.learn.rate import LongRunRate
 from adaspark_app.learn.scheduler import WidthScheduler
 from adaspark_app.learn.state import StateError
 from adaspark_app.store import LearnedKey, Store
+from adaspark_app.store.transfer import export_json
 
 DATA = Path(__file__).parent / "data"
 OLD = DATA / "learned_state_b9fbe7f.json"
@@ -131,7 +132,7 @@ def exported_state(tmp_path) -> dict:
     key = LearnedKey("1111111111111111", "dddddddddddddddd")
     with Store.open(tmp_path / "s.db") as s:
         s.save_learned(key, learned_state(0))
-        return json.loads(s.export_json())["learned"][0]["state"]
+        return json.loads(export_json(s))["learned"][0]["state"]
 
 
 def field_paths(node, path: tuple = ()) -> dict[tuple, list[tuple]]:

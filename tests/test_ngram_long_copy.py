@@ -14,9 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from adaspark_app.engine.ngram import (LONG_COPY_CONFIRM, LONG_COPY_DEPTH, LONG_COPY_MATCH, LONG_COPY_MIN,
-                                       NgramIndex, NgramStep, long_copy_floor, long_copy_rows)
-from adaspark_app.learn.constants import NGRAM_MAX_DEPTH
+from adaspark_app.engine.ngram import NgramIndex, NgramStep, long_copy_rows
+from adaspark_app.learn.constants import (LONG_COPY_CONFIRM, LONG_COPY_DEPTH, LONG_COPY_MATCH, LONG_COPY_MIN,
+                                          NGRAM_MAX_DEPTH)
+from adaspark_app.learn.width import long_copy_floor
 from adaspark_app.learn.kinds import NgramKind
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
@@ -107,7 +108,7 @@ def test_long_copy_floor_stays_byte_identical_to_ar(model_path, monkeypatch):
     copy on cold-start measurements). The floor is forced on every firing of the rule (confirmed
     or not, so it fires within a short reply): the wide verifies it forces give the same replies
     as `ar`."""
-    from adaspark_app.engine import arms
+    from adaspark_app.learn import width as width_decision
     from adaspark_app.engine.chat_engine import ChatEngine
     from engine_clock import deterministic_clock
 
@@ -129,7 +130,7 @@ def test_long_copy_floor_stays_byte_identical_to_ar(model_path, monkeypatch):
             fired.append(rows)
         return rows
 
-    monkeypatch.setattr(arms, "long_copy_floor", floor_always)
+    monkeypatch.setattr(width_decision, "long_copy_floor", floor_always)
     replies: dict[str, list] = {}
     for arm in ("ar", "adaspark"):
         with deterministic_clock():

@@ -83,7 +83,7 @@ def target_replies(request) -> tuple[str, dict]:
                     tokens.append(list(r.tokens))
                     for w, n in r.widths.items():
                         widths[w] = widths.get(w, 0) + n
-            out[arm] = (tokens, eng.decoder.checked_rows, widths)
+            out[arm] = (tokens, eng.decoder.counters.checked_rows, widths)
         finally:
             eng.close()
     return request.param, out

@@ -186,18 +186,18 @@ def test_sampled_rounds_learn_in_their_own_temperature_band(engines):
     model is left as it was, and the state survives a save/load through JSON."""
     eng = engines["adaspark"]
     dec = eng.decoder
-    greedy_before = json.dumps(dec._bands[0][1].state_dict(), sort_keys=True)
+    greedy_before = json.dumps(dec.learners._bands[0][1].state_dict(), sort_keys=True)
     conv = CONVS[0]
     run_conversation(eng, conv, 32, sampling=SamplingSettings(temperature=0.7, seed=1))
     eng.reset_conversation()
     state = json.loads(json.dumps(dec.state_dict()))
     assert "2" in state["by_temperature"]
-    assert json.dumps(dec._bands[0][1].state_dict(), sort_keys=True) == greedy_before
-    assert dec._bands[2][0].cost is dec._bands[0][0].cost  # one verify-cost model
+    assert json.dumps(dec.learners._bands[0][1].state_dict(), sort_keys=True) == greedy_before
+    assert dec.learners._bands[2][0].cost is dec.learners._bands[0][0].cost  # one verify-cost model
     fresh = Decoder(eng.backend, eng.arm)
     fresh.load_state(state)
     assert json.loads(json.dumps(fresh.state_dict())) == state
-    assert fresh._bands[2][0].cost is fresh._bands[0][0].cost
+    assert fresh.learners._bands[2][0].cost is fresh.learners._bands[0][0].cost
 
 
 def test_sampled_reply_records_settings_in_out_and_rounds(engines, tmp_path):

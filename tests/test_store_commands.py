@@ -17,6 +17,7 @@ from adaspark_app.learn.acceptance import AcceptanceModel
 from adaspark_app.learn.precision import SourcePrecision
 from adaspark_app.learn.scheduler import WidthScheduler
 from adaspark_app.store import LearnedKey, Store
+from adaspark_app.store.transfer import export_json
 from adaspark_app.store import commands
 
 K1 = LearnedKey("1111111111111111", "dddddddddddddddd")
@@ -191,7 +192,7 @@ def test_export_to_stdout_and_one_key(default_db, capsys):
     fill(default_db)
     assert cli("store", "export") == 0
     with Store.open(default_db) as s:
-        assert capsys.readouterr().out == s.export_json()
+        assert capsys.readouterr().out == export_json(s)
     assert cli("store", "export", "--key", "Gemma") == 0
     doc = json.loads(capsys.readouterr().out)
     assert [e["key"]["model_id"] for e in doc["learned"]] == [K2.model_id]
@@ -210,7 +211,7 @@ def test_import_errors_are_one_line_exit_2(tmp_path, default_db, capsys):
     """A missing or malformed import file: exit 2, one line naming the file, store unchanged."""
     fill(default_db)
     with Store.open(default_db) as s:
-        before = s.export_json()
+        before = export_json(s)
     assert cli("store", "import", str(tmp_path / "nope.json")) == 2
     err = capsys.readouterr().err
     assert err.startswith("adaspark: error: import: no such file") and err.count("\n") == 1
@@ -220,7 +221,7 @@ def test_import_errors_are_one_line_exit_2(tmp_path, default_db, capsys):
     err = capsys.readouterr().err
     assert str(bad) in err and "learned[0]" in err and err.count("\n") == 1
     with Store.open(default_db) as s:
-        assert s.export_json() == before
+        assert export_json(s) == before
 
 
 def test_reset_without_tty_or_yes_refuses(default_db, capsys, monkeypatch):

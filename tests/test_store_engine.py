@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from adaspark_app.engine.chat_engine import ChatEngine
-from adaspark_app.learn.state import validate
+from adaspark_app.learn.learned_state import validate
 from adaspark_app.store import Store
 
 pytestmark = pytest.mark.model  # every test here loads the bundled model

@@ -11,6 +11,7 @@ from learned_states import learned_state
 
 from adaspark_app.errors import StoreError
 from adaspark_app.store import EXPORT_FORMAT, EXPORT_VERSION, LearnedKey, Store
+from adaspark_app.store.transfer import export_json, import_json
 
 K1 = LearnedKey("1111111111111111", "dddddddddddddddd")
 K2 = LearnedKey("2222222222222222", "dddddddddddddddd", "3333333333333333")
@@ -51,11 +52,11 @@ def test_export_import_export_is_byte_identical(tmp_path):
     """Export -> import into a fresh store -> export gives the same bytes."""
     with Store.open(tmp_path / "a.db") as a:
         fill(a)
-        first = a.export_json()
+        first = export_json(a)
     with Store.open(tmp_path / "b.db") as b:
-        msgs = b.import_json(first)
+        msgs = import_json(b, first)
         assert len(msgs) == 2 and all(m.startswith("added") for m in msgs)
-        second = b.export_json()
+        second = export_json(b)
     assert second == first
     assert second.encode("utf-8") == first.encode("utf-8")
 
@@ -64,10 +65,10 @@ def test_reimport_into_same_store_is_byte_identical(tmp_path):
     """Replacing a store's keys with its own export changes nothing observable."""
     with Store.open(tmp_path / "a.db") as a:
         fill(a)
-        first = a.export_json()
-        msgs = a.import_json(first, mode="replace")
+        first = export_json(a)
+        msgs = import_json(a, first, mode="replace")
         assert all(m.startswith("replaced") for m in msgs)
-        assert a.export_json() == first
+        assert export_json(a) == first
         assert len(a.request_summaries(K1)) == 3  # replaced, not duplicated
 
 
@@ -77,8 +78,8 @@ def test_export_is_versioned_sorted_and_stable(tmp_path):
     with Store.open(tmp_path / "a.db") as a:
         a.save_learned(K2, learned_state(1))  # saved first, sorts second
         a.save_learned(K1, learned_state(2))
-        text = a.export_json()
-        assert a.export_json() == text
+        text = export_json(a)
+        assert export_json(a) == text
     doc = json.loads(text)
     assert doc["format"] == EXPORT_FORMAT == "adaspark-store"
     assert doc["version"] == EXPORT_VERSION == 1
@@ -89,22 +90,22 @@ def test_export_is_versioned_sorted_and_stable(tmp_path):
 def test_export_one_key(tmp_path):
     with Store.open(tmp_path / "a.db") as a:
         fill(a)
-        doc = json.loads(a.export_json(K2))
+        doc = json.loads(export_json(a, K2))
         assert [e["key"] for e in doc["learned"]] == [
             {"model_id": K2.model_id, "device_id": K2.device_id, "drafter_id": K2.drafter_id}
         ]
         with pytest.raises(StoreError, match="no learned state"):
-            a.export_json(LearnedKey("9999999999999999", "dddddddddddddddd"))
+            export_json(a, LearnedKey("9999999999999999", "dddddddddddddddd"))
 
 
 def test_imported_state_loads_for_the_engine(tmp_path):
     """After import a restarted engine finds the learned state under the same key."""
     with Store.open(tmp_path / "a.db") as a:
         fill(a)
-        text = a.export_json()
+        text = export_json(a)
         expected = a.load_learned(K1)
     with Store.open(tmp_path / "b.db") as b:
-        b.import_json(text)
+        import_json(b, text)
         assert b.load_learned(K1) == expected
         assert [r["turn"] for r in b.request_summaries(K1)] == [0, 1, 0]
 
@@ -113,11 +114,11 @@ def test_replace_keeps_keys_not_in_file(tmp_path):
     """Replace overwrites the imported keys only; other local keys stay."""
     with Store.open(tmp_path / "a.db") as a:
         a.save_learned(K1, learned_state(1))
-        text = a.export_json()
+        text = export_json(a)
     with Store.open(tmp_path / "b.db") as b:
         b.save_learned(K1, learned_state(5), summary(0))
         b.save_learned(K2, learned_state(6))
-        b.import_json(text)
+        import_json(b, text)
         assert b.load_learned(K1) == json.loads(json.dumps(learned_state(1)))
         assert b.request_summaries(K1) == []
         assert b.load_learned(K2) is not None
@@ -128,20 +129,20 @@ def test_merge_keeps_newer_state_and_unions_summaries(tmp_path):
     with Store.open(tmp_path / "a.db") as a:
         a.save_learned(K1, learned_state(1), summary(0))
         a.save_learned(K1, learned_state(2), summary(1))
-        older = a.export_json()
+        older = export_json(a)
         a.save_learned(K1, learned_state(3), summary(2))
-        newer = a.export_json()
+        newer = export_json(a)
     with Store.open(tmp_path / "b.db") as b:
-        b.import_json(older)
-        msgs = b.import_json(newer, mode="merge")
+        import_json(b, older)
+        msgs = import_json(b, newer, mode="merge")
         assert "took the imported state" in msgs[0] and "1 new request" in msgs[0]
         assert b.load_learned(K1) == learned_state(3)
         assert len(b.request_summaries(K1)) == 3
-        msgs = b.import_json(older, mode="merge")
+        msgs = import_json(b, older, mode="merge")
         assert "kept the local state" in msgs[0] and "0 new request" in msgs[0]
         assert b.load_learned(K1) == learned_state(3)
         assert len(b.request_summaries(K1)) == 3
-        assert b.export_json() == newer
+        assert export_json(b) == newer
 
 
 @pytest.mark.parametrize(
@@ -170,11 +171,11 @@ def test_bad_import_is_refused_and_changes_nothing(tmp_path, text, match):
     text = text.replace("@", json.dumps(learned_state(0)))
     with Store.open(tmp_path / "a.db") as a:
         fill(a)
-        before = a.export_json()
+        before = export_json(a)
         with pytest.raises(StoreError, match=match) as info:
-            a.import_json(text)
+            import_json(a, text)
         assert "\n" not in str(info.value)
-        assert a.export_json() == before
+        assert export_json(a) == before
 
 
 def test_bad_entry_after_good_one_imports_nothing(tmp_path):
@@ -184,27 +185,27 @@ def test_bad_entry_after_good_one_imports_nothing(tmp_path):
     text = json.dumps({"format": "adaspark-store", "version": 1, "learned": [good, bad]})
     with Store.open(tmp_path / "a.db") as a:
         with pytest.raises(StoreError):
-            a.import_json(text)
+            import_json(a, text)
         assert a.list_learned() == []
 
 
 def test_unknown_mode_refused(tmp_path):
     with Store.open(tmp_path / "a.db") as a:
         with pytest.raises(StoreError, match="mode"):
-            a.import_json('{"format": "adaspark-store", "version": 1, "learned": []}', mode="append")
+            import_json(a, '{"format": "adaspark-store", "version": 1, "learned": []}', mode="append")
 
 
 def test_import_migrates_an_export_of_the_previous_layout(tmp_path):
     """An export made by a store in use before per-learner versions (b9fbe7f's layout) imports,
     and the store then holds it in this layout, as the engine loads it."""
-    from adaspark_app.learn.state import validate
+    from adaspark_app.learn.learned_state import validate
 
     old = json.loads((Path(__file__).parent / "data" / "learned_state_b9fbe7f.json").read_text())
     doc = {"format": EXPORT_FORMAT, "version": EXPORT_VERSION,
            "learned": [{"key": {"model_id": K1.model_id, "device_id": K1.device_id, "drafter_id": None},
                         "state": old}]}
     with Store.open(tmp_path / "a.db") as a:
-        assert a.import_json(json.dumps(doc))[0].startswith("added")
+        assert import_json(a, json.dumps(doc))[0].startswith("added")
         stored = a.load_learned(K1)
     assert stored["scheduler"]["version"] == 2 and stored == validate(old)
 
@@ -214,11 +215,11 @@ def test_one_field_corruptions_of_an_export_are_refused_or_load(tmp_path):
     (one line, nothing written) or stores a state the engine's loader accepts."""
     from test_learn_state import MUTATIONS, corrupted, field_paths
 
-    from adaspark_app.learn.state import validate
+    from adaspark_app.learn.learned_state import validate
 
     with Store.open(tmp_path / "a.db") as a:
         a.save_learned(K1, learned_state(0))
-        doc = json.loads(a.export_json())
+        doc = json.loads(export_json(a))
     rng = np.random.default_rng(7)
     paths = [p for ps in field_paths(doc["learned"][0]["state"]).values() for p in ps]
     refused = 0
@@ -228,7 +229,7 @@ def test_one_field_corruptions_of_an_export_are_refused_or_load(tmp_path):
             entry = dict(doc["learned"][0], state=corrupted(doc["learned"][0]["state"], path,
                                                             str(rng.choice(MUTATIONS))))
             try:
-                b.import_json(json.dumps(dict(doc, learned=[entry])))
+                import_json(b, json.dumps(dict(doc, learned=[entry])))
             except StoreError as exc:
                 assert "\n" not in str(exc) and "learned[0].state" in str(exc)
                 assert b.list_learned() == []

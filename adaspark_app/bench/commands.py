@@ -11,6 +11,7 @@ import argparse
 import shlex
 import sys
 
+from ..options import add_sampling_options, check_sampling_options
 
 DEFAULT_MAX_TOKENS = 1024  # the loop cap: a reply reaching it is left out as a greedy loop (paper: 8,192)
 DEFAULT_REPORT_DIR = "bench-report"
@@ -41,9 +42,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
                    help="keep each arm's learned store as DIR/<arm>.db (default: fresh temporary stores)")
     p.add_argument("--threads", type=int, default=None, help="llama.cpp threads for every arm")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    from ..cli import _add_sampling  # the same sampling options as run and chat
-
-    _add_sampling(p)
+    add_sampling_options(p)  # the same sampling options as run and chat
     p.add_argument("--keep-capped", action="store_true",
                    help="fixed-length comparison: keep replies that reach --max-tokens instead of "
                         "leaving them out as loops")
@@ -91,10 +90,9 @@ def run(args: argparse.Namespace) -> int:
     """Handler of `adaspark bench`. Exit 0; 130 on Ctrl-C, after writing the partial report."""
     from rich.console import Console
 
-    from ..cli import _check_sampling
     from .runner import BenchConfig, run_bench
 
-    sampling = _check_sampling(args)  # ArgumentError: one line, exit 2 (cli.main)
+    sampling = check_sampling_options(args)  # ArgumentError: one line, exit 2 (cli.main)
     if args.model:
         from ..config import resolve_model_arg
 

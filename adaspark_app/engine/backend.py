@@ -23,7 +23,7 @@ import numpy as np
 from .. import native
 from ..errors import ContextOverflowError, ModelLoadError
 from ..native import ONE_ROW_ALL, ONE_ROW_NONE
-from ..gguf_file import GGUF_MAGIC
+from ..gguf_file import is_gguf
 from .limits import N_SEQ_MAX, check_n_batch, check_n_ctx, check_threads
 from .one_row import OURS, chooser_for
 
@@ -112,11 +112,10 @@ def check_gguf_file(path: str, what: str = "model") -> Path:
     if not p.is_file():
         raise ModelLoadError(f"{what} path is not a file: {path}")
     try:
-        with p.open("rb") as fh:
-            magic = fh.read(4)
+        gguf = is_gguf(p)
     except OSError as exc:
         raise ModelLoadError(f"cannot read {what} file {path}: {exc.strerror}") from exc
-    if magic != GGUF_MAGIC:
+    if not gguf:
         raise ModelLoadError(f"{what} file is not a GGUF file: {path}")
     return p
 

@@ -18,11 +18,13 @@ from ..errors import ArgumentError, ModelLoadError
 from .arms import Arm, parse_arm
 from .backend import LlamaBackend, check_gguf_file, default_model_path
 from .context_window import Window, fit_messages
-from .decoder import Decoder, RoundOutcome, run_reply
+from .decoder import Decoder
+from .reply import run_reply
+from .rounds import RoundOutcome
 from .detok import StreamDecoder
 from .events import ReplyResult, RoundEvent
 from .sampling import GREEDY, SamplingSettings
-from .template import ChatTemplate, chat_template_for, turn_format_notice  # noqa: F401
+from .template import chat_template_for, turn_format_notice  # noqa: F401
 
 VALID_ROLES = ("system", "user", "assistant")
 
@@ -122,7 +124,8 @@ class ChatEngine:
         (a locked or damaged file) still raise StoreError.
         """
         from ..errors import StoreError
-        from ..learn.state import StateError, validate
+        from ..learn.learned_state import validate
+        from ..learn.state import StateError
         from ..store.db import UnreadableState
 
         for _ in range(2):  # a second look if another process saved a new state meanwhile
@@ -291,14 +294,14 @@ class ChatEngine:
         self.store.save_learned(self.store_key, self.decoder.state_dict(), summary, self._key_meta)
 
     def price_table(self, context: int) -> dict[int, float]:
-        return self.decoder.scheduler.price_table(context)
+        return self.decoder.learners.scheduler.price_table(context)
 
     def plain_rate(self, context: int) -> float | None:
         t = self.price_table(context).get(1)
         return 1.0 / t if t else None
 
     def cold_start_progress(self) -> tuple[int, int]:
-        return self.decoder.scheduler.cold_start_progress()
+        return self.decoder.learners.scheduler.cold_start_progress()
 
     def reset_conversation(self) -> None:
         """Forget the cached conversation (the next reply prefills from scratch)."""

@@ -64,10 +64,9 @@ import numpy as np
 from adaspark_app.engine import ext_bindings
 from adaspark_app.engine.backend import vocab_texts
 from adaspark_app.errors import ContextOverflowError, DrafterError, ModelLoadError
+from adaspark_app.learn.constants import TOP_K
 from adaspark_app.gguf_file import GGML_NUMPY_TYPES, GGUFHeader, read_gguf_header, read_gguf_tensor
 
-#: Candidates kept per drafted position (paper Table 14: K = 8).
-TOP_K = 8
 
 #: Target architectures whose llama.cpp 0.3.36 graph records layer inputs
 #: (`res->t_layer_inp[il]`, src/models/*.cpp). Any other target aborts the process inside

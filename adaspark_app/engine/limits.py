@@ -3,15 +3,16 @@
 One place for the CLI (cli.py checks the parsed options with these before anything loads) and
 for library users (LlamaBackend checks its arguments first), so a bad value is an ArgumentError
 with one line, never a native abort.
-Widths (`pinned:N`, `chain:K`) are checked by engine/arms.py against MAX_WIDTH.
+Widths (`pinned:N`, `chain:K`) are checked by engine/arms.py against learn/constants.MAX_WIDTH.
 """
 
 from __future__ import annotations
 
 from ..errors import ArgumentError
+from ..learn.constants import MAX_WIDTH
 
 # One KV sequence per leaf of the widest tree: a verify of MAX_WIDTH rows can have that many leaves.
-N_SEQ_MAX = 64
+N_SEQ_MAX = MAX_WIDTH
 # llama.cpp caps n_batch at n_ctx and reserves at least n_seq_max output rows per batch, so a
 # context below N_SEQ_MAX aborts in GGML_ASSERT(n_outputs_max <= cparams.n_outputs_max)
 # (llama-cpp-python 0.3.36: --n-ctx 63 aborts, 64 works). llama.cpp rounds n_ctx up to 256.

@@ -24,7 +24,7 @@ tokens, and then verifies the whole chain (up to 64 tokens). In the replay of Qw
 right on pastes. Chains here used to stop 32 tokens below the anchor, so no verify could reach
 ngram-mod's. ``long_copy_rows`` names the rounds where its rule fires; the engine then follows the
 anchor's chain to ``LONG_COPY_DEPTH`` tokens, so Eq. (7) may choose up to 64 rows, and once the copy
-is confirmed verifies all of it (``long_copy_floor``, arms.AdaSparkPolicy).
+is confirmed verifies all of it (``learn.width.long_copy_floor``).
 """
 
 from __future__ import annotations
@@ -32,7 +32,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from adaspark_app.learn.constants import COPY_CONTEXT_LADDER, COPY_EVIDENCE_CAP, NGRAM_FOLLOWER_CONTEXT, NGRAM_MAX_DEPTH
+from adaspark_app.learn.constants import (COPY_CONTEXT_LADDER, COPY_EVIDENCE_CAP, LONG_COPY_DEPTH, LONG_COPY_MATCH,
+                                          LONG_COPY_MIN, NGRAM_FOLLOWER_CONTEXT, NGRAM_MAX_DEPTH)
 from adaspark_app.learn.kinds import NgramKind
 from adaspark_app.learn.precision import SourcePrecision
 
@@ -45,15 +46,8 @@ COPY_CONTEXTS: tuple[int, ...] = tuple(
 ) or (NGRAM_MIN_COPY,)
 # ngram-mod's rule (llama.cpp common/common.h defaults n_match 24, n_min 48, n_max 64): a copy
 # matched on at least LONG_COPY_MATCH tokens whose passage runs on LONG_COPY_MIN more is verified
-# whole, up to LONG_COPY_DEPTH tokens: 63 so the verify (anchor + chain) fits the widest batch, 64.
-LONG_COPY_MATCH = 24
-LONG_COPY_MIN = 48
-LONG_COPY_DEPTH = 63
-# The width floor (long_copy_floor) needs the copy confirmed: the round before verified a draft of
-# at least this many tokens (more than the 31 a chain below the anchor held before) and the target
-# accepted all of it. 24 (ngram-mod's own match) cost up to 5 points of the oracle's share on
-# Qwen-0.5B pastes in the replay; 32 lost nothing anywhere (ngram_mod_replay_qwen0.5b.md).
-LONG_COPY_CONFIRM = 32
+# whole, up to LONG_COPY_DEPTH tokens (learn/constants.py); LONG_COPY_CONFIRM is the width floor's
+# (learn/width.py).
 
 
 def starts_long_copy(step: "NgramStep | None") -> bool:
@@ -74,27 +68,6 @@ def long_copy_rows(steps: Sequence["NgramStep"]) -> int:
             break
         k += 1
     return 1 + k if k >= LONG_COPY_MIN else 0
-
-
-def long_copy_floor(rows: int, last_whole: int) -> int:
-    """The width floor for a round whose anchor chain ngram-mod's rule verifies in ``rows`` rows
-    (``long_copy_rows``; 0: it does not fire), given ``last_whole``: the draft tokens the rounds
-    just before accepted in a row, each round accepted whole (all its rows but at most an
-    exploration row), else 0. A streak over rounds, not one round's draft: on Qwen2.5-Coder-1.5B a
-    pasted passage's copy was verified 8 rows at a time and accepted whole 22 rounds running
-    while the acceptance model priced 16 rows below 8, so one round never confirmed it.
-
-    Why a floor outside Eq. (7), and why only once confirmed: the acceptance model caps a copy's
-    evidence at 32 tokens and the cost model rarely holds prices past 32 rows, so V(n) cannot see
-    that a copy which has just been right for 32+ tokens in a row is worth verifying whole; once
-    it has been, verifying what ngram-mod would lost nothing in the replay. Unconfirmed, it loses:
-    replaying
-    Qwen-0.5B's paste-and-ask replies (benchmarks/ngram_mod_replay.py), a floor on every firing of
-    the rule cut the priced speed from 2.39x to 2.19x (pastes' copies part from their source every
-    few dozen tokens, and a 64-row verify costs 14.7 one-row steps there against 7.7 for 32 rows,
-    verify_cost_cpu_qwen0.5b.json).
-    """
-    return rows if rows > 0 and last_whole >= LONG_COPY_CONFIRM else 0
 
 
 @dataclass(frozen=True)

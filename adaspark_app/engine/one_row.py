@@ -36,16 +36,16 @@ import os
 import statistics
 
 from ..errors import ConfigError
+from ..learn.constants import ONE_ROW_BLOCK_STEPS, ONE_ROW_MARGIN, ONE_ROW_TRIAL_BLOCKS, ONE_ROW_WARMUP_STEPS
 
 ONE_ROW_ENV = "ADASPARK_ONE_ROW"
-#: one-row steps run (on AdaSpark's kernels) and not timed before the trial: the first ones after a
-#: model load run slow (pages, caches) and would count against the setting tried first
-WARMUP_STEPS = 8
-#: one-row steps per block of one setting, and blocks in the trial (ABBA quads: half per setting)
-BLOCK_STEPS = 4
-TRIAL_BLOCKS = 12
-#: vec_dot must be this much faster (ratio of medians) to be chosen over AdaSpark's kernels
-MARGIN = 0.03
+# The trial's knobs (learn/constants.py): uncounted warm-up steps (the first after a model load run
+# slow and would count against the setting tried first), steps per block, blocks (ABBA quads), and
+# how much faster vec_dot must be.
+WARMUP_STEPS = ONE_ROW_WARMUP_STEPS
+BLOCK_STEPS = ONE_ROW_BLOCK_STEPS
+TRIAL_BLOCKS = ONE_ROW_TRIAL_BLOCKS
+MARGIN = ONE_ROW_MARGIN
 OURS, VEC_DOT = "ours", "vec_dot"
 
 

@@ -1,20 +1,22 @@
 """The values one round passes between its steps (Algorithm 1), each a typed record.
 
 `Decoder.round` runs: start -> gate -> propose -> price -> choose -> select -> verify -> commit
--> learn. Each step reads and returns one of these, so a step's inputs are named, not a list of
-positional parameters.
+-> learn. Each step reads and returns one of these (the width is ``learn.width.WidthChoice``), so
+a step's inputs are named, not a list of positional parameters. ``RoundOutcome`` is what a round
+reports: what it committed, what it measured and why it verified the width it did.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
 from ..learn.acceptance import CandidateSet
 from ..learn.gates import PROBE_NONE
-from ..learn.kinds import Decider
-from ..learn.scheduler import WidthPlan
+from ..learn.kinds import Decider, source_counts
+from ..learn.width import WidthChoice
 from .tree import Candidates, TreeLayout
 
 
@@ -65,18 +67,6 @@ class RoundTree:
 
 
 @dataclass
-class WidthChoice:
-    """The width n* (Algorithm 1 lines 7-10), why, and the rows it selected (lines 11-12)."""
-
-    width: int
-    decided_by: Decider
-    measured: bool = False  # a cold-start or split measurement
-    predicted_s: float | None = None  # the cost model's price of this width
-    plan: WidthPlan | None = None  # the scheduler's plan and trace (the adaspark arm)
-    selected: list[int] = field(default_factory=list)  # the nodes verified after the anchor
-
-
-@dataclass
 class Verified:
     """One verify forward and the accepted path (Algorithm 1 lines 13-14)."""
 
@@ -95,3 +85,65 @@ class Verified:
     def targets(self) -> np.ndarray:
         """The target's token per row: its draw when sampling, else its argmax."""
         return self.argmax if self.draws is None else self.draws
+
+
+@dataclass
+class RoundCounters:
+    """What a decoder's rounds did, counted over its life (tests and benchmarks read them)."""
+
+    tree_rounds_with_ngram: int = 0  # tree rounds with an n-gram node: every EXPLORATION_PERIOD-th explores
+    cut_rounds: int = 0  # rounds whose accepted path was cut to keep KV cells in position order
+    cut_tokens: int = 0  # accepted tokens the cut discarded, over all rounds
+    checked_rows: int = 0  # rows the self-check verified (``self_check.check_rows``)
+
+
+@dataclass
+class RoundOutcome:
+    """What one round committed, what it measured, and why it verified the width it did."""
+
+    new_tokens: list[int]
+    width: int
+    measured: bool = False
+    verify_s: float = 0.0
+    fixed_s: float = 0.0
+    predicted_s: float | None = None
+    expected_accepted: float = 0.0
+    accepted: int = 0
+    priced_by: str = "none"
+    rows_by_source: dict[str, int] = field(default_factory=dict)
+    accepted_by_source: dict[str, int] = field(default_factory=dict)
+    offered: dict[int, float] = field(default_factory=dict)
+    band_rate: float | None = None
+    prefill: bool = False  # the reply's first token, from the prefill: no round ran
+    decided_by: str = Decider.ARM.value  # the layer that set the width (Decider)
+    trace: dict[str, Any] = field(default_factory=dict)  # the rest of the decision trace (ROUNDS.jsonl)
+
+
+def decision_trace(choice: WidthChoice | None, gate: DraftDecision) -> dict[str, Any]:
+    """The decision trace of a round: the gates' verdicts and, for a scheduled round, the chooser's terms."""
+    t: dict[str, Any] = {"draft_skipped": gate.draft_skipped, "drafter_skipped": gate.drafter_skipped,
+                         "probe": gate.probe}
+    plan = choice.plan if choice is not None else None
+    if plan is not None:
+        t.update(incumbent=plan.incumbent, argmax=plan.argmax, mode=plan.mode, values=plan.values,
+                 rho=plan.rho, D_ms=plan.fixed_s * 1e3, gains=list(plan.gains), bounded=plan.bounded)
+    return t
+
+
+def tree_outcome(tree: RoundTree, choice: WidthChoice, result: Verified, gate: DraftDecision) -> RoundOutcome:
+    """A verified round's outcome: the committed tokens, rows and acceptance by source, the trace."""
+    cands = tree.cands
+    rows_by, acc_by = source_counts(), source_counts()
+    for j in result.layout.nodes[1:]:
+        rows_by[cands.source(j)] += 1
+    for j in result.path:
+        acc_by[cands.source(j)] += 1
+    plan = choice.plan
+    return RoundOutcome(
+        new_tokens=[cands.token[j] for j in result.path] + [result.bonus], width=choice.width,
+        measured=choice.measured, verify_s=result.verify_s, fixed_s=result.fixed_s,
+        predicted_s=choice.predicted_s, expected_accepted=tree.expected_accepted(choice.width),
+        accepted=len(result.path), priced_by=tree.priced_by, rows_by_source=rows_by, accepted_by_source=acc_by,
+        offered=plan.offered if plan is not None else {}, band_rate=plan.band_rate if plan is not None else None,
+        decided_by=Decider(choice.decided_by).value,
+        trace={**decision_trace(choice, gate), "cut_tokens": len(result.full_path) - len(result.path)})

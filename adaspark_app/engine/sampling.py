@@ -27,6 +27,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..errors import ArgumentError
+from ..learn.constants import TEMPERATURE_BAND_EDGES
 
 # llama.cpp's defaults (common/common.h, struct common_params_sampling)
 LLAMA_TEMPERATURE = 0.8
@@ -38,10 +39,9 @@ LLAMA_REPEAT_LAST_N = 64
 
 SEED_MASK = (1 << 64) - 1
 
-# Temperature bands of the learned state (acceptance model, gains, long-run rate): acceptance at
-# T = 0.3 is close to greedy's, at T = 1.0 much lower; one band per regime keeps pricing
-# calibrated without a temperature feature in every learner. Band 0 is greedy.
-TEMPERATURE_BAND_EDGES = (0.0, 0.5, 0.9)  # band b: edges[b-1] < T <= edges[b]; the last is open
+# Temperature bands of the learned state (acceptance model, gains, long-run rate; edges in
+# learn/constants.py): one band per regime keeps pricing calibrated without a temperature feature
+# in every learner. Band 0 is greedy.
 
 
 def temperature_band(temperature: float) -> int:

@@ -1,4 +1,5 @@
-"""Every scheduler constant of Appendix B (Table 14), under its paper name, with why.
+"""Every scheduler constant of Appendix B (Table 14), under its paper name, with why; and every
+other knob of the width decision, the learned state's bands and the plain step's kernel trial.
 
 "hand" in the paper means chosen once from what the quantity means; "dev" means chosen by
 comparing a few values on the development corpus. Values are used unchanged on every target.
@@ -24,7 +25,8 @@ LEVEL_WINDOW: int = 8  # level = min over the class's last 8 verifies of measure
 LEVEL_CLAMP: tuple[float, float] = (0.5, 2.0)  # the level never moves the price beyond these factors
 MEASUREMENTS_BEFORE_PRICED: int = 3  # the plain step (width 1) is timed 3 times before it is priced; wider widths: CONDITIONAL_MEASUREMENTS
 SAMPLES_BEFORE_LAW: int = 3  # before a law has 3 samples the price is the lowest measured time
-LADDER: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64)  # starting width table; width 1 ADDED to the paper's ladder
+MAX_WIDTH: int = 64  # widest verify: the ladder's top, pinned:N's bound, one KV sequence per leaf (engine/limits.N_SEQ_MAX)
+LADDER: tuple[int, ...] = (1, 2, 4, 8, 16, 32, MAX_WIDTH)  # starting width table; width 1 ADDED to the paper's ladder
 HOLD_ROUNDS_BEFORE_SPLIT: int = 8  # chooser must hold a width this long before a class is split
 STEEP_RISE: float = 0.25  # class top >25% dearer than its bottom: split next to the held width, else midpoint
 MAX_WIDTHS: int = 24  # at most 24 widths learned
@@ -81,6 +83,12 @@ COPY_EVIDENCE_CAP: int = NGRAM_MAX_DEPTH  # a copy's matched length is capped he
 CLASS_PRIOR_WEIGHT: float = 16.0  # pseudo-trials shrinking a sparse proposal class's precision toward its bin (precision.py)
 PRECISION_HALF_LIFE: float = 1024.0  # counted tokens: p_src follows the last few replies' text, not the store's lifetime
 
+# --- long copies (ADDED: llama.cpp's ngram-mod rule, engine/ngram.py; learn/width.py) ----------
+LONG_COPY_MATCH: int = 24  # ngram-mod's n_match: a copy matched on 24+ tokens may be drafted whole
+LONG_COPY_MIN: int = 48  # ngram-mod's n_min: ... when its passage runs on 48+ more tokens
+LONG_COPY_DEPTH: int = MAX_WIDTH - 1  # ... up to 63 tokens, so the verify (anchor + chain) fits the widest batch
+LONG_COPY_CONFIRM: int = 32  # the floor needs the rounds before to have accepted 32+ draft tokens whole in a row (24 cost up to 5 points of the oracle's share on Qwen-0.5B pastes, 32 lost nothing)
+
 # --- gates (ADDED: not in the paper; learn/gates.py) ---------------------------------------------
 GATE_HALF_LIFE: float = 16.0  # drafted rounds: memory of the draft gate's advantage and D sums
 GATE_MIN_ROUNDS: int = 4  # drafted rounds seen before the draft gate may skip drafting
@@ -93,7 +101,16 @@ DRAFTER_SE_MARGIN: float = 1.0  # standard errors the drafter's mean must clear 
 PROBE_COPY_EDGES: tuple[int, ...] = (4, 8, 16, 32)  # probe classes of a copy by matched length: 4-7, 8-15, 16-31, 32+
 
 # --- drafter (§2.2) ----------------------------------------------------------------------
-TOP_K: int = 8  # candidates kept per drafter position (pick + K-1 siblings)
+TOP_K: int = 8  # candidates kept per drafter position (pick + K-1 siblings); engine/dspark.py drafts these
 # Not in Table 14: each drafted row costs about an eighth of a target step on this CPU, and the shipped
 # drafter's rows past the fourth are accepted in under 0.5% of blocks (tools/train_drafter, held out).
 TREE_DRAFT_ROWS: int = 4  # drafted positions a tree round asks the drafter for
+
+# --- learned state by temperature (ADDED; learn/learned_state.py) --------------------------
+TEMPERATURE_BAND_EDGES: tuple[float, ...] = (0.0, 0.5, 0.9)  # band b: edges[b-1] < T <= edges[b], the last open; acceptance at T = 0.3 is close to greedy's, at 1.0 much lower
+
+# --- the plain step's kernels (ADDED; engine/one_row.py) ------------------------------------
+ONE_ROW_WARMUP_STEPS: int = 8  # one-row steps run and not timed before the trial: the first after a load run slow
+ONE_ROW_BLOCK_STEPS: int = 4  # one-row steps per block of one setting
+ONE_ROW_TRIAL_BLOCKS: int = 12  # blocks in the trial, ABBA quads (half per setting)
+ONE_ROW_MARGIN: float = 0.03  # vec_dot must be 3% faster (ratio of medians), overall and in every quad, to replace AdaSpark's kernels

@@ -43,6 +43,7 @@ from .constants import (
     COLD_RISK_STEPS,
     CONDITIONAL_MEASUREMENTS,
     CONTEXT_UNIT,
+    FIXED_EMA_WEIGHT,
     FTRL_ALPHA,
     FTRL_BETA,
     HELDOUT_FRACTION,
@@ -53,6 +54,7 @@ from .constants import (
     LAW_CLAMP,
     LEVEL_CLAMP,
     LEVEL_WINDOW,
+    MAX_WIDTH,
     MAX_WIDTHS,
     MEASUREMENTS_BEFORE_PRICED,
     SAMPLES_BEFORE_LAW,
@@ -454,7 +456,7 @@ CouldWin = Callable[[int, int], float]
 class VerifyCostModel:
     """The learned width table of §3.2: classes, cold start, reach, splits, Proposition 2 prices."""
 
-    def __init__(self, ladder: tuple[int, ...] = LADDER, max_width: int = 64) -> None:
+    def __init__(self, ladder: tuple[int, ...] = LADDER, max_width: int = MAX_WIDTH) -> None:
         self.max_width = int(max_width)
         self.classes: dict[int, RowClass] = {w: RowClass(w) for w in sorted(set(ladder)) if 1 <= w <= max_width}
         self.reach: int | None = None  # widest tree the drafter can offer, once learned
@@ -467,6 +469,9 @@ class VerifyCostModel:
         self.d_windows: dict[bool, deque[float]] = {False: deque(maxlen=LEVEL_WINDOW),
                                                     True: deque(maxlen=LEVEL_WINDOW)}
         self.last_drafter = False  # kind of the latest drafted round: the clock its verify is measured on
+        # D's running mean per kind of drafted round (``note_round``): what prices the next round's D
+        # in Eq. (7) before it is timed. Not persisted: a load starts it afresh.
+        self.d_mean: dict[bool, float] = {}
         self._widths: list[int] = []
         self._widths_stale = True
         self._pending: list[int] | None = None  # cache of pending(); reset when a count changes
@@ -558,6 +563,19 @@ class VerifyCostModel:
         self.last_drafter = bool(drafter)
         if fixed_s > 0.0:
             self.d_windows[self.last_drafter].append(float(fixed_s))
+
+    def note_round(self, fixed_s: float, drafter: bool) -> None:
+        """Fold any drafted round's D (a request's first round too) into the running mean of its
+        kind, weight FIXED_EMA_WEIGHT for the newest: the D a round is priced with before it is
+        timed (``fixed_estimate``). The D clock (``note_fixed``, ``d_clock``) is the other view of D:
+        a window's minimum, the level Eq. (5) scales verify times by."""
+        old = self.d_mean.get(drafter)
+        self.d_mean[drafter] = fixed_s if old is None else (1 - FIXED_EMA_WEIGHT) * old + FIXED_EMA_WEIGHT * fixed_s
+
+    def fixed_estimate(self, drafter: bool) -> float | None:
+        """D's running mean for a drafted round with (or without) the drafter's forward; None until
+        one such round ran."""
+        return self.d_mean.get(drafter)
 
     def _clock_for(self, cls: RowClass) -> float:
         """D now on the clock the class was measured on (Eq. 5's D_now / D_k of one kind)."""

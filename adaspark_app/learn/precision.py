@@ -12,6 +12,7 @@ from typing import Protocol
 import numpy as np
 
 from .acceptance import EVIDENCE_EDGES  # the per-class counts are shrunk toward the model's evidence bins
+from .acceptance import CandidateSet, contradicted
 from .constants import CLASS_PRIOR_WEIGHT, COPY_EVIDENCE_CAP, PRECISION_HALF_LIFE
 from .kinds import NgramKind
 from .state import StateError, number, numbers, sequence, versioned
@@ -101,6 +102,15 @@ class SourcePrecision:
         prior = (bh[k, b] + w * overall) / (bt[k, b] + w)
         est = (self.class_hits[k, ev] + w * prior) / (self.class_trials[k, ev] + w)
         return np.where(ok, est, overall)
+
+    def for_nodes(self, c: CandidateSet) -> np.ndarray:
+        """Per candidate, the committed text's precision for the class of its n-gram proposal (its
+        own, the one it agrees with, or the one contradicting it): ``CandidateSet.ng_prec``; the
+        overall value for drafter candidates with none."""
+        contra = contradicted(c)
+        kind = np.where(contra, c.contra_kind, c.ng_kind)
+        evidence = np.where(contra, c.contra_evidence, c.ng_evidence)
+        return self.for_class(kind, evidence)
 
     def state_dict(self) -> dict:
         return {"version": STATE_VERSION, "hits": float(self.hits), "trials": float(self.trials),

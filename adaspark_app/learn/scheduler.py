@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .chooser import Scored, WidthChooser, s_at
-from .constants import (COLD_ALWAYS_BELOW, HOLD_ROUNDS_BEFORE_SPLIT, LADDER, PENDING_STALL, PROBE_COPY_EDGES,
+from .constants import (COLD_ALWAYS_BELOW, HOLD_ROUNDS_BEFORE_SPLIT, LADDER, MAX_WIDTH, PENDING_STALL, PROBE_COPY_EDGES,
                         ROOFLINE_SLOPE_SHARE)
 from .cost import VerifyCostModel, context_band
 from .gains import Gains
@@ -24,7 +24,7 @@ from .kinds import Decider
 from .rate import LongRunRate
 from .state import StateError, integer, optional, sequence, versioned
 
-STATE_VERSION = 2  # of state_dict's layout (learn/state.py); 1: b9fbe7f's, read through state.migrate
+STATE_VERSION = 2  # of state_dict's layout (learn/state.py); 1: b9fbe7f's, read through learned_state.migrate
 PROBE_MAX = PROBE_SHORT_COPY + len(PROBE_COPY_EDGES) - 1  # the widest probe class (a copy of 32+)
 
 
@@ -54,7 +54,7 @@ class WidthPlan:
 class WidthScheduler:
     """Chooses each round's verify width and learns from its outcome. Pure: no I/O, no timing."""
 
-    def __init__(self, ladder: tuple[int, ...] = LADDER, max_width: int = 64) -> None:
+    def __init__(self, ladder: tuple[int, ...] = LADDER, max_width: int = MAX_WIDTH) -> None:
         self.cost = VerifyCostModel(ladder, max_width)
         self.chooser = WidthChooser()
         self.gains = Gains()
@@ -438,7 +438,7 @@ class WidthScheduler:
     def load_state(self, state: dict, where: str = "scheduler") -> None:
         """Restore from ``state_dict``; StateError (naming the field) on a state of another
         version or a malformed one, and then nothing is changed. The previous layout (version 1,
-        b9fbe7f) loads through ``learn.state.migrate``."""
+        b9fbe7f) loads through ``learn.learned_state.migrate``."""
         s = versioned(state, where, STATE_VERSION, ("cost", "chooser", "gains", "rate", "gates", "drafter_gates",
                                                     "last_band", "max_rows", "stall"))
         cost = VerifyCostModel(max_width=self.cost.max_width)

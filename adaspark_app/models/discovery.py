@@ -27,6 +27,7 @@ import re
 from pathlib import Path
 from typing import Iterable, Iterator, Sequence
 
+from ..gguf_file import is_gguf
 from .entry import SOURCES, ModelEntry, inspect_model, is_gguf_name
 from .locations import env_model_dirs, hf_hub_cache, lmstudio_model_dirs, ollama_models_dirs
 
@@ -282,8 +283,7 @@ def _size(p: Path) -> int | None:
 
 def _looks_like_gguf(p: Path) -> bool:
     try:
-        with open(p, "rb") as fh:
-            return fh.read(4) == b"GGUF"
+        return is_gguf(p)
     except OSError:
         return False
 

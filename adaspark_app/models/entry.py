@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..gguf_file import GGUF_MAGIC, GGUFError, read_gguf_header
+from ..gguf_file import GGUFError, is_gguf, read_gguf_header
 from .architectures import architecture_problem
 
 SOURCES = ("bundled", "hf", "lmstudio", "ollama", "folder")  # the list's order
@@ -87,14 +87,13 @@ def inspect_model(entry: ModelEntry, expected_size: int | None = None) -> ModelE
         return entry
     try:
         size = path.stat().st_size
-        with open(path, "rb") as fh:
-            magic = fh.read(4)
+        gguf = is_gguf(path)
     except OSError as exc:
         entry.problem = f"cannot read the file ({exc.strerror or exc})"
         return entry
     entry.size = size
-    if magic != GGUF_MAGIC:
-        entry.problem = "not a GGUF file" if magic else "empty file"
+    if not gguf:
+        entry.problem = "not a GGUF file" if size else "empty file"
         return entry
     if expected_size is not None and size < expected_size:
         entry.problem = f"partial download: {size} of {expected_size} bytes"

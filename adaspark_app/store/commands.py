@@ -21,10 +21,11 @@ from rich.table import Table
 from adaspark_app.errors import AdaSparkError, StoreError
 
 from adaspark_app.learn.state import StateError
-from adaspark_app.learn.state import validate as validate_learned
+from adaspark_app.learn.learned_state import validate as validate_learned
 
 from .db import Store, UnreadableState, resolve_store_path
 from .fingerprint import LearnedKey
+from .transfer import export_json, import_json
 
 PRICE_CONTEXTS = (256, 1024, 4096)
 SHOW_REQUESTS = 10
@@ -196,7 +197,7 @@ def _scalars(d: Any, prefix: str = "", depth: int = 0) -> list[tuple[str, str]]:
 
 
 def _show_widths(state: dict, console: Console) -> None:
-    """The scheduler's priced widths; ``state`` has passed ``learn.state.validate``."""
+    """The scheduler's priced widths; ``state`` has passed ``learn.learned_state.validate``."""
     from adaspark_app.learn.scheduler import WidthScheduler
 
     sched = WidthScheduler()
@@ -233,7 +234,7 @@ def _fmt(v: Any) -> str:
 
 
 def _show_acceptance(state: dict, console: Console) -> None:
-    """The acceptance model's guard and counters; ``state`` has passed ``learn.state.validate``."""
+    """The acceptance model's guard and counters; ``state`` has passed ``learn.learned_state.validate``."""
     from adaspark_app.learn.acceptance import AcceptanceModel
 
     acc_state = state["acceptance"]
@@ -380,7 +381,7 @@ def _write_atomic(path: Path, text: str) -> None:
 
 def _cmd_export(store: Store, args: argparse.Namespace, console: Console) -> int:
     key = _one(store, getattr(args, "key", None))
-    text = store.export_json(key)
+    text = export_json(store, key)
     out = getattr(args, "out", None)
     if out and out != "-":
         _write_atomic(Path(out), text)
@@ -406,7 +407,7 @@ def _cmd_import(store: Store, args: argparse.Namespace, console: Console) -> int
         except OSError as exc:
             raise StoreError(f"import: cannot read {src}: {exc.strerror or exc}") from None
     try:
-        messages = store.import_json(text, "merge" if args.merge else "replace")
+        messages = import_json(store, text, "merge" if args.merge else "replace")
     except StoreError as exc:
         raise StoreError(f"{src}: {exc}") from None
     for m in messages:

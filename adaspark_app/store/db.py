@@ -22,7 +22,6 @@ serialises use of the connection.
 from __future__ import annotations
 
 import json
-import math
 import os
 import random
 import sqlite3
@@ -32,15 +31,14 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
 from sqlite_utils import Database
 
 from adaspark_app.errors import StoreError
 
-from . import migrations
 from .fingerprint import LearnedKey
-from .migrations import APPLICATION_ID, MIGRATIONS_TABLE, now_iso
+from .migrations import APPLICATION_ID, MIGRATIONS_TABLE, applied_names, known_names, migrate, now_iso, schema_version
+from .rows import dumps_compact, fetch_rows, insert_summary, loads, names, summary_out, summary_row, upsert_learned
 
 ENV_VAR = "ADASPARK_STORE"
 APP_NAME = "adaspark"
@@ -49,18 +47,6 @@ BUSY_TIMEOUT_MS = 15_000  # a write transaction takes milliseconds; wait long be
 SQLITE_MAGIC = b"SQLite format 3\x00"
 
 # Columns of a request summary row; any other key of a summary is kept in `extra` (JSON).
-SUMMARY_FIELDS: dict[str, type] = {
-    "arm": str,
-    "conversation": str,
-    "turn": int,
-    "n_tokens": int,
-    "decode_s": float,
-    "rounds": int,
-    "widths": dict,
-    "measure_rounds": int,
-    "tokens_per_s": float,
-    "created": str,
-}
 ROLES = ("system", "user", "assistant", "tool")
 
 
@@ -81,57 +67,9 @@ def resolve_store_path(path: str | os.PathLike | None) -> Path:
 # --- JSON helpers -------------------------------------------------------------------------------
 
 
-def to_jsonable(obj: Any) -> Any:
-    """Plain JSON types from learner state: numpy scalars/arrays to Python, dict keys to str.
-
-    JSON object keys are strings: a state saved as ``{8: ...}`` loads back as ``{"8": ...}``.
-    """
-    if obj is None or isinstance(obj, (str, bool, int, float)):
-        if isinstance(obj, int) and not isinstance(obj, bool) and type(obj) is not int:
-            return int(obj)
-        if isinstance(obj, float) and type(obj) is not float:
-            return float(obj)
-        return obj
-    if isinstance(obj, dict):
-        return {str(k): to_jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [to_jsonable(v) for v in obj]
-    tolist = getattr(obj, "tolist", None)  # numpy arrays and scalars
-    if callable(tolist):
-        return to_jsonable(tolist())
-    if hasattr(obj, "item"):
-        return to_jsonable(obj.item())
-    raise StoreError(f"learned state holds a {type(obj).__name__}, which cannot be stored as JSON")
-
-
-def dumps_compact(obj: Any) -> str:
-    return json.dumps(to_jsonable(obj), sort_keys=True, separators=(",", ":"))
-
-
 class UnreadableState(StoreError):
     """A key's learned-state row is not a JSON object (the engine keeps it aside, see
     ``Store.quarantine_learned``, where other store errors stop it)."""
-
-
-def _loads(text: str | None, what: str, error: type[StoreError] = StoreError) -> Any:
-    if text is None:
-        return None
-    try:
-        return json.loads(text)
-    except (TypeError, ValueError, RecursionError) as exc:  # RecursionError: nesting too deep
-        raise error(f"the store holds unreadable JSON in {what}: {exc}") from None
-
-
-def _int_keys(widths: dict | None) -> dict | None:
-    if widths is None:
-        return None
-    out: dict = {}
-    for k, v in widths.items():
-        try:
-            out[int(k)] = v
-        except (TypeError, ValueError):
-            out[k] = v
-    return out
 
 
 class _LockedError(Exception):
@@ -219,20 +157,20 @@ def _identify(conn: sqlite3.Connection, path: Path) -> str:
     if MIGRATIONS_TABLE not in names:
         raise StoreError(f"{path} is a damaged AdaSpark store (no {MIGRATIONS_TABLE} table)")
     try:
-        applied = migrations.applied_names(conn)
+        applied = applied_names(conn)
         meta_version = None
         if "meta" in names:
             row = conn.execute("select value from meta where key = 'schema_version'").fetchone()
             meta_version = int(row[0]) if row and str(row[0]).isdigit() else None
     except sqlite3.DatabaseError as exc:
         raise StoreError(f"{path} is a damaged AdaSpark store ({exc})") from None
-    known = set(migrations.known_names())
+    known = set(known_names())
     unknown = [n for n in applied if n not in known]
     version = max(user_version, meta_version or 0, len(applied))
-    if unknown or version > migrations.schema_version():
+    if unknown or version > schema_version():
         raise StoreError(
             f"{path} was written by a newer AdaSpark (schema {version}, this version knows "
-            f"{migrations.schema_version()}); upgrade adaspark or choose another --store. "
+            f"{schema_version()}); upgrade adaspark or choose another --store. "
             "Left untouched"
         )
     return "ours"
@@ -341,7 +279,7 @@ class Store:
                 # another process may have created the file since the read-only check
                 _identify(conn, p)
                 store = cls(p, conn)
-                migrations.migrate(store.db)
+                migrate(store.db)
             except BaseException:
                 if conn.in_transaction:
                     conn.execute("ROLLBACK")
@@ -382,7 +320,7 @@ class Store:
     # -- plumbing --------------------------------------------------------------------------------
 
     @contextmanager
-    def _write(self) -> Iterator[sqlite3.Connection]:
+    def write(self) -> Iterator[sqlite3.Connection]:
         """One write transaction, taken with the write lock up front (no upgrade deadlocks)."""
         with self._lock:
             self._ensure_open()
@@ -406,7 +344,7 @@ class Store:
                 raise StoreError(f"store {self.path}: commit failed: {exc}") from None
 
     @contextmanager
-    def _read(self) -> Iterator[sqlite3.Connection]:
+    def read(self) -> Iterator[sqlite3.Connection]:
         """Reads in one transaction so a multi-statement read sees one snapshot."""
         with self._lock:
             self._ensure_open()
@@ -424,13 +362,8 @@ class Store:
         if self._closed:
             raise StoreError(f"store {self.path} is closed")
 
-    def _rows(self, conn: sqlite3.Connection, sql: str, params: tuple | list = ()) -> list[dict]:
-        cur = conn.execute(sql, params)
-        cols = [d[0] for d in cur.description]
-        return [dict(zip(cols, r)) for r in cur.fetchall()]
-
     @staticmethod
-    def _key(key: LearnedKey) -> LearnedKey:
+    def key(key: LearnedKey) -> LearnedKey:
         if not isinstance(key, LearnedKey):
             if isinstance(key, (tuple, list)) and len(key) in (2, 3):
                 key = LearnedKey(*key)
@@ -440,29 +373,29 @@ class Store:
 
     def schema(self) -> dict:
         """Schema version, applied migrations and application id (for diagnostics and tests)."""
-        with self._read() as conn:
+        with self.read() as conn:
             return {
                 "application_id": conn.execute("pragma application_id").fetchone()[0],
                 "user_version": conn.execute("pragma user_version").fetchone()[0],
-                "migrations": migrations.applied_names(conn),
+                "migrations": applied_names(conn),
             }
 
     def integrity_check(self) -> str:
-        with self._read() as conn:
+        with self.read() as conn:
             return "; ".join(r[0] for r in conn.execute("pragma integrity_check"))
 
     # -- learned state ---------------------------------------------------------------------------
 
     def load_learned(self, key: LearnedKey) -> dict | None:
         """The state dict last saved for ``key``, or None if nothing was learned yet."""
-        key = self._key(key)
-        with self._read() as conn:
+        key = self.key(key)
+        with self.read() as conn:
             row = conn.execute(
                 "select state from learned where key_id = ?", (key.key_id,)
             ).fetchone()
         if row is None:
             return None
-        state = _loads(row[0], f"learned state of {key.key_id}", UnreadableState)
+        state = loads(row[0], f"learned state of {key.key_id}", UnreadableState)
         if not isinstance(state, dict):
             raise UnreadableState(f"the store's learned state of {key.key_id} is not an object")
         return state
@@ -476,9 +409,9 @@ class Store:
         object). If the row no longer holds it, another process has saved since, and nothing is
         moved: returns False. Returns True when the row was moved.
         """
-        key = self._key(key)
+        key = self.key(key)
         expected = None if loaded is None else dumps_compact(loaded)
-        with self._write() as conn:
+        with self.write() as conn:
             row = conn.execute(
                 "select model_id, device_id, drafter_id, state, key_meta, n_saves, created, updated "
                 "from learned where key_id = ?", (key.key_id,)).fetchone()
@@ -505,9 +438,9 @@ class Store:
         params: list = []
         if key is not None:
             sql += " where key_id = ?"
-            params.append(self._key(key).key_id)
-        with self._read() as conn:
-            return self._rows(conn, sql + " order by id", params)
+            params.append(self.key(key).key_id)
+        with self.read() as conn:
+            return fetch_rows(conn, sql + " order by id", params)
 
     def save_learned(
         self,
@@ -524,22 +457,22 @@ class Store:
         created; other keys are kept too. ``key_meta`` (the fingerprints, see
         ``fingerprint.key_meta``) replaces the stored one when given.
         """
-        key = self._key(key)
+        key = self.key(key)
         if not isinstance(state, dict):
             raise StoreError(f"learned state must be a dict, got {type(state).__name__}")
         state_json = dumps_compact(state)
         meta_json = dumps_compact(key_meta) if key_meta is not None else None
-        summary_row = _summary_row(summary) if summary is not None else None
+        srow = summary_row(summary) if summary is not None else None
         now = now_iso()
-        with self._write() as conn:
-            _upsert_learned(conn, key, state_json, meta_json, now)
-            if summary_row is not None:
-                _insert_summary(conn, key.key_id, summary_row)
+        with self.write() as conn:
+            upsert_learned(conn, key, state_json, meta_json, now)
+            if srow is not None:
+                insert_summary(conn, key.key_id, srow)
 
     def list_learned(self) -> list[dict]:
         """One row per key: ids, display names, request count, saves, created and updated."""
-        with self._read() as conn:
-            rows = self._rows(
+        with self.read() as conn:
+            rows = fetch_rows(
                 conn,
                 """
                 select l.key_id, l.model_id, l.device_id, l.drafter_id, l.key_meta,
@@ -550,8 +483,8 @@ class Store:
             )
         out = []
         for r in rows:
-            meta = _loads(r.pop("key_meta"), f"key metadata of {r['key_id']}") or {}
-            r.update(_names(meta, r))
+            meta = loads(r.pop("key_meta"), f"key metadata of {r['key_id']}") or {}
+            r.update(names(meta, r))
             r["key_meta"] = meta
             out.append(r)
         return out
@@ -574,44 +507,30 @@ class Store:
         params: list = []
         if key is not None:
             sql += " where key_id = ?"
-            params.append(self._key(key).key_id)
+            params.append(self.key(key).key_id)
         sql += " order by id desc"
         if limit is not None:
             sql += " limit ?"
             params.append(int(limit))
-        with self._read() as conn:
-            rows = self._rows(conn, sql, params)
-        return [_summary_out(r, int_width_keys=True) for r in rows]
+        with self.read() as conn:
+            rows = fetch_rows(conn, sql, params)
+        return [summary_out(r, int_width_keys=True) for r in rows]
 
     def reset(self, key: LearnedKey | None = None) -> int:
         """Delete the learned state, request summaries and states kept aside of one key (or all);
         return keys deleted. Conversations are kept.
         """
-        with self._write() as conn:
+        with self.write() as conn:
             if key is None:
                 n = conn.execute("delete from learned").rowcount
                 conn.execute("delete from requests")
                 conn.execute("delete from learned_quarantine")
             else:
-                kid = self._key(key).key_id
+                kid = self.key(key).key_id
                 n = conn.execute("delete from learned where key_id = ?", (kid,)).rowcount
                 conn.execute("delete from requests where key_id = ?", (kid,))
                 conn.execute("delete from learned_quarantine where key_id = ?", (kid,))
         return int(n)
-
-    # -- export / import -------------------------------------------------------------------------
-
-    def export_json(self, key: LearnedKey | None = None) -> str:
-        """Versioned JSON of the learned state (one key or all), stable ordering; see transfer."""
-        from .transfer import export_json
-
-        return export_json(self, key)
-
-    def import_json(self, text: str, mode: str = "replace") -> list[str]:
-        """Validate an export and apply it ("replace" or "merge"); return one message per key."""
-        from .transfer import import_json
-
-        return import_json(self, text, mode)
 
     # -- conversations ---------------------------------------------------------------------------
 
@@ -622,7 +541,7 @@ class Store:
         cid = uuid.uuid4().hex
         now = now_iso()
         settings_json = dumps_compact(settings) if settings is not None else None
-        with self._write() as conn:
+        with self.write() as conn:
             conn.execute(
                 "insert into conversations (id, title, model, system, settings, created, updated) "
                 "values (?, ?, ?, ?, ?, ?, ?)",
@@ -635,7 +554,7 @@ class Store:
         """Replace a conversation's system prompt and settings (and its model label, if given).
         Does not touch ``updated``: the list orders conversations by their last message."""
         settings_json = dumps_compact(settings) if settings is not None else None
-        with self._write() as conn:
+        with self.write() as conn:
             if model is None:
                 cur = conn.execute("update conversations set system = ?, settings = ? where id = ?",
                                    (system, settings_json, conversation_id))
@@ -648,8 +567,8 @@ class Store:
 
     def last_conversation(self) -> dict | None:
         """The most recently updated conversation (as `get_conversation`), or None."""
-        with self._read() as conn:
-            rows = self._rows(conn, "select id from conversations order by updated desc, rowid desc limit 1")
+        with self.read() as conn:
+            rows = fetch_rows(conn, "select id from conversations order by updated desc, rowid desc limit 1")
         return self.get_conversation(rows[0]["id"]) if rows else None
 
     def add_message(
@@ -675,8 +594,8 @@ class Store:
             """
             params += [like, like]
         sql += " order by c.updated desc, c.rowid desc"
-        with self._read() as conn:
-            return self._rows(conn, sql, params)
+        with self.read() as conn:
+            return fetch_rows(conn, sql, params)
 
     def get_conversation(self, conversation_id: str) -> dict | None:
         """The conversation's row: id, title, model, system, settings, created, updated.
@@ -684,8 +603,8 @@ class Store:
         ``settings`` is the stored dict, or None; a stored value that is not a JSON object (a
         damaged or hand-edited store) is None too, with the reason in ``settings_error``, so the
         conversation still opens (the chat app falls back to its defaults and says so)."""
-        with self._read() as conn:
-            rows = self._rows(
+        with self.read() as conn:
+            rows = fetch_rows(
                 conn, "select * from conversations where id = ?", (conversation_id,)
             )
         if not rows:
@@ -707,15 +626,15 @@ class Store:
 
     def get_messages(self, conversation_id: str) -> list[dict]:
         """The conversation's messages in order: id, role, content, meta, created."""
-        with self._read() as conn:
-            rows = self._rows(
+        with self.read() as conn:
+            rows = fetch_rows(
                 conn,
                 "select id, role, content, meta, created from messages "
                 "where conversation_id = ? order by id",
                 (conversation_id,),
             )
         for r in rows:
-            r["meta"] = _loads(r["meta"], f"message {r['id']} metadata")
+            r["meta"] = loads(r["meta"], f"message {r['id']} metadata")
         return rows
 
     def replace_messages_from(self, conversation_id: str, first_id: int | None,
@@ -730,7 +649,7 @@ class Store:
                 raise StoreError("message content must be a string")
         now = now_iso()
         ids: list[int] = []
-        with self._write() as conn:
+        with self.write() as conn:
             cur = conn.execute(
                 "update conversations set updated = ? where id = ?", (now, conversation_id)
             )
@@ -750,7 +669,7 @@ class Store:
         return ids
 
     def rename_conversation(self, conversation_id: str, title: str) -> None:
-        with self._write() as conn:
+        with self.write() as conn:
             cur = conn.execute(
                 "update conversations set title = ?, updated = ? where id = ?",
                 (title_from(title), now_iso(), conversation_id),
@@ -759,110 +678,8 @@ class Store:
                 raise StoreError(f"no conversation {conversation_id!r} in {self.path}")
 
     def delete_conversation(self, conversation_id: str) -> None:
-        with self._write() as conn:
+        with self.write() as conn:
             conn.execute("delete from messages where conversation_id = ?", (conversation_id,))
             cur = conn.execute("delete from conversations where id = ?", (conversation_id,))
             if cur.rowcount == 0:
                 raise StoreError(f"no conversation {conversation_id!r} in {self.path}")
-
-
-# --- row helpers shared with transfer.py ----------------------------------------------------------
-
-
-def _names(meta: dict, row: dict) -> dict:
-    def name(part: str) -> str | None:
-        if not isinstance(meta, dict):
-            return None
-        given = meta.get(f"{part}_name")  # the engine may pass display names beside the fingerprints
-        if isinstance(given, str) and given:
-            return given
-        fp = meta.get(part)
-        return fp.get("name") if isinstance(fp, dict) else None
-
-    return {
-        "model_name": name("model") or row.get("model_id"),
-        "device_name": name("device") or row.get("device_id"),
-        "drafter_name": name("drafter") or row.get("drafter_id"),
-    }
-
-
-def _upsert_learned(
-    conn: sqlite3.Connection, key: LearnedKey, state_json: str, meta_json: str | None, now: str
-) -> None:
-    """Insert or update one learned row; key_meta is kept when not given."""
-    cur = conn.execute(
-        "update learned set state = ?, key_meta = coalesce(?, key_meta), "
-        "n_saves = coalesce(n_saves, 0) + 1, updated = ? where key_id = ?",
-        (state_json, meta_json, now, key.key_id),
-    )
-    if cur.rowcount == 0:
-        conn.execute(
-            "insert into learned (key_id, model_id, device_id, drafter_id, state, key_meta, "
-            "n_saves, created, updated) values (?, ?, ?, ?, ?, ?, 1, ?, ?)",
-            (key.key_id, key.model_id, key.device_id, key.drafter_id, state_json, meta_json,
-             now, now),
-        )
-
-
-def _iso_from_epoch(t: float) -> str:
-    from datetime import datetime, timezone
-
-    try:
-        return datetime.fromtimestamp(float(t), timezone.utc).isoformat(timespec="microseconds")
-    except (OverflowError, OSError, ValueError):
-        raise StoreError(f"request summary field 'created' is not a valid time: {t!r}") from None
-
-
-def _summary_row(summary: dict) -> dict:
-    """Split a summary dict into typed columns and `extra` (JSON of the other keys)."""
-    if not isinstance(summary, dict):
-        raise StoreError(f"request summary must be a dict, got {type(summary).__name__}")
-    s = to_jsonable(summary)
-    row: dict[str, Any] = {}
-    for name, typ in SUMMARY_FIELDS.items():
-        v = s.pop(name, None)
-        if v is None:
-            row[name] = None
-        elif typ is dict:
-            if not isinstance(v, dict):
-                raise StoreError(f"request summary field {name!r} must be an object")
-            row[name] = json.dumps(v, sort_keys=True, separators=(",", ":"))
-        elif name == "created" and isinstance(v, (int, float)) and not isinstance(v, bool):
-            row[name] = _iso_from_epoch(v)  # time.time() from the engine
-        elif typ is str:
-            row[name] = v if isinstance(v, str) else str(v)
-        elif typ is int:
-            whole = isinstance(v, int) or (isinstance(v, float) and v.is_integer())
-            if isinstance(v, bool) or not whole:
-                raise StoreError(f"request summary field {name!r} must be an integer, got {v!r}")
-            row[name] = int(v)
-        else:
-            if isinstance(v, bool) or not isinstance(v, (int, float)):
-                raise StoreError(f"request summary field {name!r} must be a number, got {v!r}")
-            row[name] = float(v)
-    if row["tokens_per_s"] is None and row["n_tokens"] is not None and row["decode_s"]:
-        if row["decode_s"] > 0 and math.isfinite(row["decode_s"]):
-            row["tokens_per_s"] = row["n_tokens"] / row["decode_s"]
-    if row["created"] is None:
-        row["created"] = now_iso()
-    row["extra"] = json.dumps(s, sort_keys=True, separators=(",", ":")) if s else None
-    return row
-
-
-def _insert_summary(conn: sqlite3.Connection, key_id: str, row: dict) -> None:
-    cols = ["key_id", *SUMMARY_FIELDS, "extra"]
-    conn.execute(
-        f"insert into requests ({', '.join(cols)}) values ({', '.join('?' * len(cols))})",
-        [key_id, *(row[c] for c in SUMMARY_FIELDS), row["extra"]],
-    )
-
-
-def _summary_out(row: dict, *, int_width_keys: bool) -> dict:
-    """A stored summary row as the flat dict it was saved as (plus id and key_id)."""
-    out = dict(row)
-    extra = _loads(out.pop("extra", None), "request summary extra") or {}
-    widths = _loads(out.get("widths"), "request summary widths")
-    out["widths"] = _int_keys(widths) if int_width_keys else widths
-    for k, v in extra.items():
-        out.setdefault(k, v)
-    return out

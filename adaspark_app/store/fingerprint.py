@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from adaspark_app.errors import ModelLoadError, StoreError
-from adaspark_app.gguf_file import GGUF_MAGIC, GGUFError, read_gguf_header
+from adaspark_app.gguf_file import GGUFError, is_gguf, read_gguf_header
 
 ID_HEX_CHARS = 16  # short ids: 64 bits of sha256, plenty for a handful of models and devices
 _ID_RE = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
@@ -77,12 +77,11 @@ def model_fingerprint(path: str | os.PathLike) -> dict:
     if cache_key in _MODEL_CACHE:
         return dict(_MODEL_CACHE[cache_key])
     try:
-        with open(p, "rb") as fh:
-            magic = fh.read(4)
+        gguf = is_gguf(p)
     except OSError as exc:
         raise ModelLoadError(f"cannot read model file {p}: {exc.strerror or exc}") from None
-    if magic != GGUF_MAGIC:
-        raise ModelLoadError(f"{p} is not a GGUF file (magic {magic!r})")
+    if not gguf:
+        raise ModelLoadError(f"{p} is not a GGUF file")
     try:
         # arrays are skipped, not read: SmolLM2's 49k-token vocabulary would cost seconds
         head = read_gguf_header(p, skip_arrays=True)

@@ -5,7 +5,7 @@ entry per key, sorted by key, each ``{"key": {model_id, device_id, drafter_id}, 
 "state", "n_saves", "created", "updated", "requests": [summary, ...]}`` (summaries oldest first).
 It is written with sorted keys and fixed indentation, and import stores exactly what it reads, so
 export -> import -> export is byte-identical. Each learned state must load as the engine loads it
-(``learn.state.validate``): one that does not is refused, naming the field, and a state in the
+(``learn.learned_state.validate``): one that does not is refused, naming the field, and a state in the
 previous layout (b9fbe7f) is stored migrated. Conversations are not exported: they are the
 user's chats, not what the scheduler learned.
 
@@ -20,26 +20,16 @@ from __future__ import annotations
 import json
 import sqlite3
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from adaspark_app.errors import StoreError
 from adaspark_app.learn.state import StateError
-from adaspark_app.learn.state import validate as validate_learned
+from adaspark_app.learn.learned_state import validate as validate_learned
 
-from .db import (
-    SUMMARY_FIELDS,
-    _insert_summary,
-    _loads,
-    _names,
-    _summary_out,
-    _summary_row,
-    dumps_compact,
-)
+from .db import Store
 from .fingerprint import LearnedKey
 from .migrations import now_iso
-
-if TYPE_CHECKING:
-    from .db import Store
+from .rows import SUMMARY_FIELDS, dumps_compact, fetch_rows, insert_summary, loads, names, summary_out, summary_row
 
 FORMAT = "adaspark-store"
 VERSION = 1
@@ -50,27 +40,26 @@ def _dump(doc: Any) -> str:
     return json.dumps(doc, sort_keys=True, indent=2, ensure_ascii=False) + "\n"
 
 
-def export_doc(store: "Store", key: LearnedKey | None = None) -> dict:
+def export_doc(store: Store, key: LearnedKey | None = None) -> dict:
     """The export document as Python data (see module docstring)."""
     sql = "select * from learned"
     params: list = []
     if key is not None:
-        key = store._key(key)
+        key = store.key(key)
         sql += " where key_id = ?"
         params.append(key.key_id)
     sql += " order by model_id, device_id, coalesce(drafter_id, '')"
-    with store._read() as conn:
-        rows = store._rows(conn, sql, params)
+    with store.read() as conn:
+        rows = fetch_rows(conn, sql, params)
         if key is not None and not rows:
             raise StoreError(f"no learned state for key {key.key_id} in {store.path}")
         entries = []
         for r in rows:
-            reqs = store._rows(
-                conn, "select * from requests where key_id = ? order by id", (r["key_id"],)
+            reqs = fetch_rows(conn, "select * from requests where key_id = ? order by id", (r["key_id"],)
             )
             summaries = []
             for q in reqs:
-                s = _summary_out(q, int_width_keys=False)
+                s = summary_out(q, int_width_keys=False)
                 s.pop("id", None)
                 s.pop("key_id", None)
                 summaries.append(s)
@@ -81,8 +70,8 @@ def export_doc(store: "Store", key: LearnedKey | None = None) -> dict:
                         "device_id": r["device_id"],
                         "drafter_id": r["drafter_id"],
                     },
-                    "key_meta": _loads(r["key_meta"], f"key metadata of {r['key_id']}"),
-                    "state": _loads(r["state"], f"learned state of {r['key_id']}"),
+                    "key_meta": loads(r["key_meta"], f"key metadata of {r['key_id']}"),
+                    "state": loads(r["state"], f"learned state of {r['key_id']}"),
                     "n_saves": r["n_saves"],
                     "created": r["created"],
                     "updated": r["updated"],
@@ -92,7 +81,7 @@ def export_doc(store: "Store", key: LearnedKey | None = None) -> dict:
     return {"format": FORMAT, "version": VERSION, "learned": entries}
 
 
-def export_json(store: "Store", key: LearnedKey | None = None) -> str:
+def export_json(store: Store, key: LearnedKey | None = None) -> str:
     """The export document as text: sorted keys, two-space indent, trailing newline."""
     return _dump(export_doc(store, key))
 
@@ -189,7 +178,7 @@ def parse_export(text: str) -> list[_Entry]:
         rows = []
         for j, s in enumerate(reqs):
             try:
-                rows.append(_summary_row(s))
+                rows.append(summary_row(s))
             except StoreError as exc:
                 raise _fail(f"{where}.requests[{j}]", str(exc)) from None
         entries.append(
@@ -201,7 +190,7 @@ def parse_export(text: str) -> list[_Entry]:
                 created=stamps["created"],
                 updated=stamps["updated"],
                 requests=rows,
-                names=_names(meta or {}, key._asdict()),
+                names=names(meta or {}, key._asdict()),
             )
         )
     return entries
@@ -238,7 +227,7 @@ def _label(e: _Entry) -> str:
     return f"{text} [{e.key.key_id}]"
 
 
-def import_json(store: "Store", text: str, mode: str = "replace") -> list[str]:
+def import_json(store: Store, text: str, mode: str = "replace") -> list[str]:
     """Validate ``text`` and apply it in one transaction; return one message per key."""
     if mode not in MODES:
         raise StoreError(f"import: unknown mode {mode!r} (expected replace or merge)")
@@ -246,7 +235,7 @@ def import_json(store: "Store", text: str, mode: str = "replace") -> list[str]:
     if not entries:
         return ["nothing to import: the export holds no learned state"]
     messages: list[str] = []
-    with store._write() as conn:
+    with store.write() as conn:
         for e in entries:
             kid = e.key.key_id
             local = conn.execute(
@@ -257,7 +246,7 @@ def import_json(store: "Store", text: str, mode: str = "replace") -> list[str]:
                 _put(conn, e)
                 conn.execute("delete from requests where key_id = ?", (kid,))
                 for row in e.requests:
-                    _insert_summary(conn, kid, row)
+                    insert_summary(conn, kid, row)
                 verb = "added" if local is None else "replaced"
                 messages.append(f"{verb} {_label(e)}: learned state and {n_req} request summaries")
                 continue
@@ -271,13 +260,13 @@ def import_json(store: "Store", text: str, mode: str = "replace") -> list[str]:
                 what = "kept the local state (not older)"
             have = {
                 _row_identity(r)
-                for r in store._rows(conn, "select * from requests where key_id = ?", (kid,))
+                for r in fetch_rows(conn, "select * from requests where key_id = ?", (kid,))
             }
             added = 0
             for row in e.requests:
                 ident = _row_identity(row)
                 if ident not in have:
-                    _insert_summary(conn, kid, row)
+                    insert_summary(conn, kid, row)
                     have.add(ident)
                     added += 1
             messages.append(f"merged {_label(e)}: {what}, {added} new request summaries")

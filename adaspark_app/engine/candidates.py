@@ -1,0 +1,113 @@
+"""A round's candidates (Algorithm 1 lines 3-4), built from the draft sources (``proposers.py``).
+
+``tree_candidates`` is the AdaSpark tree of §3.3: the drafter's block (its picks a spine, their
+siblings leaves) and n-gram chains from the anchor and from each pick, merged so that a node both
+sources propose is one node (agreed), and a drafter node whose parent's n-gram proposal differs
+carries that proposal (contradicted). ``chain_candidates`` is the `chain:K` baseline's chain.
+``candidate_set`` is the same tree as the arrays the acceptance model reads.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..learn.acceptance import CandidateSet
+from ..learn.constants import NGRAM_MAX_DEPTH, TOP_K, TREE_DRAFT_ROWS
+from .proposers import DrafterSource, NgramSource
+from .tree import KIND_NGRAM, KIND_PICK, KIND_SIBLING, Candidates
+
+
+@dataclass
+class Sources:
+    """The round's draft sources: the n-gram index always, a DSpark drafter when one is loaded."""
+
+    ngram: NgramSource
+    drafter: DrafterSource | None = None
+
+    def drafter_fits(self, anchor_pos: int) -> bool:
+        """A drafter whose block fits the context at this anchor."""
+        return self.drafter is not None and self.drafter.fits(anchor_pos)
+
+
+def chain_candidates(sources: Sources, k: int, anchor: int, anchor_pos: int) -> Candidates:
+    """`chain:K`: the drafter's first K picks, or without a drafter the n-gram continuation from
+    the anchor, up to K tokens (prompt lookup)."""
+    cands = Candidates()
+    par = -1
+    if sources.drafter_fits(anchor_pos):
+        block = sources.drafter.draft(anchor, anchor_pos, 1, k)
+        for i in range(min(k, block.tokens.shape[0])):
+            par = cands.add(par, int(block.tokens[i, 0]), KIND_PICK, sigma=float(block.share[i, 0]))
+        return cands
+    for st in sources.ngram.draft([], k):
+        par = cands.add(par, st.token, KIND_NGRAM, ng_kind=int(st.kind), ng_evidence=st.evidence)
+    return cands
+
+
+def tree_candidates(sources: Sources, use_drafter: bool, anchor: int, anchor_pos: int) -> Candidates:
+    """Drafter block (picks spine, siblings as leaves) and n-gram chains from the anchor and each pick."""
+    cands = Candidates()
+    picks: list[int] = []
+    if use_drafter and sources.drafter_fits(anchor_pos):
+        block = sources.drafter.draft(anchor, anchor_pos, TOP_K, TREE_DRAFT_ROWS)
+        par = -1
+        conf = block.conf
+        for i in range(block.tokens.shape[0]):
+            toks = block.tokens[i]
+            share = block.share[i]
+            h = float(conf[i]) if conf is not None else float("nan")
+            sigma = float(share[0])
+            sib_mass = float(share[1:].sum()) or 1.0
+            pick = cands.add(par, int(toks[0]), KIND_PICK, h=h, sigma=sigma)
+            for kk in range(1, len(toks)):
+                if cands.child(par, int(toks[kk])) is None:
+                    cands.add(par, int(toks[kk]), KIND_SIBLING, h=h, sigma=sigma, r=float(share[kk]) / sib_mass)
+            picks.append(pick)
+            par = pick
+    # n-gram chains from the anchor and from each pick (§3.3)
+    ngram = sources.ngram
+    heads = [-1] + picks
+    suffix: list[int] = []
+    for depth0, head in enumerate(heads):
+        if head >= 0:
+            suffix.append(cands.token[head])
+        # the anchor's chain runs to 63 tokens on a long copy (constants.LONG_COPY_DEPTH), so the
+        # chooser may verify it whole; chains below a pick stay within NGRAM_MAX_DEPTH
+        steps = ngram.draft(suffix, ngram.anchor_depth() if head < 0 else NGRAM_MAX_DEPTH - depth0)
+        par = head
+        for st in steps:
+            kind = int(st.kind)
+            existing = cands.child(par, st.token)
+            if existing is not None:
+                if cands.kind[existing] != KIND_NGRAM and not cands.agreed[existing]:
+                    cands.agreed[existing] = True
+                    cands.ng_kind[existing] = kind
+                    cands.ng_evidence[existing] = st.evidence
+                if cands.kind[existing] != KIND_NGRAM and existing not in picks:
+                    break  # an agreed sibling is a leaf: the drafter scores nothing below it
+                par = existing
+                if existing in picks:
+                    break  # the chain from that pick continues it
+                continue
+            # a different proposal under a parent with drafter children: contradiction
+            for c in cands.children.get(par, {}).values():
+                if cands.kind[c] != KIND_NGRAM and cands.contra_evidence[c] < 0:
+                    cands.contra_evidence[c] = st.evidence
+                    cands.contra_kind[c] = kind
+            par = cands.add(par, st.token, KIND_NGRAM, ng_kind=kind, ng_evidence=st.evidence)
+    return cands
+
+
+def candidate_set(c: Candidates) -> CandidateSet:
+    """The candidates as the arrays the acceptance model reads (features per node)."""
+    return CandidateSet(
+        parent=np.asarray(c.parent, dtype=np.int64), kind=np.asarray(c.kind, dtype=np.int64),
+        token=np.asarray(c.token, dtype=np.int64), depth=np.asarray(c.depth, dtype=np.int64),
+        h=np.asarray(c.h, dtype=np.float64), sigma=np.asarray(c.sigma, dtype=np.float64),
+        r=np.asarray(c.r, dtype=np.float64), ng_kind=np.asarray(c.ng_kind, dtype=np.int64),
+        ng_evidence=np.asarray(c.ng_evidence, dtype=np.int64),
+        ng_above=np.asarray(c.ng_above, dtype=np.int64), agreed=np.asarray(c.agreed, dtype=bool),
+        contra_evidence=np.asarray(c.contra_evidence, dtype=np.int64),
+        contra_kind=np.asarray(c.contra_kind, dtype=np.int64))
