@@ -423,3 +423,45 @@ def test_bundled_model_rows_equal_the_stock_librarys():
         assert ours["one"] == stock["one"], f"{threads} thread(s): a one-row step differs from the stock library's"
         assert ours["batch"] == stock["batch"], f"{threads} thread(s): a verified row differs from the stock library's"
         assert ours["batch"] == ours["one"], f"{threads} thread(s): a verified row differs from its one-row step"
+
+
+def _unpacked(tmp_path, version: str, files: dict[str, str]):
+    """A folder laid out as pip unpacks llama-cpp-python's sdist to build it: pip-install-*/NAME_*/."""
+    root = tmp_path / "pip-install-abc" / "llama-cpp-python_0123"
+    (root / "llama_cpp").mkdir(parents=True)
+    (root / "llama_cpp" / "__init__.py").write_text(f'__version__ = "{version}"\n')
+    vendor = root / "vendor" / "llama.cpp"
+    for rel, text in files.items():
+        (vendor / rel).parent.mkdir(parents=True, exist_ok=True)
+        (vendor / rel).write_text(text)
+    return vendor
+
+
+TREE = {"CMakeLists.txt": "project(x)\n", "ggml/src/ggml-cpu/ops.cpp": "int f();\n", "models/vocab.gguf": "GGUF"}
+
+
+def test_a_source_pip_unpacked_is_used_only_when_it_is_the_pinned_one(tmp_path, monkeypatch):
+    """The install builds the kernels from the llama-cpp-python source pip unpacked (no second
+    download) only when its version is the pinned one and its files hash to VENDOR_DIGEST; a tree
+    with one byte changed, or another version, is not used (the build then downloads the sdist)."""
+    vendor = _unpacked(tmp_path, build.LLAMA_CPP_PYTHON, TREE)
+    monkeypatch.setattr(build, "VENDOR_DIGEST", build.source_digest(vendor))
+    assert build.pip_source(tmp_path) == vendor
+    (vendor / "ggml/src/ggml-cpu/ops.cpp").write_text("int f(); // changed\n")
+    assert build.pip_source(tmp_path) is None
+    other = tmp_path / "other"
+    vendor2 = _unpacked(other, "0.3.35", TREE)
+    monkeypatch.setattr(build, "VENDOR_DIGEST", build.source_digest(vendor2))
+    assert build.pip_source(other) is None
+
+
+def test_the_source_digest_skips_what_the_kernel_build_never_reads(tmp_path):
+    """Vocabulary files and docs (VENDOR_SKIP) are neither hashed nor copied; every other file is,
+    by name and content."""
+    vendor = _unpacked(tmp_path, build.LLAMA_CPP_PYTHON, TREE)
+    assert build.source_files(vendor) == ["CMakeLists.txt", "ggml/src/ggml-cpu/ops.cpp"]
+    before = build.source_digest(vendor)
+    (vendor / "models/vocab.gguf").write_text("changed")
+    assert build.source_digest(vendor) == before
+    (vendor / "CMakeLists.txt").rename(vendor / "CMakeLists2.txt")
+    assert build.source_digest(vendor) != before

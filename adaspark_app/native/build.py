@@ -24,8 +24,10 @@ tinyBLAS and vec_dot kernels compute it (the same int32 lanes, fmas and horizont
 variant (16 lanes with AVX-512, 8 with AVX2), one code path for every batch size (ggml's
 flash-attention entry tries it first).
 
-The source is llama-cpp-python's sdist from PyPI (the version this package pins, with the SHA-256
-PyPI lists for it; ``ADASPARK_LLAMA_SDIST`` may name a local copy), under ``vendor/llama.cpp``; only
+The source is llama-cpp-python's sdist (the version this package pins): during ``pip install`` the
+copy pip unpacked to build llama-cpp-python itself, if its vendor/llama.cpp is file for file the
+pinned one (``pip_source``, ``VENDOR_DIGEST``), else downloaded from PyPI with the SHA-256 PyPI lists
+for it (``ADASPARK_LLAMA_SDIST`` may name a local copy), under ``vendor/llama.cpp``; only
 the ``ggml-cpu`` library is built, once per CPU *variant* (``VARIANTS``: ggml's own feature sets,
 GGML_NATIVE off and each instruction set named), into ``adaspark_app/native/lib/<variant>/``.
 The machine a lib directory lives on can change (a VM moved from an AMD EPYC to an Intel Xeon), and
@@ -56,6 +58,12 @@ from pathlib import Path
 
 LLAMA_CPP_PYTHON = "0.3.36"
 SDIST_SHA256 = "832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e"  # PyPI's
+#: ``source_digest`` of that sdist's vendor/llama.cpp: a source tree pip unpacked is used only if it
+#: has exactly these files with these contents.
+VENDOR_DIGEST = "04ca7c75cd9a6db7b85b2301a6e3867053adced77fa2df4fb7ad16f600b68a3f"
+#: vendor/llama.cpp's top-level folders the ggml-cpu build never reads (vocabulary files, docs):
+#: not hashed, not copied.
+VENDOR_SKIP = frozenset({"models", "docs"})
 HERE = Path(__file__).resolve().parent
 KERNEL = HERE / "tinyblas_q4_1.inc"
 #: Q4_K and Q6_K x Q8_K (the Q4_K_M files people run), summed in the stock vec_dot kernels' order.
@@ -317,6 +325,51 @@ def _sdist(dest: Path) -> Path:
     return path
 
 
+def source_files(root: Path) -> list[str]:
+    """The regular files under `root` (a vendor/llama.cpp tree) outside VENDOR_SKIP, as sorted
+    POSIX paths relative to it."""
+    files = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        rel = Path(dirpath).relative_to(root)
+        if not rel.parts:
+            dirnames[:] = [d for d in dirnames if d not in VENDOR_SKIP]
+        for f in filenames:
+            path = Path(dirpath) / f
+            if path.is_file() and not path.is_symlink():
+                files.append(path.relative_to(root).as_posix())
+    return sorted(files)
+
+
+def source_digest(root: Path) -> str:
+    """One SHA-256 over the names and contents of ``source_files(root)``."""
+    h = hashlib.sha256()
+    for rel in source_files(root):
+        h.update(rel.encode() + b"\0")
+        h.update(hashlib.sha256((root / rel).read_bytes()).digest())
+    return h.hexdigest()
+
+
+def pip_source(tmp_root: Path | None = None) -> Path | None:
+    """The vendor/llama.cpp of the llama-cpp-python source that pip unpacked to build it in this
+    same install, if it is the pinned one (``VENDOR_DIGEST``), else None.
+
+    ``pip install`` unpacks each sdist under its temporary folder (``pip-install-*/NAME_*``) and
+    removes it only when the whole install ends, after this package's build has run; reusing it
+    spares fetching the 77 MB sdist a second time.
+    """
+    import tempfile
+
+    base = tmp_root or Path(tempfile.gettempdir())
+    for cand in sorted(base.glob("pip-install-*/llama-cpp-python_*/vendor/llama.cpp")):
+        try:
+            init = (cand.parent.parent / "llama_cpp" / "__init__.py").read_text()
+            if f'__version__ = "{LLAMA_CPP_PYTHON}"' in init and source_digest(cand) == VENDOR_DIGEST:
+                return cand
+        except OSError:
+            continue
+    return None
+
+
 def _run(cmd: list[str], log: Path) -> None:
     import subprocess
 
@@ -379,13 +432,23 @@ def build(force: bool = False, jobs: int | None = None, say=print, variants: lis
     stamp = {v: e for v, e in read_stamp().get("variants", {}).items() if v in built_variants()}
     with tempfile.TemporaryDirectory(prefix="adaspark-kernels-") as tmp:
         tmp_path = Path(tmp)
-        say(f"adaspark: downloading llama-cpp-python {LLAMA_CPP_PYTHON}'s source for the multi-row kernels")
-        tar = _sdist(tmp_path)
-        root = f"llama_cpp_python-{LLAMA_CPP_PYTHON}/vendor/llama.cpp/"
-        with tarfile.open(tar) as tf:
-            members = [m for m in tf.getmembers() if m.name.startswith(root)]
-            tf.extractall(tmp_path, members=members, filter="data")
-        src = tmp_path / root
+        src = tmp_path / "llama.cpp"
+        unpacked = None if os.environ.get("ADASPARK_LLAMA_SDIST") else pip_source()
+        if unpacked is not None:
+            say(f"adaspark: building the multi-row kernels from the llama-cpp-python {LLAMA_CPP_PYTHON} source "
+                f"pip unpacked ({unpacked})")
+            for rel in source_files(unpacked):
+                (src / rel).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(unpacked / rel, src / rel)
+        else:
+            say(f"adaspark: downloading llama-cpp-python {LLAMA_CPP_PYTHON}'s source for the multi-row kernels")
+            tar = _sdist(tmp_path)
+            root = f"llama_cpp_python-{LLAMA_CPP_PYTHON}/vendor/llama.cpp/"
+            with tarfile.open(tar) as tf:
+                members = [m for m in tf.getmembers() if m.name.startswith(root)
+                           and m.name[len(root):].split("/", 1)[0] not in VENDOR_SKIP]
+                tf.extractall(tmp_path, members=members, filter="data")
+            src = tmp_path / root
         sgemm = src / SGEMM
         sgemm.write_text(patch_sgemm(sgemm.read_text()))
         ops = src / OPS
