@@ -1,16 +1,12 @@
-"""benchmarks/cold_start.py: the cold start of a ROUNDS.jsonl file, on rows written by hand."""
+"""benchmarks/cold_start/cold_start.py: the cold start of a ROUNDS.jsonl file, on rows written by hand."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
 
-_SPEC = importlib.util.spec_from_file_location("cold_start", Path(__file__).parents[1] / "benchmarks" / "cold_start.py")
-cold_start = importlib.util.module_from_spec(_SPEC)
-_SPEC.loader.exec_module(cold_start)
+from benchmarks.cold_start import cold_start
 
 
 def _row(conv, turn, width, verify_ms, committed, measured=False, prefill=False, fixed_ms=1.0):

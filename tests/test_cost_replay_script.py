@@ -1,17 +1,13 @@
-"""benchmarks/cost_replay.py: replaying logged verifies through the cost model, on rounds written
+"""benchmarks/cost/cost_replay.py: replaying logged verifies through the cost model, on rounds written
 by hand with known times (pure, no model)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
 
-_SPEC = importlib.util.spec_from_file_location("cost_replay", Path(__file__).parents[1] / "benchmarks" / "cost_replay.py")
-cost_replay = importlib.util.module_from_spec(_SPEC)
-_SPEC.loader.exec_module(cost_replay)
+from benchmarks.cost import cost_replay
 
 
 def _rows(n: int, slow_from: int | None = None, factor: float = 1.3) -> list[dict]:

@@ -1,15 +1,10 @@
-"""benchmarks/cross_conversation_replay.py on token streams written by hand, where the runs each
+"""benchmarks/oracle/cross_conversation_replay.py on token streams written by hand, where the runs each
 index has right are known."""
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
 
-_SPEC = importlib.util.spec_from_file_location(
-    "cross_conversation_replay", Path(__file__).parents[1] / "benchmarks" / "cross_conversation_replay.py")
-replay = importlib.util.module_from_spec(_SPEC)
-_SPEC.loader.exec_module(replay)
+from benchmarks.oracle import cross_conversation_replay as replay
 
 
 def test_an_earlier_reply_is_copied_only_by_the_cross_conversation_index():

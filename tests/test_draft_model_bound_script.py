@@ -1,19 +1,14 @@
-"""benchmarks/draft_model_bound.py: the chain bound on agreement runs written by hand (known
+"""benchmarks/oracle/draft_model_bound.py: the chain bound on agreement runs written by hand (known
 answers), the vocabulary check, the error path, and one teacher-forced run on the bundled model
 drafting for itself (its own greedy replies: every row must agree)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
 
-_SPEC = importlib.util.spec_from_file_location(
-    "draft_model_bound", Path(__file__).parents[1] / "benchmarks" / "draft_model_bound.py")
-bound = importlib.util.module_from_spec(_SPEC)
-_SPEC.loader.exec_module(bound)
+from benchmarks.oracle import draft_model_bound as bound
 
 
 def test_a_round_emits_the_agreed_run_and_the_targets_own_token():

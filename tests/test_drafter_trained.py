@@ -8,9 +8,6 @@ below is that rounding (measured: logits within 0.05, confidences within 2e-7).
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 
@@ -22,8 +19,7 @@ from adaspark_app.engine.chat_engine import ChatEngine  # noqa: E402
 from adaspark_app.engine.drafter_init import bundled_target_path  # noqa: E402
 from adaspark_app.engine.default_drafter import default_drafter_path  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools" / "train_drafter"))
-from model import Drafter, read_drafter, target_embeddings  # noqa: E402
+from tools.train_drafter.model import Drafter, read_drafter, target_embeddings  # noqa: E402
 
 LOGIT_ATOL = 0.1
 # Confidences: 2e-7 apart on the stock attention kernel's features, 1.7e-4 on AdaSpark's (the

@@ -254,8 +254,7 @@ def test_each_variant_this_machine_can_run_loads_and_keeps_q4_1_identity(variant
 _QUANT_PROBE = """
 import json, sys
 import numpy as np
-sys.path.insert(0, "benchmarks/targets")
-from kernel_identity import GGML_TYPES, _libs, mul_mat
+from benchmarks.kernels.kernel_identity import GGML_TYPES, _libs, mul_mat
 base, cpu, status = _libs()
 rng = np.random.default_rng(7)
 # 37 and 38 rows: the tiles' remainders too (4-row tiles leave 1 and 2 rows)

@@ -23,8 +23,7 @@ SHAPES = ((9, 3, 64, 700, 7), (14, 2, 64, 1500, 9), (4, 1, 256, 300, 5), (6, 2, 
 
 _PROBE = """
 import json, sys
-sys.path.insert(0, ".")
-from benchmarks.targets.attention_check import check
+from benchmarks.kernels.attention_check import check
 from adaspark_app import native
 out = {"status": native.activate(), "cases": []}
 for heads, kv, dim, cells, rows in %r:

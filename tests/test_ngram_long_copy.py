@@ -9,8 +9,6 @@ byte-identical to `ar`.
 from __future__ import annotations
 
 import random
-import sys
-from pathlib import Path
 
 import pytest
 
@@ -19,8 +17,6 @@ from adaspark_app.learn.constants import (LONG_COPY_CONFIRM, LONG_COPY_DEPTH, LO
                                           NGRAM_MAX_DEPTH)
 from adaspark_app.learn.width import long_copy_floor
 from adaspark_app.learn.kinds import NgramKind
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 
 
 def _text(seed: int, n: int, vocab: int = 50_000) -> list[int]:
@@ -79,7 +75,7 @@ def test_floor_only_after_a_confirmed_copy():
 
 
 def test_replay_reimplements_ngram_mod_exactly_on_known_texts():
-    from ngram_mod_replay import ModTable
+    from benchmarks.oracle.ngram_mod_replay import ModTable
 
     a = _text(3, 200)
     prompt = a[:150]
@@ -197,7 +193,7 @@ def test_a_reply_restating_the_message_is_not_copied_into_the_template(model_pat
 
 @pytest.mark.model
 def test_vocab_only_backend_tokenizes_and_templates_as_the_loaded_model(model_path):
-    """`LlamaBackend.vocab_only` (what benchmarks/ngram_mod_replay.py replays with) loads no weights
+    """`LlamaBackend.vocab_only` (what benchmarks/oracle/ngram_mod_replay.py replays with) loads no weights
     and no context, yet must tokenize, detokenize, classify tokens and render the chat template
     exactly as the fully loaded backend does: a difference would shift every replayed position."""
     from adaspark_app.engine.backend import LlamaBackend
@@ -233,7 +229,8 @@ def test_vocab_only_backend_rejects_a_file_that_is_not_gguf(tmp_path):
 
 def test_replay_what_if_scales_only_the_cost_above_one_row():
     import pytest as _pytest
-    from ngram_mod_replay import cost_fn, scale_extra
+    from benchmarks.common import cost_fn
+    from benchmarks.oracle.ngram_mod_replay import scale_extra
 
     table = {1: 1.0, 2: 1.5, 4: 2.0, 8: 4.2}
     half = scale_extra(table, 0.5)
@@ -246,9 +243,9 @@ def test_replay_what_if_scales_only_the_cost_above_one_row():
 
 
 def test_replay_groups_sharegpt_chats_with_chat_and_pastes_with_paste_and_ask():
-    from ngram_mod_replay import group_of
+    from benchmarks.oracle.ngram_mod_replay import group_of
 
     assert group_of("sharegpt-long") == "paste-and-ask"
     assert group_of("sharegpt-code") == "paste-and-ask"
-    assert group_of("sharegpt") == "multi-turn chat"  # heldout_sets.py's chats
+    assert group_of("sharegpt") == "multi-turn chat"  # benchmarks/sets/heldout_sets.py's chats
     assert group_of("mt-bench/writing") == "multi-turn chat"

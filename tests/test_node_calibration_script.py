@@ -1,19 +1,14 @@
-"""benchmarks/node_calibration.py: its classes and tables on records written by hand, and one real
+"""benchmarks/cold_start/node_calibration.py: its classes and tables on records written by hand, and one real
 recording on the bundled model (the labels and prices it records are the model's own)."""
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
 
 import pytest
 
 from adaspark_app.learn.kinds import NgramKind, NodeKind
 
-_SPEC = importlib.util.spec_from_file_location(
-    "node_calibration", Path(__file__).parents[1] / "benchmarks" / "node_calibration.py")
-node_calibration = importlib.util.module_from_spec(_SPEC)
-_SPEC.loader.exec_module(node_calibration)
+from benchmarks.cold_start import node_calibration
 
 
 def test_node_class_bins_evidence_as_the_acceptance_model_does():

@@ -1,17 +1,12 @@
-"""benchmarks/q4k_tile/q4k_tile.py: its timing-only switches apply to the shipped Q4_K tile, and
+"""benchmarks/cost/q4k_tile.py: its timing-only switches apply to the shipped Q4_K tile, and
 only to the 4-column tile (the kernel's other tiles and the one-row path stay as shipped)."""
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
 
 import pytest
 
-_PATH = Path(__file__).parents[1] / "benchmarks" / "q4k_tile" / "q4k_tile.py"
-_SPEC = importlib.util.spec_from_file_location("q4k_tile", _PATH)
-q4k_tile = importlib.util.module_from_spec(_SPEC)
-_SPEC.loader.exec_module(q4k_tile)
+from benchmarks.cost import q4k_tile
 
 
 def test_switches_wrap_the_4_column_tiles_scale_decode_float_steps_and_prefetch_only():

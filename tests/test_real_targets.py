@@ -1,7 +1,7 @@
 """Opt-in: on the real targets (the GGUF files people run), replies byte-identical to plain decode.
 
 Skipped unless ADASPARK_TARGETS_DIR names a directory holding files assembled by
-``python benchmarks/targets/assemble.py --dir DIR`` (qwen0.5b.gguf, qwen1.5b.gguf,
+``python -m benchmarks.targets.assemble --dir DIR`` (qwen0.5b.gguf, qwen1.5b.gguf,
 gemma270m.gguf; each target whose file is missing is skipped on its own). Run with
 
     ADASPARK_TARGETS_DIR=~/.cache/adaspark/targets python3 -m pytest -q -m target tests/test_real_targets.py
@@ -111,12 +111,9 @@ def test_replies_identical_to_ar_on_real_target(target_replies, arm):
 @pytest.mark.parametrize("name", TARGETS)
 def test_rows_verified_in_a_batch_equal_one_row_steps(name):
     """16 rows verified as one batch give the logits of the same rows decoded one at a time, bit
-    for bit, after a 300-token prefill (benchmarks/targets/row_identity.py's check): the
+    for bit, after a 300-token prefill (benchmarks/kernels/row_identity.py's check): the
     property that makes every arm's reply equal `ar`'s, tested without the luck of a near tie."""
-    import sys
-
-    sys.path.insert(0, str(CORPORA.parents[1] / "benchmarks" / "targets"))
-    from row_identity import compare  # noqa: E402 - a benchmark module, not a package
+    from benchmarks.kernels.row_identity import compare
 
     from adaspark_app.engine.backend import LlamaBackend
 

@@ -1,18 +1,15 @@
-"""benchmarks/rebase_report.py: one run rebased, and several runs pooled into one report."""
+"""benchmarks/speed/rebase_report.py: one run rebased, and several runs pooled into one report."""
 
 from __future__ import annotations
 
-import importlib.util
+import gzip
 import json
 import math
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-_spec = importlib.util.spec_from_file_location("rebase_report", ROOT / "benchmarks" / "rebase_report.py")
-rebase = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(rebase)
+from benchmarks.speed import rebase_report as rebase
 
 
 def _run(path: Path, speedups: dict[str, float]) -> Path:
@@ -58,3 +55,25 @@ def test_runs_with_one_name_or_a_bad_file_are_one_line_and_exit_2(tmp_path, caps
     assert "not a replies file" in err and len(err.strip().splitlines()) == 1
     assert rebase.main([str(a), "--base", "nope"]) == 2
     assert "no arm 'nope'" in capsys.readouterr().err
+
+
+def test_a_gzip_compressed_replies_file_reads_as_the_plain_one(tmp_path, capsys):
+    """The committed runs keep replies.jsonl.gz: a run reads the same compressed or not, pools with
+    a plain run, and a damaged .gz is one line and exit 2."""
+    a = _run(tmp_path / "s1" / "paste" / "replies.jsonl", {"c1": 2.0, "c2": 0.5, "c3": 1.0})
+    gz = tmp_path / "s1z" / "paste" / "replies.jsonl.gz"
+    gz.parent.mkdir(parents=True)
+    gz.write_bytes(gzip.compress(a.read_bytes()))
+    assert rebase.main([str(a), "--base", "base", "--out", str(tmp_path / "plain")]) == 0
+    assert rebase.main([str(gz), "--base", "base", "--out", str(tmp_path / "gz")]) == 0
+    assert _headline(tmp_path / "gz") == _headline(tmp_path / "plain")
+    b = _run(tmp_path / "s2" / "paste" / "replies.jsonl", {"c1": 4.0})
+    assert rebase.main([str(gz), str(b), "--base", "base", "--out", str(tmp_path / "pooled")]) == 0
+    assert _headline(tmp_path / "pooled")["replies"] == 4
+    capsys.readouterr()
+    bad = tmp_path / "s3" / "paste" / "replies.jsonl.gz"
+    bad.parent.mkdir(parents=True)
+    bad.write_bytes(gzip.compress(a.read_bytes())[:-12])  # cut short
+    assert rebase.main([str(bad), "--base", "base"]) == 2
+    err = capsys.readouterr().err
+    assert "cannot read" in err and len(err.strip().splitlines()) == 1

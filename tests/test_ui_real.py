@@ -293,15 +293,14 @@ async def test_real_continue_resumes_with_the_stored_settings(learned, chats, tm
 
 UI_PROCESS_SCRIPT = textwrap.dedent("""
     import asyncio, json, os, sys
-    sys.path.insert(0, sys.argv[1])
     from adaspark_app.engine.worker import EngineConfig
     from adaspark_app.store import Store
     from adaspark_app.ui.app import AdaSparkApp
     from ui_fakes import wait_until
 
     async def main():
-        store = Store.open(sys.argv[2])
-        app = AdaSparkApp(EngineConfig(store_path=sys.argv[2]), store, max_tokens=16, exit_on_load_error=False)
+        store = Store.open(sys.argv[1])
+        app = AdaSparkApp(EngineConfig(store_path=sys.argv[1]), store, max_tokens=16, exit_on_load_error=False)
         async with app.run_test(size=(160, 48)) as pilot:
             chat = app.chat_screen
             chat.prompt.text = "What is the capital of France?"
@@ -323,8 +322,10 @@ def test_the_ui_process_never_loads_llama_cpp(tmp_path):
     the UI side (this test's own process may have imported it for other tests)."""
     script = tmp_path / "ui_process.py"
     script.write_text(UI_PROCESS_SCRIPT)
-    proc = subprocess.run([sys.executable, str(script), str(Path(__file__).parent), str(tmp_path / "s.db")],
-                          capture_output=True, text=True, timeout=300)
+    # ui_fakes (and what the engine process unpickles from it) imports from the tests folder
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(Path(__file__).parent), os.environ.get("PYTHONPATH")) if p)}
+    proc = subprocess.run([sys.executable, str(script), str(tmp_path / "s.db")],
+                          capture_output=True, text=True, timeout=300, env=env)
     lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
     assert proc.returncode == 0 and lines, proc.stderr[-3000:]
     out = json.loads(lines[-1][len("RESULT "):])

@@ -10,7 +10,6 @@ engine in its own process (tests/ui_fakes.py).
 from __future__ import annotations
 
 import contextlib
-import json
 from pathlib import Path
 
 import pytest
@@ -21,11 +20,12 @@ from adaspark_app.store import Store
 from adaspark_app.ui.app import AdaSparkApp
 from adaspark_app.ui.settled import is_list_item, settled_length
 from adaspark_app.ui.widgets import ChatMessage, ChatView
+from benchmarks.common import RESULTS, read_jsonl
 from ui_fakes import scripted, spawn_event, wait_until
 
 FENCE = "`" * 3
 SIZE = (160, 48)
-STREAM = Path(__file__).resolve().parent.parent / "benchmarks" / "results" / "tui-vs-headless" / "ui-cpu-stream.jsonl"
+STREAM = RESULTS / "tui-vs-headless" / "ui-cpu-stream.jsonl.gz"
 
 TRICKY = [
     # code fences: blank lines inside, tildes, a longer closing fence, a fence in a fence
@@ -53,7 +53,7 @@ def blocks(text: str) -> list[tuple]:
 
 def replies() -> list[str]:
     """The recorded model replies (prose, lists and code) and the tricky texts."""
-    recorded = [json.loads(x)["result"]["text"] for x in STREAM.read_text().splitlines() if x.strip()]
+    recorded = [row["result"]["text"] for row in read_jsonl(STREAM)]
     return recorded + TRICKY
 
 

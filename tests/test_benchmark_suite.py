@@ -1,0 +1,141 @@
+"""benchmarks/ as a suite: its ledger names only paths that exist, every script imports as a module
+of the package, the named held-out sets are data the runner turns into the same commands, and a
+new held-out set never takes a conversation an earlier set held (in the tree or retired)."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from benchmarks.common import BENCH, ROOT, SETS
+from benchmarks.sets import heldout_sets
+from benchmarks.speed import run_set
+
+LEDGER = BENCH / "README.md"
+# a backticked path or a link target: what a reader of the ledger would open
+_TICKED = re.compile(r"`([^`\s]+)`")
+_LINK = re.compile(r"\]\(([^)\s#]+)")
+_ROOTS = ("benchmarks/", "docs/", "tests/", "tools/", "adaspark_app/")
+
+
+def named_paths(text: str) -> list[str]:
+    """The checkout paths a markdown text names: backticked words and link targets that start at
+    the checkout's top folders (a command's first path counts too)."""
+    out = []
+    for m in list(_TICKED.finditer(text)) + list(_LINK.finditer(text)):
+        for word in m.group(1).split():
+            word = word.rstrip(".,;:)")
+            if word.startswith(_ROOTS) and not any(c in word for c in "*{}<>$"):
+                out.append(word)
+    return out
+
+
+def missing_paths(text: str, root: Path = ROOT) -> list[str]:
+    return sorted({p for p in named_paths(text) if not (root / p).exists()})
+
+
+def test_the_ledger_names_only_paths_that_exist():
+    text = LEDGER.read_text(encoding="utf-8")
+    named = named_paths(text)
+    assert len(named) > 30  # the table's scripts and result files, not a page that names nothing
+    assert missing_paths(text) == []
+
+
+def test_the_path_check_fails_on_a_path_that_is_not_there(tmp_path):
+    (tmp_path / "benchmarks").mkdir()
+    (tmp_path / "benchmarks" / "here.md").write_text("x")
+    text = ("| q | `python -m benchmarks.speed.run_set X` | 1.4x | `benchmarks/here.md` |\n"
+            "see [the run](benchmarks/gone/report.md) and `benchmarks/also-gone.json`.")
+    assert missing_paths(text, tmp_path) == ["benchmarks/also-gone.json", "benchmarks/gone/report.md"]
+
+
+def _modules() -> list[str]:
+    return sorted(".".join(p.relative_to(ROOT).with_suffix("").parts) for p in BENCH.rglob("*.py")
+                  if p.name != "__init__.py")
+
+
+@pytest.mark.parametrize("name", [m for m in _modules() if m != "benchmarks.ui.ui_trace"])
+def test_every_script_imports_as_a_module_of_the_package(name):
+    """Scripts run as `python -m benchmarks.GROUP.SCRIPT` and import each other as modules
+    (ui_trace is left out: importing it starts the tracer, in the chat it profiles)."""
+    importlib.import_module(name)
+
+
+def test_no_script_or_test_edits_the_import_path_and_no_name_is_a_stage():
+    offenders = [str(p.relative_to(ROOT)) for folder in (BENCH, ROOT / "tests") for p in folder.rglob("*.py")
+                 if "sys." + "path" in p.read_text(encoding="utf-8")]
+    assert offenders == []
+    stage = re.compile(r"^s\d{2}b?($|-|\.)")
+    assert [str(p.relative_to(ROOT)) for p in BENCH.rglob("*") if stage.match(p.name)] == []
+
+
+def test_every_named_set_is_a_file_of_its_count_and_kind():
+    defaults, sets = run_set.load_index()
+    assert sets and defaults["max_tokens"] == 128
+    kinds = {"chat": "sharegpt", "paste": "sharegpt-long", "code": "sharegpt-code"}
+    for name, entry in sets.items():
+        rows = [json.loads(line) for line in (SETS / entry["file"]).read_text(encoding="utf-8").splitlines()]
+        source, kind, count, _letter = name.split("-")
+        assert (source, len(rows), entry["count"]) == ("sharegpt", int(count), int(count)), name
+        assert {r["category"] for r in rows} == {kinds[kind]}, name
+
+
+def test_a_set_runs_as_the_commands_the_shell_steps_ran(capsys, monkeypatch):
+    """The dry run of the latest paste set gives the commands the old per-stage shell steps ran
+    (run_peers with every arm against llama-server, 128 tokens, capped replies kept), with the set
+    and the report at their new paths."""
+    monkeypatch.setenv("ADASPARK_TARGETS", "/targets")
+    assert run_set.main(["sharegpt-paste-16-c", "--cold", "--dry-run"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    arms = "adaspark:ar,adaspark,adaspark:pinned:4,adaspark:pinned:8,server-ngram-mod,server-plain"
+    assert lines[0] == ("python -m benchmarks.speed.run_peers benchmarks/sets/sharegpt-paste-16-c.jsonl "
+                        f"--model /targets/qwen0.5b.gguf --peers {arms} --max-tokens 128 --keep-capped "
+                        "--out benchmarks/results/speed/qwen0.5b-paste/sharegpt-paste-16-c")
+    assert lines[1].endswith("--model /targets/qwen1.5b.gguf --peers " + arms +
+                             " --max-tokens 128 --keep-capped --out benchmarks/results/speed/qwen1.5b-paste/sharegpt-paste-16-c")
+    assert lines[2].startswith("adaspark run benchmarks/sets/sharegpt-paste-16-c.jsonl --model /targets/qwen0.5b.gguf "
+                               "--arm adaspark --max-tokens 128 --fresh-store --out ")
+    assert lines[3].startswith("python -m benchmarks.cold_start.cold_start ")
+    assert lines[3].endswith(" > benchmarks/results/cold_start/qwen0.5b-sharegpt-paste-16-c-1.txt")
+    assert len(lines) == 6
+    # the bundled model runs without --model; --model filters
+    assert run_set.main(["sharegpt-chat-12-f", "--model", "smollm2", "--dry-run"]) == 0
+    (line,) = capsys.readouterr().out.splitlines()
+    assert "--model" not in line and line.endswith("--out benchmarks/results/speed/smollm2-chat/sharegpt-chat-12-f")
+    assert run_set.main(["no-such-set", "--dry-run"]) == 2
+    assert run_set.main(["sharegpt-code-8-g", "--dry-run"]) == 2  # drawn, never run: nothing to do
+
+
+def _set(path: Path, ids: list[str]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps({"id": i, "category": "sharegpt-long", "turns": ["x"]}) + "\n" for i in ids),
+                    encoding="utf-8")
+
+
+def test_a_new_held_out_set_takes_no_conversation_a_set_held(tmp_path):
+    """A conversation in a committed set (any part of it) or in the retired list is excluded;
+    the rest of ShareGPT is not. Replies files are outputs, not sets."""
+    _set(tmp_path / "benchmarks" / "sets" / "sharegpt-paste-2-a.jsonl", ["longpaste-AAA_3", "sharegpt-BBB_0"])
+    _set(tmp_path / "benchmarks" / "results" / "run" / "replies.jsonl", ["longpaste-RRR_0"])
+    retired = tmp_path / "used-ids.txt"
+    retired.write_text("# retired sets\nCCC\n\nDDD  # a comment\n", encoding="utf-8")
+    held = heldout_sets.held_conversations(tmp_path / "benchmarks", retired)
+    assert held == {"AAA", "BBB", "CCC", "DDD"}
+    items = [{"id": i} for i in ("AAA_0", "BBB_7", "CCC_1", "DDD_0", "EEE_0", "RRR_0")]
+    assert [i["id"] for i in heldout_sets.unused(items, held)] == ["EEE_0", "RRR_0"]
+
+
+def test_the_sets_that_left_the_tree_stay_held():
+    """The retired list keeps every conversation the sets held before they moved to
+    benchmarks/sets/ (314 of them), and the sets in the tree are among what is held."""
+    retired = heldout_sets.retired_conversations()
+    assert len(retired) >= 314
+    held = heldout_sets.held_conversations()
+    for path in SETS.glob("*.jsonl"):
+        for line in path.read_text(encoding="utf-8").splitlines():
+            assert heldout_sets.conversation_key(json.loads(line)["id"]) in held
+    assert retired <= held
