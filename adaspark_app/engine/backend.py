@@ -50,9 +50,9 @@ _backend_ready = False
 #: ggml's "tiled" CPU matmul takes every Q2_K..Q6_K product of 8+ rows and sums in another order
 #: than the one-row vec_dot kernel, so a row verified in a wide batch differed from plain decode on
 #: Q4_K_M targets (Qwen2.5-Coder-0.5B: 5 of 8 rows identical at 300 tokens, 2 of 8 at 700; with it
-#: off 8 of 8; benchmarks/results/real-targets/identity.md). Off unless the user set it. The other
+#: off 8 of 8; benchmarks/results/kernels/identity.md). Off unless the user set it. The other
 #: lossless choice, GGML_CPU_TILED_MM_FORCE=1 (tiled for every batch, one row too), costs 1.39x CPU
-#: on a one-row step and wins only from 16 rows on (benchmarks/results/real-targets/kernels.md).
+#: on a one-row step and wins only from 16 rows on (benchmarks/results/kernels/kernels.md).
 TILED_MM_ENV = "GGML_CPU_TILED_MM"
 
 

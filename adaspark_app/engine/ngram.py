@@ -20,7 +20,7 @@ length, and reading on along a passage is O(1) per step. Pure Python, no llama_c
 Long copies (issue 19). llama.cpp's ngram-mod drafts only when the last ``LONG_COPY_MATCH`` (24)
 tokens occurred before and the text after them chains on for at least ``LONG_COPY_MIN`` (48)
 tokens, and then verifies the whole chain (up to 64 tokens). In the replay of Qwen-0.5B's replies
-(benchmarks/ngram_mod_replay.py) its drafts were all right on repeated chat text and about half
+(benchmarks/oracle/ngram_mod_replay.py) its drafts were all right on repeated chat text and about half
 right on pastes. Chains here used to stop 32 tokens below the anchor, so no verify could reach
 ngram-mod's. ``long_copy_rows`` names the rounds where its rule fires; the engine then follows the
 anchor's chain to ``LONG_COPY_DEPTH`` tokens, so Eq. (7) may choose up to 64 rows, and once the copy
@@ -261,7 +261,7 @@ class NgramIndex:
         different tokens. A copy proposed there was picked among passages that part ways at this
         very point, so it is much less likely right than its matched length says: on the long
         pastes, copies matched on 8-15 tokens were right first 54% of the time here, against 96%
-        elsewhere (benchmarks/results/ngram_policy_ceiling_longpaste.md)."""
+        elsewhere (benchmarks/results/oracle/ngram_policy_ceiling_longpaste.md)."""
         toks = self._tokens
         return len(toks) >= NGRAM_MIN_COPY and tuple(toks[-NGRAM_MIN_COPY:]) in self._ambiguous
 

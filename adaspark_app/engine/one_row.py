@@ -6,11 +6,11 @@ sums exactly as vec_dot does, so the choice changes the step's time and never a 
 output. Which is faster depends on the CPU: on an Intel Xeon (AVX-512) AdaSpark's K-quant and Q0
 one-row products cost 0.74x and 0.75x vec_dot's, on an AMD EPYC with AVX-512 1.1-1.4x (s29), and
 on an AMD EPYC with AVX2 only a Qwen2.5-1.5B one-row step took about 1.7x the stock libraries'
-(benchmarks/results/real-targets/attention/qwen1.5b-avx2.md, separate processes). Those EPYC figures were
+(benchmarks/results/kernels/attention/qwen1.5b-avx2.md, separate processes). Those EPYC figures were
 the kernels' 4- and 8-row one-row tiles, short streams the hardware prefetcher missed; reading the
 rows in memory order (session 33) brought them to 0.84-1.10x vec_dot's time on four models on an AMD
-EPYC (Zen 4) (benchmarks/results/real-targets/s33/one-row-zen4.md) and 0.88-1.09x with its AVX2 build
-(s33/one-row-haswell-on-zen4.md): either may be faster by a few percent. So the backend learns it
+EPYC (Zen 4) (benchmarks/results/kernels/one-row-zen4.md) and 0.88-1.09x with its AVX2 build
+(git show 982f0c2:benchmarks/results/real-targets/s33/one-row-haswell-on-zen4.md): either may be faster by a few percent. So the backend learns it
 while it serves, as the scheduler learns its verify costs: after WARMUP_STEPS uncounted steps its
 one-row steps alternate the two settings in blocks (ABBA order, so drift hits both alike), and
 once every block has run AdaSpark's kernels stay unless vec_dot is faster by more than MARGIN

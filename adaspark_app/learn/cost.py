@@ -384,7 +384,7 @@ class RowClass:
         on an AMD EPYC (Zen 4) their nine cold rounds (2, 4 and 8 rows, three each) were most of
         the cold start, 2.9-6.7% of the first reply's decode time on the bundled model's chats
         and 14.5% on Qwen2.5-Coder-0.5B's, against 1.0-1.2% and 0.0% with one each
-        (benchmarks/results/real-targets/s36/)."""
+        (git show 982f0c2:benchmarks/results/real-targets/s36/README.md)."""
         return CONDITIONAL_MEASUREMENTS if self.conditional else MEASUREMENTS_BEFORE_PRICED
 
     @property
@@ -475,7 +475,6 @@ class VerifyCostModel:
         self._widths: list[int] = []
         self._widths_stale = True
         self._pending: list[int] | None = None  # cache of pending(); reset when a count changes
-        self._bound_wide = True  # see bound_wide
         self._bounded: frozenset[int] = frozenset()  # at_bound's widths, computed with pending()
         self._grew_at = 0  # rounds_seen when max_available last grew (not persisted: 0 on load)
 
@@ -488,18 +487,6 @@ class VerifyCostModel:
             self._widths_stale = False
             self._pending = None
         return self._widths
-
-    @property
-    def bound_wide(self) -> bool:
-        """False: wide ladder widths are measured cold where they could win at a lower bound,
-        the rule before the upper bound (``at_bound``); kept for benchmarks/wide_bound.py's
-        "before" arm."""
-        return self._bound_wide
-
-    @bound_wide.setter
-    def bound_wide(self, value: bool) -> None:
-        self._bound_wide = bool(value)
-        self._pending = None
 
     def pending(self) -> list[int]:
         """Widths not yet priced (fewer measurements than ``RowClass.needed``), narrowest first."""
@@ -532,7 +519,7 @@ class VerifyCostModel:
     def _past_risk(self, width: int) -> bool:
         """at_bound's rule for one unpriced width (pending() caches it)."""
         c = self.classes[width]
-        return (self._bound_wide and c.origin in ("ladder", "reach") and c.width >= COLD_ALWAYS_BELOW
+        return (c.origin in ("ladder", "reach") and c.width >= COLD_ALWAYS_BELOW
                 and self.bound_steps(width) > COLD_RISK_STEPS)
 
     def bound_steps(self, width: int) -> float:

@@ -69,7 +69,7 @@ def long_copy_floor(rows: int, streak: int) -> int:
     that a copy which has just been right for 32+ tokens in a row is worth verifying whole; once
     it has been, verifying what ngram-mod would lost nothing in the replay. Unconfirmed, it loses:
     replaying
-    Qwen-0.5B's paste-and-ask replies (benchmarks/ngram_mod_replay.py), a floor on every firing of
+    Qwen-0.5B's paste-and-ask replies (benchmarks/oracle/ngram_mod_replay.py), a floor on every firing of
     the rule cut the priced speed from 2.39x to 2.19x (pastes' copies part from their source every
     few dozen tokens, and a 64-row verify costs 14.7 one-row steps there against 7.7 for 32 rows,
     verify_cost_cpu_qwen0.5b.json).

@@ -96,7 +96,7 @@ def record(engine: Any, convs: list, max_tokens: int) -> tuple[list[dict], list[
     events by the bench's rule (``CalibrationTally.counts``)."""
     from adaspark_app.runner import run_conversation
 
-    acc = engine.decoder.acceptance
+    acc = engine.decoder.learners.acceptance
     nodes: list[dict] = []
     rounds: list[dict] = []
     current = [""]

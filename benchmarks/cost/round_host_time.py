@@ -37,7 +37,7 @@ KINDS = ("plain", "tree, width 1", "tree, wider")
 def _engine(arm: str, reuse: bool = True) -> ChatEngine:
     eng = ChatEngine(None, arm=arm, n_ctx=4096, n_threads=2)
     if not reuse:
-        acc = eng.decoder.acceptance
+        acc = eng.decoder.learners.acceptance
 
         def recompute(cands, context, p_src):
             acc._priced = None

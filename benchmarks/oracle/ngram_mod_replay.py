@@ -30,7 +30,7 @@ drafted round's host time D):
 - bucket, 63-token chains on long copies: the engine now (engine/ngram.py anchor_depth): where
   the rule fires the anchor's chain runs to 63 tokens, so the bucket widths may reach 64;
 - + confirmed floor (after): the same bucket widths, and the floor where it is confirmed
-  (long_copy_floor: the round before accepted a draft of >= 24 tokens whole).
+  (learn.width.long_copy_floor: the round before accepted a draft of >= 24 tokens whole).
 
     python -m benchmarks.oracle.ngram_mod_replay --model ~/.cache/adaspark/targets/qwen0.5b.gguf \
         --set SET.jsonl --replies REPLIES.jsonl [--costs verify_cost.json] [--overhead 0.0] [--extra-scale 1.0]
@@ -46,7 +46,8 @@ from collections import defaultdict
 import numpy as np
 
 from adaspark_app.engine.backend import LlamaBackend
-from adaspark_app.engine.ngram import LONG_COPY_CONFIRM, LONG_COPY_DEPTH, NgramIndex, long_copy_rows
+from adaspark_app.engine.ngram import NgramIndex, long_copy_rows
+from adaspark_app.learn.constants import LONG_COPY_CONFIRM, LONG_COPY_DEPTH
 from adaspark_app.engine.template import chat_template_for
 from benchmarks.common import cost_fn, load_costs, read_jsonl
 from benchmarks.oracle.ngram_policy_ceiling import ebin  # the same evidence bins

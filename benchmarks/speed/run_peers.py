@@ -41,8 +41,8 @@ from typing import Any, Iterator
 from adaspark_app import native
 from adaspark_app.bench.report import write_report
 from adaspark_app.bench.runner import arm_order, cap_marks, machine_info, one_row_verdict, warm_page_cache
-from adaspark_app.cli import _add_sampling as add_sampling_options
-from adaspark_app.cli import _check_sampling as check_sampling
+from adaspark_app.options import add_sampling_options
+from adaspark_app.options import check_sampling_options as check_sampling
 from adaspark_app.runner import Conversation, load_script
 from benchmarks.common import RESULTS, command_line
 
