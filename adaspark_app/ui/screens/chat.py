@@ -5,13 +5,10 @@ Threading: everything here runs on the UI thread. The engine lives in another pr
 `reply_done`, `reply_failed` and `engine_died`. Every store call for chats is made here.
 
 Rendering a growing reply is kept cheap, because on a small machine every cycle the UI spends
-is taken from the decode (issue 17: a repaint of the scrolled chat column costs ~20 ms of
-Python, most of it Textual's compositor): the text of the rounds that arrived is appended to the
-reply in one frame, where only a plain-text tail changes and the message keeps room below it
-(ChatMessage.write), frames are at least TEXT_INTERVAL_S apart and further apart when they cost
-more, so the UI stays within FRAME_CPU_BUDGET of a core, the panel is redrawn in those same
-frames at a lower rate still (SpecPanel.REDRAW_S), and the prompt's cursor does not blink (each
-blink is a repaint). benchmarks/ui_cpu.py measures it.
+is taken from the decode (issue 17): the reply's message owns a `ReplyStream`
+(widgets/reply_stream.py) that appends the text of the rounds in frames paced to a CPU budget,
+and the prompt's cursor does not blink while a reply streams (each blink is a repaint).
+benchmarks/ui_cpu.py measures it.
 """
 
 from __future__ import annotations
@@ -27,7 +24,6 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
-from textual.timer import Timer
 from textual.widgets import Footer, Header, Static
 
 from ...engine.events import ReplyResult, RoundEvent
@@ -40,6 +36,7 @@ from ..export import conversation_markdown, export_path, slug
 from ..stats import EngineGauges, SpecStats, gauges_from
 from ..widgets import ChatMessage, ChatView, ConversationSidebar, PromptInput, SpecPanel
 from ..widgets.chat_view import WARM_LANGUAGES, warm_up
+from ..widgets.reply_stream import ReplyStream
 from .dialogs import ConfirmScreen, RenameScreen, SaveFileScreen
 from .settings import SettingsScreen
 
@@ -48,12 +45,6 @@ if TYPE_CHECKING:
     from ..engine_client import EngineDone, EngineRounds
 
 MAX_TOKENS = DEFAULT_MAX_TOKENS  # per reply; the engine stops earlier at the end-of-generation token
-TEXT_INTERVAL_S = 0.25  # streamed text is appended at most 4 times a second
-# While a reply streams the UI thread may use at most this share of one core: after each frame
-# the next waits until the CPU it used since the previous one fits the budget (a 10 ms frame
-# -> 0.5 s to the next). On two cores every UI cycle is taken from a verify.
-FRAME_CPU_BUDGET = 0.02
-MAX_FRAME_GAP_S = 0.5  # text shows at least twice a second, whatever a repaint costs
 THAW_DELAY_S = 0.3  # after a reply ends, the held-back garbage collection (ui/collector.py)
 SEND_WAIT_REFRESHES = 5  # refreshes a request may wait for its messages to be laid out and painted
 
@@ -165,16 +156,8 @@ class ChatScreen(Screen):
         self._prompt_titles: tuple[str, str] | None = None  # the box's titles before editing began
         self.generating = False
         self._request: ReplyRequest | None = None
-        self._pending: tuple[ChatMessage, ChatMessage] | None = None  # (user, assistant) in flight
-        self._received: list[str] = []  # the reply's text as it arrived from the engine
-        self._unshown: list[str] = []  # received but not yet appended to the reply widget
-        self._received_tokens = 0
-        self._flush_timer: Timer | None = None  # the next frame (see _frame)
-        self._flush_due = 0.0  # monotonic time the next frame is due
-        self._last_flush = 0.0
-        self._frame_gap = TEXT_INTERVAL_S  # the wait before the next frame (see _frame)
-        self._frame_cpu: float | None = None  # UI thread CPU seconds when the last frame began
-        self._panel_stale = False  # the panel's figures changed since it was drawn
+        # (user, assistant) in flight; the assistant message streams the reply (its `stream`)
+        self._pending: tuple[ChatMessage | None, ChatMessage] | None = None
         self._cursor_blink = True  # the prompt's cursor blinks, except while a reply streams
         # Per reply, (monotonic time the round ended in the engine process, the round): lets a
         # test (and a curious reader) count the rounds that ran after Esc.
@@ -441,10 +424,9 @@ class ChatScreen(Screen):
         reply_msg.make_room(request.prompt)  # laid out with the new messages, before the first token
         # No await from here on until the request is sent: the engine's answer is handled by the
         # app's message loop, which must find this reply's state in place.
+        reply_msg.start_stream(self.stats, self.panel)
         self._pending = (user_msg, reply_msg)
         self._request = request
-        self._received, self._unshown, self._received_tokens = [], [], 0
-        self._frame_gap, self._frame_cpu = TEXT_INTERVAL_S, None
         self.round_log = []
         self.cancel_requested_at = None
         self.stats.start_reply()
@@ -530,87 +512,25 @@ class ChatScreen(Screen):
 
     # ------------------------------------------------------------------ the reply streams in
     async def reply_rounds(self, message: "EngineRounds") -> None:
-        """A batch of rounds from the engine process: figures now, text within TEXT_INTERVAL_S."""
-        if not self._is_current(message.request_id):
+        """A batch of rounds from the engine process: figures now, text in the reply's next frame."""
+        stream = self._stream()
+        if not self._is_current(message.request_id) or stream is None:
             return  # a reply abandoned after an engine restart
-        for t, event in zip(message.times, message.events):
-            self.stats.add(event)
-            self.round_log.append((t, event))
-            if event.text:
-                self._received.append(event.text)
-                self._unshown.append(event.text)
-                # the engine's clock (CLOCK_MONOTONIC, one for every process): the display's
-                # speed runs from when the text existed, so a starved UI reads as late
-                self.stats.arrived(t, event.reply_tokens)
-            self._received_tokens = max(self._received_tokens, event.reply_tokens)
-        gauges = gauges_from(message.gauges)
-        if gauges is not None:
-            self.stats.set_gauges(gauges)
-        self._panel_stale = True
-        now = time.monotonic()
-        due = self._last_flush + self._frame_gap
-        if self._flush_timer is not None and self._unshown and self._flush_due > due:
-            self._stop_flushing()  # a panel-only frame was due later: text must not wait for it
-        if self._flush_timer is None:
-            if due <= now:
-                await self._frame()
-            else:
-                self._set_frame_timer(due - now)
+        self.round_log.extend(zip(message.times, message.events))
+        await stream.receive(message.times, message.events, message.gauges)
 
-    def _set_frame_timer(self, wait: float) -> None:
-        self._flush_due = time.monotonic() + wait
-        self._flush_timer = self.set_timer(wait, self._frame)
-
-    async def _frame(self) -> None:
-        """One repaint for everything that arrived since the last: the new text is appended to
-        the reply, and the panel is redrawn if SpecPanel.REDRAW_S has passed (else a later frame
-        does it). Text and panel share the frame, so streaming costs at most 4 repaints a second."""
-        self._flush_timer = None
-        now = time.monotonic()
-        self._last_flush = now
-        # The CPU this thread used since the last frame began (that frame's layout and paint,
-        # and the rounds handled since) sets the gap to the next one.
-        cpu = time.thread_time()
-        if self._frame_cpu is not None:
-            self._frame_gap = min(MAX_FRAME_GAP_S, max(TEXT_INTERVAL_S, (cpu - self._frame_cpu) / FRAME_CPU_BUDGET))
-        self._frame_cpu = cpu
-        if self._pending is not None and self._unshown:
-            text = "".join(self._unshown)
-            self._unshown = []
-            reply_msg = self._pending[1]
-            await reply_msg.write(text)
-            # The paint follows in the same turn of the event loop: a UI starved of CPU flushes
-            # late, and that is the delay this figure is meant to show.
-            self.stats.shown(time.monotonic(), self._received_tokens)
-        if self._panel_stale:
-            panel_wait = self.panel.redraw_due_in(now)
-            if panel_wait <= 0:
-                self._panel_stale = False
-                self.panel.show()
-            elif self._flush_timer is None:
-                # The panel alone, when no text comes before (reply_rounds brings a text frame
-                # forward).
-                self._set_frame_timer(max(panel_wait, self._frame_gap))
-
-    async def _flush_text(self) -> None:
-        """Show every text received so far now (at the end of a reply)."""
-        self._stop_flushing()
-        self._panel_stale = False
-        await self._frame()
-
-    def _stop_flushing(self) -> None:
-        if self._flush_timer is not None:
-            self._flush_timer.stop()
-            self._flush_timer = None
+    def _stream(self) -> ReplyStream | None:
+        """The stream of the reply in flight (None: none is)."""
+        return self._pending[1].stream if self._pending is not None else None
 
     async def reply_done(self, message: "EngineDone") -> None:
         """The reply ended (complete, at the token cap, or stopped by the user)."""
         if not self._is_current(message.request_id):
             return
-        result, request = message.result, self._request
+        result, request, stream = message.result, self._request, self._stream()
         assert request is not None
-        self._stop_flushing()
-        await self._flush_text()
+        if stream is not None:
+            await stream.flush()
         gauges = gauges_from(message.gauges)
         if gauges is not None:
             self.stats.set_gauges(gauges)
@@ -625,7 +545,7 @@ class ChatScreen(Screen):
                 await self._withdraw(request, user_msg, reply_msg)
                 self.notify("Stopped before the first token; " + _given_back(request))
                 return
-            shown = "".join(self._received)
+            shown = reply_msg.stream.text if reply_msg.stream is not None else ""
             if result.text.startswith(shown) and len(result.text) > len(shown):
                 await reply_msg.write(result.text[len(shown):])  # bytes the decoder held to the end
             # Record first (history, store), then finish the display: nothing is lost if the
@@ -685,7 +605,9 @@ class ChatScreen(Screen):
         """The engine raised: the prompt goes back in the box, the conversation is kept."""
         if not self._is_current(request_id):
             return
-        self._stop_flushing()
+        stream = self._stream()
+        if stream is not None:
+            stream.stop()
         request, pending, self._pending = self._request, self._pending, None
         try:
             if pending is not None and request is not None:
@@ -699,20 +621,20 @@ class ChatScreen(Screen):
         """The engine process ended mid-reply or idle. A reply in progress keeps the text that
         had arrived (saved as a stopped reply), or gives the prompt back if none had. Returns a
         sentence for the app's notification."""
-        request, pending = self._request, self._pending
-        if request is None or pending is None:
+        request, pending, stream = self._request, self._pending, self._stream()
+        if request is None or pending is None or stream is None:
             return ""
-        self._stop_flushing()
+        stream.stop()
         self._pending = None
-        text = "".join(self._received)
+        text = stream.text
         user_msg, reply_msg = pending
         try:
             if not text.strip():
                 await self._withdraw(request, user_msg, reply_msg)
                 return _given_back(request).capitalize() + " "
-            rest, self._unshown = "".join(self._unshown), []
+            rest = stream.take_unshown()
             last = self.round_log[-1][1] if self.round_log else None
-            meta = {"model": self.adaspark.model_label, "n_tokens": self._received_tokens,
+            meta = {"model": self.adaspark.model_label, "n_tokens": stream.received_tokens,
                     "decode_s": round(last.reply_seconds, 4) if last else 0.0,
                     "tokens_per_s": round(self.stats.reply_rate or 0.0, 2), "stopped": True,
                     "engine_died": True}
@@ -727,7 +649,7 @@ class ChatScreen(Screen):
             await reply_msg.write(rest)
             await reply_msg.finish(reply_note(meta))
             self.refresh_conversations()
-            return f"Kept the {self._received_tokens} tokens generated so far. "
+            return f"Kept the {stream.received_tokens} tokens generated so far. "
         finally:
             self._end_generation()
 

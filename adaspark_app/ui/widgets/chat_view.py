@@ -12,6 +12,9 @@ from textual.containers import Vertical, VerticalScroll
 from textual.widgets import Label, Markdown, Static
 
 from ..settled import settled_length
+from ..stats import SpecStats
+from .reply_stream import ReplyStream
+from .spec_panel import SpecPanel
 from .stream_tail import StreamTail
 
 ROLE_LABELS = {"user": "You", "assistant": "Assistant", "system": "System"}
@@ -53,6 +56,9 @@ class ChatMessage(Vertical):
     whole chat column (~30 ms on a 160x48 screen), taken from a verify on two cores. Room of a
     third of the view renewed it 3-4 times in a 512-token reply; a page's worth once; a page
     turned inside the tail never (`write`).
+
+    A reply under generation owns its `ReplyStream` (`start_stream`), which paces the frames
+    that write to it.
     """
 
     DEFAULT_CSS = """
@@ -87,6 +93,7 @@ class ChatMessage(Vertical):
         self._tail = ""  # a streaming reply's text not yet in the Markdown widget
         self._committed_at = float("-inf")  # monotonic time the Markdown last grew
         self._reserved = 0  # the tail's min-height while the reply streams (see write)
+        self.stream: ReplyStream | None = None  # while a reply streams into this message
 
     def compose(self) -> ComposeResult:
         yield Label(ROLE_LABELS.get(self.role, self.role.title()), classes="role")
@@ -166,6 +173,12 @@ class ChatMessage(Vertical):
                 tail.page(self._reserved, self.KEEP_LINES)
                 return
         await self._relayout(now)
+
+    def start_stream(self, stats: SpecStats, panel: SpecPanel) -> ReplyStream:
+        """Stream a reply into this message: its rounds go to the returned `ReplyStream` (their
+        figures to `stats`), whose frames write here and redraw `panel`."""
+        self.stream = ReplyStream(self, stats, panel)
+        return self.stream
 
     def _reader_follows(self) -> bool:
         """Whether the chat view this message is in follows its end (a reader at the bottom)."""
