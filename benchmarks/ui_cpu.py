@@ -286,7 +286,7 @@ def child(args: argparse.Namespace) -> None:
                 "reply_wall_s": t1 - t0, "reply_cpu_s": p1 - p0, "reply_main_cpu_s": m1 - m0,
                 "reply_frames": f1 - f0, "reply_bytes": b1 - b0,
                 "first_round_wait_s": first_round - t0,
-                "text_ok": shown == chat.last_reply, "panel_redraws": chat.panel.redraws})
+                "text_ok": shown == chat.conversation.last_reply, "panel_redraws": chat.panel.redraws})
             self._next += 1
             self.set_timer(0.3, self._send_next)
 

@@ -22,10 +22,10 @@ from ..engine.sampling import GREEDY
 from ..errors import AdaSparkError
 from ..models import BUNDLED_NAME
 from .chat_settings import ChatSettings
+from .conversation import MAX_TOKENS
 from .engine_client import (EngineClient, EngineDied, EngineDone, EngineLoaded, EngineLoadFailed,
                             EngineReplyFailed, EngineRounds, EngineStopped, lower_ui_priority)
 from .screens import ChatScreen, HelpScreen
-from .screens.chat import MAX_TOKENS
 from .stats import gauges_from
 from .widgets.sidebar import ConversationList
 
@@ -64,7 +64,7 @@ class AdaSparkApp(App[int]):
         (an `EngineConfig`, or a module-level callable): it crosses a "spawn" process start.
 
         max_tokens, sampling and system are the settings a new conversation starts with (each
-        conversation then keeps its own: `ChatScreen.settings`); resume_id opens that stored
+        conversation then keeps its own: `Conversation.settings`); resume_id opens that stored
         conversation at start (`chat --continue`). sampling_given: the sampling values the user
         set (options, config file); with it, a model switch gives new conversations the new
         model's recommended settings (its GGUF's general.sampling.*) under those values."""
@@ -114,7 +114,7 @@ class AdaSparkApp(App[int]):
     def _update_subtitle(self) -> None:
         drafter = self.drafter_label or "none (n-gram drafts)"
         try:
-            settings = self.chat_screen.settings
+            settings = self.chat_screen.conversation.settings
         except Exception:  # before the chat screen exists: what a new conversation gets
             settings = self.default_settings()
         self.sub_title = (f"model {self.model_label} · {self._context_label()}{settings.label()} · "
@@ -126,8 +126,8 @@ class AdaSparkApp(App[int]):
         if not self.n_ctx:
             return ""
         try:
-            used = self.chat_screen.context_used
-        except LookupError:
+            used = self.chat_screen.conversation.context_used
+        except (LookupError, AttributeError):  # AttributeError: the screen has not mounted yet
             used = 0
         return f"context {self.n_ctx} tok · " if used is None else f"context {used} of {self.n_ctx} tok · "
 
