@@ -273,7 +273,7 @@ def child(args: argparse.Namespace) -> None:
             p0, m0, f0, b0, t0 = self._mark
             self._mark = None
             chat = self.chat_screen
-            first_round = chat.round_log[0][0] if chat.round_log else t1
+            first_round = chat.replies.round_log[0][0] if chat.replies.round_log else t1
             rec = stream[self._next]
             shown = chat.chat_view.messages()[-1].text
             s0, s1 = self._stream_from or self._mark, self._stream_to or self._mark

@@ -57,7 +57,7 @@ def panel_text(chat) -> str:
 async def finished(pilot, timeout: float = 10.0) -> ChatScreen:
     chat = pilot.app.chat_screen
     await wait_until(pilot, lambda: not chat.generating, timeout=timeout,
-                     what=lambda: f"the reply to finish ({len(chat.round_log)} rounds in, engine ready "
+                     what=lambda: f"the reply to finish ({len(chat.replies.round_log)} rounds in, engine ready "
                                   f"{pilot.app.engine.ready}, notifications {notifications(pilot.app)})")
     return chat
 
@@ -180,7 +180,7 @@ async def test_escape_mid_reply_keeps_the_partial_text(store, tmp_path):
         assert msgs[1]["content"] == reply.text and msgs[1]["meta"]["stopped"] is True
         assert chat.conversation.history[-1] == {"role": "assistant", "content": reply.text}
         await notified(pilot, "Stopped")
-        assert not any(t > chat.cancel_requested_at for t, _ in chat.round_log)  # held rounds: none ran after
+        assert not any(t > chat.replies.cancel_requested_at for t, _ in chat.replies.round_log)  # held rounds: none ran after
 
 
 async def test_escape_before_the_first_token_gives_the_prompt_back(store, tmp_path):

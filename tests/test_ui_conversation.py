@@ -292,8 +292,8 @@ async def test_a_reply_cut_by_an_engine_crash_keeps_its_seed_for_regenerate(stor
         chat = app.chat_screen
         await send(pilot, "count")
         await wait_until(pilot, held.is_set, what="the engine to be mid-reply")
-        await wait_until(pilot, lambda: chat.round_log, what="the first rounds")
-        drawn = chat.round_log[-1][1].seed
+        await wait_until(pilot, lambda: chat.replies.round_log, what="the first rounds")
+        drawn = chat.replies.round_log[-1][1].seed
         app.engine.kill()
         await notified(pilot, "engine process stopped")
         meta = store.get_messages(chat.conversation.id)[1]["meta"]

@@ -61,7 +61,7 @@ async def send(pilot, text: str) -> None:
 async def finished(pilot):
     chat = pilot.app.chat_screen
     await wait_until(pilot, lambda: not chat.generating, timeout=REPLY_TIMEOUT,
-                     what=lambda: f"the reply to finish ({len(chat.round_log)} rounds in, engine alive "
+                     what=lambda: f"the reply to finish ({len(chat.replies.round_log)} rounds in, engine alive "
                                   f"{pilot.app.engine.alive}, notifications {notifications(pilot.app)})")
     return chat
 
@@ -104,9 +104,9 @@ async def test_real_escape_stops_within_one_round_and_keeps_the_partial_reply(le
         await finished(pilot)
         # Rounds are stamped with the time they ended in the engine process (one clock for every
         # process): at most the round in flight when Esc was pressed ends after it.
-        asked = chat.cancel_requested_at
+        asked = chat.replies.cancel_requested_at
         assert asked is not None
-        after = [e for t, e in chat.round_log if t > asked and e.verify_ms > 0]
+        after = [e for t, e in chat.replies.round_log if t > asked and e.verify_ms > 0]
         assert len(after) <= 1, f"{len(after)} rounds ran after the stop was asked for"
         reply = chat.chat_view.messages()[1]
         assert reply.text.strip()

@@ -286,7 +286,7 @@ async def test_the_engine_is_asked_only_after_the_new_messages_are_painted(tmp_p
 async def test_the_engine_is_asked_only_after_the_view_scrolled_to_the_new_messages(tmp_path):
     # The scroll to the end that follows the new messages' layout repaints the whole view
     # (30-60 ms): the request must wait for it too, or that paint runs beside the first rounds.
-    from adaspark_app.ui.screens.chat import screen_settled
+    from adaspark_app.ui.screens.replies import screen_settled
 
     async with ready_chat(tmp_path, ["Fine.", "Also fine."]) as (app, pilot, store):
         chat = app.chat_screen

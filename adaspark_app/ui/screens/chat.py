@@ -2,24 +2,21 @@
 
 Threading: everything here runs on the UI thread. The engine lives in another process
 (`engine_client.py`); its rounds arrive as messages the app hands to `reply_rounds`,
-`reply_done`, `reply_failed` and `engine_died`. The open conversation is a `Conversation`
-(ui/conversation.py, no Textual): its turns, settings and edit state, the requests its replies
-are asked with, and its store writes.
+`reply_done`, `reply_failed` and `engine_died`, which pass them to the reply in flight. The
+screen's parts:
 
-Rendering a growing reply is kept cheap, because on a small machine every cycle the UI spends
-is taken from the decode (issue 17): the reply's message owns a `ReplyStream`
-(widgets/reply_stream.py) that appends the text of the rounds in frames paced to a CPU budget,
-and the prompt's cursor does not blink while a reply streams (each blink is a repaint).
-benchmarks/ui_cpu.py measures it.
+- `Conversation` (ui/conversation.py, no Textual): the turns, settings and edit state, the
+  requests a reply is asked with, and the store writes of a conversation;
+- `ReplyRunner` (screens/replies.py): the reply in flight, from its send to its end;
+- `ChatView` / `ChatMessage` (widgets/chat_view.py): the messages on screen; a streaming reply's
+  message owns its `ReplyStream` (widgets/reply_stream.py), which paces frames to a CPU budget.
 """
 
 from __future__ import annotations
 
 import os
-import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from textual import on
 from textual.app import ComposeResult
@@ -31,53 +28,19 @@ from textual.widgets import Footer, Header, Static
 from ...errors import AdaSparkError
 from ...store import title_from
 from ..chat_settings import ChatSettings
-from ..collector import freeze_for_reply, thaw_after_reply
 from ..compositor import install as install_cropped_compositor
-from ..conversation import Conversation, Refusal, ReplyRequest, cut_reply_meta, reply_meta, reply_note
+from ..conversation import Conversation
 from ..export import reply_file_name, write_export
-from ..stats import EngineGauges, SpecStats, gauges_from
-from ..widgets import ChatMessage, ChatView, ConversationSidebar, PromptInput, SpecPanel
+from ..stats import EngineGauges, SpecStats
+from ..widgets import ChatView, ConversationSidebar, PromptInput, SpecPanel
 from ..widgets.chat_view import WARM_LANGUAGES, code_at, warm_up
-from ..widgets.reply_stream import ReplyStream
 from .dialogs import ConfirmScreen, RenameScreen, SaveFileScreen
+from .replies import BUSY, ReplyRunner
 from .settings import SettingsScreen
 
 if TYPE_CHECKING:
     from ..app import AdaSparkApp
     from ..engine_client import EngineDone, EngineRounds
-
-THAW_DELAY_S = 0.3  # after a reply ends, the held-back garbage collection (ui/collector.py)
-SEND_WAIT_REFRESHES = 5  # refreshes a request may wait for its messages to be laid out and painted
-BUSY = "A reply is being generated; Esc stops it."
-
-
-def laid_out(msg: ChatMessage) -> bool:
-    """Whether a reply's message and its streaming tail have a size on screen."""
-    return bool(msg.region.height) and bool(msg.tail_widget.size.height)
-
-
-def screen_settled(screen: Any) -> bool:
-    """Whether `screen` has no layout, scroll or repaint left to do.
-
-    Why: the chat view scrolls to its end after the refresh that laid the new messages out, and
-    that scroll is one more layout and a repaint of the whole view (30-60 ms here). Sent before
-    it, the request's first rounds shared the two cores with it. Textual keeps these flags
-    private; a version without them reads as settled (the request then goes at once, as before).
-    """
-    return not (getattr(screen, "_layout_required", False) or getattr(screen, "_scroll_required", False)
-                or getattr(screen, "_repaint_required", False) or getattr(screen, "_dirty_widgets", None))
-
-
-@dataclass
-class Pending:
-    """The reply in flight on screen: its messages, its stream, and the turns it would replace
-    (hidden meanwhile, removed once it is recorded, shown again if it is withdrawn)."""
-
-    user_msg: ChatMessage | None
-    reply_msg: ChatMessage
-    stream: ReplyStream
-    hidden: list[ChatMessage]
-
 
 class ChatScreen(Screen):
     """Talk to the model; every action here is also in the command palette and the help screen."""
@@ -125,14 +88,7 @@ class ChatScreen(Screen):
         install_cropped_compositor(self)  # a frame renders only the widgets it changed (compositor.py)
         self.stats = SpecStats()
         self.conversation: Conversation  # the open one (made on mount, with the app's store)
-        self.generating = False
-        self._request: ReplyRequest | None = None
-        self._pending: Pending | None = None
-        self._cursor_blink = True  # the prompt's cursor blinks, except while a reply streams
-        # Per reply, (monotonic time the round ended in the engine process, the round): lets a
-        # test (and a curious reader) count the rounds that ran after Esc.
-        self.round_log: list[tuple[float, Any]] = []
-        self.cancel_requested_at: float | None = None
+        self.replies: ReplyRunner  # made on mount, with the widgets it shows replies in
 
     @property
     def adaspark(self) -> "AdaSparkApp":
@@ -152,6 +108,8 @@ class ChatScreen(Screen):
 
     async def on_mount(self) -> None:
         self.conversation = Conversation(self.adaspark.store, self.adaspark.default_settings())
+        self.replies = ReplyRunner(self, self.adaspark, self.conversation, self.chat_view, self.prompt, self.panel,
+                                   self.stats)
         self.refresh_conversations()
         self.query_one(PromptInput).focus()
         self.set_status()
@@ -161,7 +119,7 @@ class ChatScreen(Screen):
         resume = getattr(self.adaspark, "resume_id", None)
         if resume:
             await self.open_conversation(resume)
-        self.adaspark.settings_changed()
+        self.show_settings()
 
     def _warm_next(self) -> None:
         """One highlighter per tick while the model loads, so the UI stays responsive; none once a
@@ -173,6 +131,11 @@ class ChatScreen(Screen):
             return
         warm_up(self._warm.pop(0))
         self.set_timer(0.02, self._warm_next)
+
+    @property
+    def generating(self) -> bool:
+        """Whether a reply is in flight (asked for and not yet ended)."""
+        return self.replies.generating
 
     @property
     def chat_view(self) -> ChatView:
@@ -247,7 +210,7 @@ class ChatScreen(Screen):
         except AdaSparkError as err:
             self.notify(str(err), title="Store", severity="error")
             return
-        self._stop_editing(restore=True)
+        self.stop_editing(restore=True)
         problems = conv.show(conversation_id, stored, self.adaspark.default_settings())
         await self.chat_view.show_turns(conv.turns)
         if problems:
@@ -256,7 +219,7 @@ class ChatScreen(Screen):
         loaded = getattr(self.adaspark, "model_path", None)
         if stored.row and stored.row.get("settings") and not same_model(conv.settings.model_path, loaded):
             await self._follow_model(conv.settings)
-        self.adaspark.settings_changed()
+        self.show_settings()
         self.chat_view.scroll_end(animate=False)
         self.refresh_conversations()
         self.prompt.focus()
@@ -283,9 +246,9 @@ class ChatScreen(Screen):
     async def new_conversation(self) -> None:
         if self._refused_while_generating():
             return
-        self._stop_editing(restore=True)
+        self.stop_editing(restore=True)
         self.conversation.reset(self.adaspark.default_settings())
-        self.adaspark.settings_changed()
+        self.show_settings()
         await self.chat_view.clear()
         self.refresh_conversations()
         self.prompt.focus()
@@ -302,269 +265,40 @@ class ChatScreen(Screen):
         await self.send(event.text)
 
     async def send(self, text: str) -> bool:
-        """Send a prompt: show it, and ask the engine for a reply. False if nothing was sent.
-
-        While a message is being edited, the prompt replaces that message: it and every later
-        turn are dropped (no branch is kept) once the new reply is recorded."""
-        prompt = text.strip()
-        if not prompt or not self._can_start():
-            return False
-        try:
-            request = self.conversation.send_request(prompt, self.adaspark.model_label)
-        except AdaSparkError as err:
-            self.notify(str(err), title="Store", severity="error")
-            return False
-        self._stop_editing(restore=False)
-        self.prompt.clear()
-        return await self._start(request)
-
-    async def regenerate(self) -> bool:
-        """A new reply to the last user message, with a new seed; the turns before it are kept
-        (the KV cache holds them: only the reply is new). False if nothing was started."""
-        if not self._can_start():
-            return False
-        self._stop_editing(restore=True)
-        try:
-            request = self.conversation.regenerate_request()
-        except Refusal as why:
-            self.notify(str(why), severity="warning")
-            return False
-        if self.conversation.settings.sampling.greedy:
-            self.notify("Temperature is 0 (greedy): the same reply comes back. Raise it in the "
-                              "settings (F3) for a different one.", severity="warning")
-        return await self._start(request)
-
-    def _can_start(self) -> bool:
-        if self.generating:
-            self.notify(BUSY, severity="warning")
-            return False
-        if self.adaspark.load_error is not None:
-            self.notify(f"The model failed to load: {self.adaspark.load_error}", severity="error")
-            return False
-        return True
-
-    async def _start(self, request: ReplyRequest) -> bool:
-        """Show the request's turns and ask the engine for its reply (once they are painted)."""
-        hidden = self.chat_view.turns()[request.keep:]
-        user_msg, reply_msg = await self.chat_view.show_request(None if request.regenerate else request.prompt,
-                                                                request.prompt, hidden)
-        # No await from here on until the request is sent: the engine's answer is handled by
-        # the app's message loop, which must find this reply's state in place.
-        self._pending = Pending(user_msg, reply_msg, reply_msg.start_stream(self.stats, self.panel), hidden)
-        self._request = request
-        self.round_log = []
-        self.cancel_requested_at = None
-        self.stats.start_reply()
-        self.stats.generating = True
-        self.generating = True
-        # A blink is a repaint, taken from the decode: none while the reply streams.
-        self._cursor_blink, self.prompt.cursor_blink = self.prompt.cursor_blink, False
-        self.set_status()
-        self.panel.show()
-        if request.created_conversation:
-            self.refresh_conversations()
-        # The engine is asked once the new messages are laid out and painted. That frame (a
-        # layout of the chat column and a full repaint, 30-50 ms) would otherwise run beside the
-        # reply's first rounds on a two-core machine and be taken from them: a 256-token second
-        # turn decodes in under a second here, so it cost it several percent.
-        self.call_after_refresh(self._send_request, request)
-        return True
-
-    async def _send_request(self, request: ReplyRequest, waits: int = 0) -> None:
-        """Send `request` to the engine (after the first paint of its messages, see _start)."""
-        if self._request is not request or request.sent:
-            return  # withdrawn meanwhile (the engine died, or the screen moved on)
-        if request.stop_before_send:
-            await self.reply_stopped_early(request.request_id)  # unsent: its id is still 0
-            return
-        pending = self._pending
-        if waits < SEND_WAIT_REFRESHES and ((pending is not None and not laid_out(pending.reply_msg))
-                                            or not screen_settled(self)):
-            # the refresh came before the reply's widgets were laid out (a busy machine), or the
-            # view's scroll to its end is still to be painted: one more
-            self.call_after_refresh(self._send_request, request, waits + 1)
-            return
-        freeze_for_reply()  # no full collection of the UI's objects beside the decode (ui/collector.py)
-        try:
-            request.request_id = self.adaspark.engine.generate(request.conversation_id, request.messages,
-                                                               request.max_tokens, request.turn,
-                                                               sampling=request.sampling)
-            request.sent = True
-        except RuntimeError as err:
-            self._pending = None
-            if pending is not None:
-                await self._withdraw(request, pending)
-            self.notify(f"{err}; your message is back in the box.", severity="error")
-            self._end_generation()
+        """Send a prompt (`ReplyRunner.send`); False if nothing was sent."""
+        return await self.replies.send(text)
 
     def stop_reply(self) -> bool:
         """Ask the running reply to stop (it ends after the current round). False if none runs."""
-        if not self.generating:
-            return False
-        request = self._request
-        if request is not None and not request.sent:
-            request.stop_before_send = True  # _send_request gives the prompt back instead
-        else:
-            self.adaspark.engine.cancel()
-        # Stamped once the engine can see the stop (the flag is set): a UI thread kept waiting
-        # between the key and the flag must not count as rounds the engine ran past the stop.
-        if self.cancel_requested_at is None:
-            self.cancel_requested_at = time.monotonic()
-        self.set_status("Stopping…")
-        return True
+        return self.replies.stop()
 
-    def _is_current(self, request_id: int) -> bool:
-        return self._request is not None and self._request.request_id == request_id
-
-    # ------------------------------------------------------------------ the engine answers
+    # ------------------------------------------------------------------ the engine's answers (from the app)
     async def reply_rounds(self, message: "EngineRounds") -> None:
-        """A batch of rounds from the engine process: figures now, text in the reply's next frame."""
-        if not self._is_current(message.request_id) or self._pending is None:
-            return  # a reply abandoned after an engine restart
-        self.round_log.extend(zip(message.times, message.events))
-        await self._pending.stream.receive(message.times, message.events, message.gauges)
+        await self.replies.rounds(message)
 
     async def reply_done(self, message: "EngineDone") -> None:
-        """The reply ended (complete, at the token cap, or stopped by the user)."""
-        if not self._is_current(message.request_id):
-            return
-        result, request, pending = message.result, self._request, self._pending
-        assert request is not None
-        if pending is not None:
-            await pending.stream.flush()
-        gauges = gauges_from(message.gauges)
-        if gauges is not None:
-            self.stats.set_gauges(gauges)
-        self.stats.finish(result.tokens_per_s, result.n_tokens)
-        self._pending = None
-        try:
-            if pending is None:
-                return
-            if result.stopped and not result.text.strip():
-                # Nothing was generated: as if the prompt had not been sent.
-                await self._withdraw(request, pending)
-                self.notify("Stopped before the first token; " + request.given_back())
-                return
-            shown = pending.stream.text
-            if result.text.startswith(shown) and len(result.text) > len(shown):
-                await pending.reply_msg.write(result.text[len(shown):])  # bytes the decoder held to the end
-            # Record first (history, store), then finish the display: nothing is lost if the
-            # app is closed while the last fragments render.
-            meta = reply_meta(result, self.adaspark.model_label, self.stats.shown_rate, self.stats.lag_max)
-            self._record(request, result.text, meta)
-            self.conversation.context_used = result.prompt_length + result.n_tokens
-            self.adaspark.settings_changed()  # the header's context figure
-            await self._drop_replaced(pending)
-            await pending.reply_msg.finish(reply_note(meta))
-            await self.chat_view.mark_context(pending.reply_msg, result.dropped_turns, result.capped_to)
-            self.refresh_conversations()
-            if result.stopped:
-                self.notify(f"Stopped: kept {result.n_tokens} tokens.")
-        finally:
-            self._end_generation()
-
-    async def _give_back(self, request_id: int, error: str | None = None) -> None:
-        """The reply `request_id` will not come (`reply_stopped_early`, `reply_failed`)."""
-        if not self._is_current(request_id):
-            return
-        request, pending, self._pending = self._request, self._pending, None
-        assert request is not None
-        try:
-            if pending is not None:
-                pending.stream.stop()
-                await self._withdraw(request, pending)
-            if error is not None:
-                self.notify(f"{error}\n" + request.given_back().capitalize(), title="Reply failed",
-                            severity="error", timeout=10)
-            elif pending is not None:
-                self.notify("Stopped before the first token; " + request.given_back())
-        finally:
-            self._end_generation()
+        await self.replies.done(message)
 
     async def reply_stopped_early(self, request_id: int) -> None:
-        """Esc before the engine had started the reply (it was still loading, or the request was
-        not sent yet: _send_request)."""
-        await self._give_back(request_id)
+        await self.replies.give_back(request_id)
 
     async def reply_failed(self, request_id: int, error: str) -> None:
-        """The engine raised: the prompt goes back in the box, the conversation is kept."""
-        await self._give_back(request_id, error)
+        await self.replies.give_back(request_id, error)
 
     async def engine_died(self) -> str:
-        """The engine process ended mid-reply or idle. A reply in progress keeps the text that
-        had arrived (saved as a stopped reply), or gives the prompt back if none had. Returns a
-        sentence for the app's notification."""
-        request, pending = self._request, self._pending
-        if request is None or pending is None:
-            return ""
-        stream = pending.stream
-        stream.stop()
-        self._pending = None
-        text = stream.text
-        try:
-            if not text.strip():
-                await self._withdraw(request, pending)
-                return request.given_back().capitalize() + " "
-            rest = stream.take_unshown()
-            last = self.round_log[-1][1] if self.round_log else None
-            meta = cut_reply_meta(self.adaspark.model_label, stream.received_tokens, last,
-                                  self.stats.reply_rate, request.sampling)
-            self._record(request, text, meta)
-            await self._drop_replaced(pending)
-            await pending.reply_msg.write(rest)
-            await pending.reply_msg.finish(reply_note(meta))
-            self.refresh_conversations()
-            return f"Kept the {stream.received_tokens} tokens generated so far. "
-        finally:
-            self._end_generation()
+        """The engine process ended: what became of the reply in flight, for the app's notice."""
+        return await self.replies.engine_died()
 
-    # ------------------------------------------------------------------ the reply's end
-    def _record(self, request: ReplyRequest, text: str, meta: dict[str, Any]) -> None:
-        try:
-            self.conversation.record(request, text, meta)
-        except AdaSparkError as err:
-            self.notify(f"The reply was not saved: {err}", title="Store", severity="error")
+    def show_settings(self) -> None:
+        """The header follows the open conversation's settings and context."""
+        self.adaspark.settings_changed()
 
-    async def _drop_replaced(self, pending: Pending) -> None:
-        """Remove the messages of the turns a recorded reply replaced."""
-        for widget in pending.hidden:
-            await widget.remove()
-        pending.hidden = []
-
-    async def _withdraw(self, request: ReplyRequest, pending: Pending) -> None:
-        """Undo a send: remove its messages, show the turns it would have replaced again, restore
-        the prompt (an edit goes back to editing its message), drop a conversation made for it."""
-        await self.chat_view.withdraw(pending.user_msg, pending.reply_msg, pending.hidden)
-        pending.hidden = []
-        if not request.regenerate:
-            if request.edit_index is not None and request.edit_index < len(self.conversation.turns) \
-                    and not self.prompt.text.strip():
-                self._begin_editing(request.edit_index, text=request.prompt)
-            else:
-                self.prompt.restore(request.prompt)
-        self.prompt.focus()
-        if self.conversation.drop_created(request):
-            self.refresh_conversations()
-
-    def _end_generation(self) -> None:
-        if self._request is not None:
-            self.adaspark.engine.reply_ended(self._request.request_id)
-        self._request = None
-        self.generating = False
-        self.stats.generating = False
-        self.prompt.cursor_blink = self._cursor_blink
-        self.panel.show()
-        self.set_status()
+    def reply_ended(self) -> None:
+        """The reply in flight has ended (`ReplyRunner`): the app hears of it."""
         self.adaspark.reply_ended()
-        self.set_timer(THAW_DELAY_S, self._thaw_collector)
 
-    def _thaw_collector(self) -> None:
-        """The full collection held back while the reply streamed, once none streams (after the
-        reply's last paint: THAW_DELAY_S)."""
-        if not self.generating:
-            thaw_after_reply()
     # ------------------------------------------------------------------ editing an earlier message
-    def _begin_editing(self, index: int, text: str | None = None) -> None:
+    def begin_editing(self, index: int, text: str | None = None) -> None:
         """Select the user message at history `index` for editing: its text (or `text`) goes in the box."""
         conv = self.conversation
         conv.begin_edit(index, self.prompt.text)
@@ -573,7 +307,7 @@ class ChatScreen(Screen):
         self.prompt.focus()
         self.set_status("Editing an earlier message: Enter resends it and replaces what followed it.")
 
-    def _stop_editing(self, restore: bool) -> None:
+    def stop_editing(self, restore: bool) -> None:
         """Leave editing; `restore` puts back what the box held before it began."""
         if self.conversation.editing is None:
             return
@@ -588,7 +322,7 @@ class ChatScreen(Screen):
             return
         index = self.conversation.edit_target(later=False)
         if index is not None:
-            self._begin_editing(index)
+            self.begin_editing(index)
         elif self.conversation.editing is None:
             self.notify("No message of yours to edit yet.", severity="warning")
         else:
@@ -600,20 +334,20 @@ class ChatScreen(Screen):
             return
         index = self.conversation.edit_target(later=True)
         if index is not None:
-            self._begin_editing(index)
+            self.begin_editing(index)
         else:
-            self._stop_editing(restore=True)
+            self.stop_editing(restore=True)
 
     # ------------------------------------------------------------------ actions
     def action_stop_reply(self) -> None:
         if self.stop_reply():
             return
         if self.conversation.editing is not None:
-            self._stop_editing(restore=True)
+            self.stop_editing(restore=True)
         self.prompt.focus()
 
     async def action_regenerate(self) -> None:
-        await self.regenerate()
+        await self.replies.regenerate()
 
     def action_settings(self) -> None:
         """The settings dialog for the open conversation (or the next new one)."""
@@ -629,7 +363,7 @@ class ChatScreen(Screen):
         except AdaSparkError as err:
             self.notify(f"The settings were not saved: {err}", title="Store", severity="error")
             return
-        self.adaspark.settings_changed()
+        self.show_settings()
         when = " from the next reply on" if self.generating else ""
         self.notify(f"Settings saved{when}: {settings.label()}.", title="Settings")
 
