@@ -47,6 +47,14 @@ class ConversationStore(Protocol):
     def delete_conversation(self, conversation_id: str) -> None: ...
 
 
+class ChatStore(ConversationStore, Protocol):
+    """All the store's conversation methods the chat uses, the conversations list's too."""
+
+    def list_conversations(self, search: str | None = None) -> list[dict]: ...
+
+    def rename_conversation(self, conversation_id: str, title: str) -> None: ...
+
+
 class Refusal(Exception):
     """A request the conversation cannot make as it is; the message says why, for the user."""
 

@@ -8,14 +8,14 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from .conversation import ConversationStore
+from .conversation import ChatStore
 from .engine_client import EngineClient
 
 
 class ChatHost(Protocol):
     """The app as the chat screen sees it (`AdaSparkApp` is one). UI thread only."""
 
-    store: ConversationStore
+    store: ChatStore
     engine: EngineClient
     model_label: str  # the loaded model's name, as the engine reported it
     load_error: str | None  # why no engine will answer (its load failed, or it kept dying)

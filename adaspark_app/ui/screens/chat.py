@@ -15,6 +15,7 @@ screen's parts:
 from __future__ import annotations
 
 import os
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -110,6 +111,7 @@ class ChatScreen(Screen):
         self.conversation = Conversation(self.adaspark.store, self.adaspark.default_settings())
         self.replies = ReplyRunner(self, self.adaspark, self.conversation, self.chat_view, self.prompt, self.panel,
                                    self.stats)
+        self.sidebar.store = self.adaspark.store
         self.refresh_conversations()
         self.query_one(PromptInput).focus()
         self.set_status()
@@ -184,16 +186,7 @@ class ChatScreen(Screen):
 
     # ------------------------------------------------------------------ conversations
     def refresh_conversations(self) -> None:
-        try:
-            rows = self.adaspark.store.list_conversations(search=self.sidebar.search_text or None)
-        except AdaSparkError as err:
-            self.notify(str(err), title="Store", severity="error")
-            return
-        self.sidebar.show(rows, self.conversation.id)
-
-    @on(ConversationSidebar.SearchChanged)
-    def _search_changed(self) -> None:
-        self.refresh_conversations()
+        self.sidebar.reload(self.conversation.id)
 
     @on(ConversationSidebar.Selected)
     async def _conversation_selected(self, event: ConversationSidebar.Selected) -> None:
@@ -407,19 +400,7 @@ class ChatScreen(Screen):
         if cid is None:
             self.notify("No conversation to rename yet.", severity="warning")
             return
-
-        def done(title: str | None) -> None:
-            if not title:
-                return
-            try:
-                self.adaspark.store.rename_conversation(cid, title)
-            except AdaSparkError as err:
-                self.notify(str(err), title="Store", severity="error")
-                return
-            self.refresh_conversations()
-            self.notify(f"Renamed to “{self.sidebar.title_of(cid) or title}”.")
-
-        self.app.push_screen(RenameScreen(self.sidebar.title_of(cid) or ""), done)
+        self.app.push_screen(RenameScreen(self.sidebar.title_of(cid) or ""), partial(self.sidebar.rename, cid))
 
     def action_delete_chat(self) -> None:
         cid = self._target_conversation()
