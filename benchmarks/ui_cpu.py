@@ -247,7 +247,8 @@ def child(args: argparse.Namespace) -> None:
             self._stream_to: tuple | None = None
             if not hasattr(self, "_wrapped"):
                 self._wrapped = True
-                rounds, done = chat.reply_rounds, chat.reply_done
+                runner = chat.replies  # the screen hands the engine's reply messages to it
+                rounds, done = runner.rounds, runner.done
 
                 async def reply_rounds(message: Any) -> None:
                     if self._stream_from is None:  # the decode's first token has arrived
@@ -262,7 +263,7 @@ def child(args: argparse.Namespace) -> None:
                         PROFILER.disable()
                     await done(message)
 
-                chat.reply_rounds, chat.reply_done = reply_rounds, reply_done  # type: ignore[method-assign]
+                runner.rounds, runner.done = reply_rounds, reply_done  # type: ignore[method-assign]
             await chat.send(rec["prompt"])
 
         def reply_ended(self) -> None:

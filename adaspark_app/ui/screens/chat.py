@@ -1,28 +1,32 @@
 """The chat screen: conversations sidebar, messages, prompt, and the live speculation panel.
 
-Threading: everything here runs on the UI thread. The engine lives in another process
-(`engine_client.py`); its rounds arrive as messages the app hands to `reply_rounds`,
-`reply_done`, `reply_failed` and `engine_died`, which pass them to the reply in flight. The
-screen's parts:
+The screen composes the widgets, binds the keys to its actions and routes messages; the work is
+done by the parts it holds:
 
 - `Conversation` (ui/conversation.py, no Textual): the turns, settings and edit state, the
   requests a reply is asked with, and the store writes of a conversation;
 - `ReplyRunner` (screens/replies.py): the reply in flight, from its send to its end;
 - `ChatView` / `ChatMessage` (widgets/chat_view.py): the messages on screen; a streaming reply's
-  message owns its `ReplyStream` (widgets/reply_stream.py), which paces frames to a CPU budget.
+  message owns its `ReplyStream` (widgets/reply_stream.py), which paces frames to a CPU budget;
+  the sidebar lists the store's conversations;
+- the app, seen as a `ChatHost` (ui/host.py): the store, the engine client, the model. It passes
+  the engine client's messages on to this screen; this screen posts `Ready`, `ReplyEnded` and
+  `EngineDeathHandled` to it.
+
+Threading: everything here runs on the UI thread; the engine lives in another process
+(`engine_client.py`).
 """
 
 from __future__ import annotations
 
-import os
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
+from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Footer, Header, Static
 
@@ -31,17 +35,16 @@ from ...store import title_from
 from ..chat_settings import ChatSettings
 from ..compositor import install as install_cropped_compositor
 from ..conversation import Conversation
+from ..engine_client import EngineDied, EngineDone, EngineLoaded, EngineReplyFailed, EngineRounds, EngineStopped
 from ..export import reply_file_name, write_export
-from ..stats import EngineGauges, SpecStats
+from ..host import ChatHost, EngineStateChanged
+from ..stats import SpecStats, gauges_from
 from ..widgets import ChatView, ConversationSidebar, PromptInput, SpecPanel
 from ..widgets.chat_view import WARM_LANGUAGES, code_at, warm_up
 from .dialogs import ConfirmScreen, RenameScreen, SaveFileScreen
 from .replies import BUSY, ReplyRunner
 from .settings import SettingsScreen
 
-if TYPE_CHECKING:
-    from ..app import AdaSparkApp
-    from ..engine_client import EngineDone, EngineRounds
 
 class ChatScreen(Screen):
     """Talk to the model; every action here is also in the command palette and the help screen."""
@@ -84,43 +87,53 @@ class ChatScreen(Screen):
     ChatView > ChatMessage.editing { background: $warning 15%; border-left: thick $warning; }
     """
 
-    def __init__(self) -> None:
+    class Ready(Message):
+        """The screen is up: the app starts the engine process (the window shows meanwhile)."""
+
+    class ReplyEnded(Message):
+        """A reply has ended, recorded or given back (a quit waiting for it goes on)."""
+
+    class EngineDeathHandled(Message):
+        """The screen has kept (or given back) the reply the engine process's death cut short;
+        `kept` says what became of it ('' when none ran), for the app's notice of the death."""
+
+        def __init__(self, died: EngineDied, kept: str) -> None:
+            super().__init__()
+            self.died = died
+            self.kept = kept
+
+    def __init__(self, host: ChatHost) -> None:
         super().__init__()
         install_cropped_compositor(self)  # a frame renders only the widgets it changed (compositor.py)
+        self.host = host
         self.stats = SpecStats()
-        self.conversation: Conversation  # the open one (made on mount, with the app's store)
-        self.replies: ReplyRunner  # made on mount, with the widgets it shows replies in
-
-    @property
-    def adaspark(self) -> "AdaSparkApp":
-        return self.app  # type: ignore[return-value]
+        self.conversation = Conversation(host.store, host.default_settings())
+        self.replies: ReplyRunner  # made with the widgets it shows replies in (compose)
+        self._warm = list(WARM_LANGUAGES)  # highlighters still to build (see _warm_next)
 
     # ------------------------------------------------------------------ layout
     def compose(self) -> ComposeResult:
+        view, prompt, panel = ChatView(id="chat"), PromptInput(id="prompt"), SpecPanel(self.stats, id="panel")
+        self.replies = ReplyRunner(self, self.host, self.conversation, view, prompt, panel, self.stats)
         yield Header(icon="◆")
         with Horizontal(id="main"):
             yield ConversationSidebar(id="sidebar")
             with Vertical(id="chat-column"):
-                yield ChatView(id="chat")
+                yield view
                 yield Static("", id="status")
-                yield PromptInput(id="prompt")
-            yield SpecPanel(self.stats, id="panel")
+                yield prompt
+            yield panel
         yield Footer()
 
     async def on_mount(self) -> None:
-        self.conversation = Conversation(self.adaspark.store, self.adaspark.default_settings())
-        self.replies = ReplyRunner(self, self.adaspark, self.conversation, self.chat_view, self.prompt, self.panel,
-                                   self.stats)
-        self.sidebar.store = self.adaspark.store
+        self.sidebar.store = self.host.store
         self.refresh_conversations()
-        self.query_one(PromptInput).focus()
+        self.prompt.focus()
         self.set_status()
-        self.adaspark.start_engine_load()
-        self._warm = list(WARM_LANGUAGES)
+        self.post_message(self.Ready())
         self.set_timer(0.2, self._warm_next)
-        resume = getattr(self.adaspark, "resume_id", None)
-        if resume:
-            await self.open_conversation(resume)
+        if self.host.resume_id:
+            await self.open_conversation(self.host.resume_id)
         self.show_settings()
 
     def _warm_next(self) -> None:
@@ -157,10 +170,10 @@ class ChatScreen(Screen):
 
     def set_status(self, text: str | None = None) -> None:
         if text is None:
-            app = self.adaspark
-            if app.load_error is not None:
-                text = "The model failed to load." if app.engine.loads == 0 else "The engine is not running."
-            elif not app.engine.ready:
+            host = self.host
+            if host.load_error is not None:
+                text = "The model failed to load." if host.engine.loads == 0 else "The engine is not running."
+            elif not host.engine.ready:
                 text = "Loading the model… you can type already."
             elif self.generating:
                 text = "Generating… Esc stops and keeps the text so far."
@@ -168,21 +181,41 @@ class ChatScreen(Screen):
                 text = "Ready."
         self.query_one("#status", Static).update(text, layout=False)
 
+    def show_settings(self) -> None:
+        """The header follows the open conversation's settings and context."""
+        self.host.show_settings(self.conversation.settings, self.conversation.context_used)
+
     def _refused_while_generating(self) -> bool:
         if self.generating:
             self.notify(BUSY, severity="warning")
         return self.generating
 
-    def engine_ready(self, gauges: EngineGauges | None) -> None:
-        """Called by the app once the engine process has loaded its engine."""
+    # ------------------------------------------------------------------ the engine's messages
+    def on_engine_loaded(self, message: EngineLoaded) -> None:
+        """The engine process has loaded its engine (the app has read its names already)."""
+        gauges = gauges_from(message.gauges)
         if gauges is not None and not self.generating:
             self.stats.set_gauges(gauges)
         self.panel.show()
         self.set_status()
 
-    def engine_unavailable(self) -> None:
-        """Called by the app when no engine will answer (its load failed, or it kept dying)."""
+    def on_engine_state_changed(self, _: EngineStateChanged) -> None:
         self.set_status()
+
+    async def on_engine_rounds(self, message: EngineRounds) -> None:
+        await self.replies.rounds(message)
+
+    async def on_engine_done(self, message: EngineDone) -> None:
+        await self.replies.done(message)
+
+    async def on_engine_stopped(self, message: EngineStopped) -> None:
+        await self.replies.give_back(message.request_id)
+
+    async def on_engine_reply_failed(self, message: EngineReplyFailed) -> None:
+        await self.replies.give_back(message.request_id, message.error)
+
+    async def on_engine_died(self, message: EngineDied) -> None:
+        self.post_message(self.EngineDeathHandled(message, await self.replies.engine_died()))
 
     # ------------------------------------------------------------------ conversations
     def refresh_conversations(self) -> None:
@@ -204,43 +237,23 @@ class ChatScreen(Screen):
             self.notify(str(err), title="Store", severity="error")
             return
         self.stop_editing(restore=True)
-        problems = conv.show(conversation_id, stored, self.adaspark.default_settings())
+        problems = conv.show(conversation_id, stored, self.host.default_settings())
         await self.chat_view.show_turns(conv.turns)
         if problems:
             self.notify("This conversation's stored settings were partly unusable; the defaults apply "
                         "instead: " + "; ".join(problems), title="Settings", severity="warning", timeout=10)
-        loaded = getattr(self.adaspark, "model_path", None)
-        if stored.row and stored.row.get("settings") and not same_model(conv.settings.model_path, loaded):
-            await self._follow_model(conv.settings)
+        if stored.row and stored.row.get("settings"):
+            await self.host.follow_model(conv.settings)
         self.show_settings()
         self.chat_view.scroll_end(animate=False)
         self.refresh_conversations()
         self.prompt.focus()
 
-    async def _follow_model(self, settings: ChatSettings) -> None:
-        """An opened conversation held with another model: the engine switches to that model, as
-        a chat app reopens a chat on its own model; its file gone, the running model answers and
-        the notification says so."""
-        import os
-
-        held = settings.model or settings.model_path or "the bundled model"
-        path = settings.model_path
-        if path is not None and not os.path.isfile(path):
-            self.notify(f"This conversation was held with {held}, whose file {path} is not there any more; "
-                        f"replies now come from {self.adaspark.model_label} (Ctrl+T picks a model).",
-                        title="Model", severity="warning", timeout=10)
-            return
-        switch = getattr(self.adaspark, "switch_model", None)
-        if switch is None or not await switch(path, held, new_conversation=False):
-            self.notify(f"This conversation was held with {held}; replies now come from "
-                        f"{self.adaspark.model_label} (Ctrl+T picks a model).",
-                        title="Model", severity="warning", timeout=10)
-
     async def new_conversation(self) -> None:
         if self._refused_while_generating():
             return
         self.stop_editing(restore=True)
-        self.conversation.reset(self.adaspark.default_settings())
+        self.conversation.reset(self.host.default_settings())
         self.show_settings()
         await self.chat_view.clear()
         self.refresh_conversations()
@@ -265,30 +278,9 @@ class ChatScreen(Screen):
         """Ask the running reply to stop (it ends after the current round). False if none runs."""
         return self.replies.stop()
 
-    # ------------------------------------------------------------------ the engine's answers (from the app)
-    async def reply_rounds(self, message: "EngineRounds") -> None:
-        await self.replies.rounds(message)
-
-    async def reply_done(self, message: "EngineDone") -> None:
-        await self.replies.done(message)
-
-    async def reply_stopped_early(self, request_id: int) -> None:
-        await self.replies.give_back(request_id)
-
-    async def reply_failed(self, request_id: int, error: str) -> None:
-        await self.replies.give_back(request_id, error)
-
-    async def engine_died(self) -> str:
-        """The engine process ended: what became of the reply in flight, for the app's notice."""
-        return await self.replies.engine_died()
-
-    def show_settings(self) -> None:
-        """The header follows the open conversation's settings and context."""
-        self.adaspark.settings_changed()
-
     def reply_ended(self) -> None:
         """The reply in flight has ended (`ReplyRunner`): the app hears of it."""
-        self.adaspark.reply_ended()
+        self.post_message(self.ReplyEnded())
 
     # ------------------------------------------------------------------ editing an earlier message
     def begin_editing(self, index: int, text: str | None = None) -> None:
@@ -388,8 +380,7 @@ class ChatScreen(Screen):
                 self.notify(f"Saved the reply to {path}", title="Save reply")
 
         dialog = SaveFileScreen("Save the last reply as Markdown", reply_file_name(title),
-                                lambda path: path.write_text(text, encoding="utf-8"),
-                                base=self.adaspark.export_dir)
+                                lambda path: path.write_text(text, encoding="utf-8"), base=self.host.export_dir)
         self.app.push_screen(dialog, done)
 
     async def action_new_chat(self) -> None:
@@ -416,7 +407,7 @@ class ChatScreen(Screen):
             if not yes:
                 return
             try:
-                self.adaspark.store.delete_conversation(cid)
+                self.host.store.delete_conversation(cid)
             except AdaSparkError as err:
                 self.notify(str(err), title="Store", severity="error")
                 return
@@ -448,7 +439,7 @@ class ChatScreen(Screen):
             return None
         title = self.sidebar.title_of(conv.id) or title_from(conv.turns[0].content)
         try:
-            path = write_export(self.adaspark.export_dir, title, rows, self.adaspark.model_label)
+            path = write_export(self.host.export_dir, title, rows, self.host.model_label)
         except OSError as err:
             self.notify(f"Could not write the export: {err}", severity="error")
             return None
@@ -474,17 +465,4 @@ class ChatScreen(Screen):
 
     def on_unmount(self) -> None:
         if self.generating:
-            self.adaspark.engine.cancel()
-
-
-def same_model(a: str | None, b: str | None) -> bool:
-    """Whether two model paths (None: the bundled model) name the same file."""
-    if a == b:
-        return True
-    try:
-        from ...engine.backend import default_model_path
-
-        a, b = (default_model_path() if x is None else x for x in (a, b))
-    except AdaSparkError:  # no bundled model: None names nothing else
-        return False
-    return os.path.realpath(a) == os.path.realpath(b)
+            self.host.engine.cancel()
