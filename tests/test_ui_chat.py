@@ -57,7 +57,7 @@ def panel_text(chat) -> str:
 async def finished(pilot, timeout: float = 10.0) -> ChatScreen:
     chat = pilot.app.chat_screen
     await wait_until(pilot, lambda: not chat.generating, timeout=timeout,
-                     what=lambda: f"the reply to finish ({len(chat.round_log)} rounds in, engine ready "
+                     what=lambda: f"the reply to finish ({len(chat.replies.round_log)} rounds in, engine ready "
                                   f"{pilot.app.engine.ready}, notifications {notifications(pilot.app)})")
     return chat
 
@@ -178,9 +178,9 @@ async def test_escape_mid_reply_keeps_the_partial_text(store, tmp_path):
         assert "stopped" in reply.query_one(".note").render().plain
         msgs = store.get_messages(store.list_conversations()[0]["id"])
         assert msgs[1]["content"] == reply.text and msgs[1]["meta"]["stopped"] is True
-        assert chat.history[-1] == {"role": "assistant", "content": reply.text}
+        assert chat.conversation.history[-1] == {"role": "assistant", "content": reply.text}
         await notified(pilot, "Stopped")
-        assert not any(t > chat.cancel_requested_at for t, _ in chat.round_log)  # held rounds: none ran after
+        assert not any(t > chat.replies.cancel_requested_at for t, _ in chat.replies.round_log)  # held rounds: none ran after
 
 
 async def test_escape_before_the_first_token_gives_the_prompt_back(store, tmp_path):
@@ -208,7 +208,7 @@ async def test_failing_engine_restores_the_prompt_and_notifies(store, tmp_path):
         assert chat.chat_view.messages() == []
         await notified(pilot, "exceeds the context")
         assert store.list_conversations() == []  # the conversation made for it is gone
-        assert chat.conversation_id is None
+        assert chat.conversation.id is None
 
 
 async def test_failure_in_a_later_turn_keeps_the_conversation(store, tmp_path):
@@ -252,7 +252,7 @@ async def test_resume_a_stored_conversation(store, tmp_path, log):
         await pilot.press("enter")
         await wait_until(pilot, lambda: len(chat.chat_view.messages()) == 2, what="the stored messages")
         assert [m.text for m in chat.chat_view.messages()] == ["What is the capital of France?", "Paris."]
-        assert chat.conversation_id == cid and chat.last_reply == "Paris."
+        assert chat.conversation.id == cid and chat.conversation.last_reply == "Paris."
         await type_and_send(pilot, "How many people live there?")
         await finished(pilot)
         call = read_log(log, "generate")[-1]
@@ -279,7 +279,7 @@ async def test_new_rename_delete_and_search(store, tmp_path):
         assert sidebar.conversations[0]["id"] == other
         # open it, rename it
         await pilot.press("enter", "enter")
-        await wait_until(pilot, lambda: chat.conversation_id == other)
+        await wait_until(pilot, lambda: chat.conversation.id == other)
         chat.prompt.focus()
         await pilot.press("f2")
         await wait_until(pilot, lambda: isinstance(app.screen, RenameScreen))
@@ -291,12 +291,12 @@ async def test_new_rename_delete_and_search(store, tmp_path):
         await wait_until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
         await pilot.press("y")
         await wait_until(pilot, lambda: store.get_conversation(other) is None)
-        assert chat.conversation_id is None and not chat.chat_view.messages()
+        assert chat.conversation.id is None and not chat.chat_view.messages()
         # new conversation clears the view
         sidebar.query_one("#search").value = ""
         await wait_until(pilot, lambda: sidebar.option_list.option_count == 1)
         await pilot.press("ctrl+n")
-        assert chat.conversation_id is None and chat.history == []
+        assert chat.conversation.id is None and chat.conversation.history == []
 
 
 async def test_delete_is_cancelled_by_default(store, tmp_path):
@@ -444,8 +444,8 @@ async def test_engine_killed_mid_reply_keeps_the_text_and_the_next_message_works
         # The text so far is kept: on screen, in the history and in the store.
         user, reply = chat.chat_view.messages()
         assert reply.text and full.startswith(reply.text) and len(reply.text) < len(full)
-        assert chat.history == [{"role": "user", "content": "count"}, {"role": "assistant", "content": reply.text}]
-        msgs = store.get_messages(chat.conversation_id)
+        assert chat.conversation.history == [{"role": "user", "content": "count"}, {"role": "assistant", "content": reply.text}]
+        msgs = store.get_messages(chat.conversation.id)
         assert [m["content"] for m in msgs] == ["count", reply.text]
         assert msgs[1]["meta"]["stopped"] is True and msgs[1]["meta"]["engine_died"] is True
         # A new engine process starts, and the next message is answered with the whole history.
@@ -456,7 +456,7 @@ async def test_engine_killed_mid_reply_keeps_the_text_and_the_next_message_works
         await finished(pilot)
         assert [m.text for m in chat.chat_view.messages()][-2:] == ["again", full]
         last = read_log(log, "generate")[-1]
-        assert last["pid"] == app.engine.pid and last["messages"][:2] == chat.history[:2]
+        assert last["pid"] == app.engine.pid and last["messages"][:2] == chat.conversation.history[:2]
         assert store.list_conversations()[0]["n_messages"] == 4
         await notified(pilot, "running again")
 

@@ -36,13 +36,13 @@ async def test_chat_past_a_small_context_keeps_answering_with_the_marker(tmp_pat
         async with app.run_test(size=SIZE) as pilot:
             chat = app.chat_screen
             for q in QUESTIONS:
-                before = len(chat.history)
+                before = len(chat.conversation.history)
                 chat.prompt.text = q
                 chat.prompt.focus()
                 await pilot.press("enter")
                 # the turn and its reply in the history, and the reply over (a 16-token reply on a
                 # warm engine can start and end between two polls of `generating`)
-                await wait_until(pilot, lambda: len(chat.history) >= before + 2 and not chat.generating,
+                await wait_until(pilot, lambda: len(chat.conversation.history) >= before + 2 and not chat.generating,
                                  timeout=REPLY_TIMEOUT,
                                  what=lambda: f"a reply ({[n.message for n in app._notifications]})")
             errors = [n.message for n in app._notifications if n.severity == "error"]
@@ -58,24 +58,24 @@ async def test_chat_past_a_small_context_keeps_answering_with_the_marker(tmp_pat
                 marker = r.query_one(ContextMarker)
                 assert r.children[0] is marker  # above the reply's role line and text
                 assert "out of the context window" in str(marker.render())
-            assert len(chat.history) == 2 * len(QUESTIONS)  # the chat keeps every turn; only the prompt drops
+            assert len(chat.conversation.history) == 2 * len(QUESTIONS)  # the chat keeps every turn; only the prompt drops
 
             # reopened from the store, the replies carry their markers again
             n_marked = len(marked)
-            await chat.open_conversation(chat.conversation_id)
+            await chat.open_conversation(chat.conversation.id)
             await pilot.pause()
             again = [m for m in chat.chat_view.messages() if m.role == "assistant"]
             assert sum(1 for r in again if r.query(ContextMarker)) == n_marked
 
             # a message longer than the whole context: refused, given back, nothing recorded
             huge = " ".join(f"word{i}" for i in range(400))
-            before = len(chat.history)
+            before = len(chat.conversation.history)
             chat.prompt.text = huge
             await pilot.press("enter")
             await wait_until(pilot, lambda: any("message is" in n.message for n in app._notifications),
                              timeout=60, what="the too-long notification")
             await wait_until(pilot, lambda: not chat.generating, timeout=30, what="the refusal to end")
-            assert len(chat.history) == before
+            assert len(chat.conversation.history) == before
             assert chat.prompt.text.strip() == huge
     finally:
         store.close()

@@ -138,7 +138,7 @@ async def test_settings_dialog_validates_saves_and_the_header_follows(store, tmp
     async with app.run_test(size=SIZE) as pilot:
         await send(pilot, "hello")
         chat = await finished(pilot)
-        cid = chat.conversation_id
+        cid = chat.conversation.id
         assert "T 0.8" in app.sub_title and "no system prompt" in app.sub_title
         await pilot.press("f3")
         await wait_until(pilot, lambda: isinstance(app.screen, SettingsScreen))
@@ -170,7 +170,7 @@ async def test_settings_dialog_validates_saves_and_the_header_follows(store, tmp
         await pilot.press("ctrl+n")
         await wait_until(pilot, lambda: "no system prompt" in app.sub_title)
         await chat.open_conversation(cid)
-        assert chat.settings.system == "You are a pirate." and chat.settings.max_tokens == 64
+        assert chat.conversation.settings.system == "You are a pirate." and chat.conversation.settings.max_tokens == 64
 
 
 async def test_settings_from_the_palette_and_listed_in_help(store, tmp_path):
@@ -201,8 +201,8 @@ async def test_settings_of_a_new_conversation_are_stored_with_it(store, tmp_path
         assert call["messages"] == [{"role": "system", "content": "Answer in French."},
                                     {"role": "user", "content": "hello"}]
         assert call["max_tokens"] == 40
-        assert chat.history == [{"role": "user", "content": "hello"}, {"role": "assistant", "content": "hi"}]
-        row = store.get_conversation(chat.conversation_id)
+        assert chat.conversation.history == [{"role": "user", "content": "hello"}, {"role": "assistant", "content": "hi"}]
+        row = store.get_conversation(chat.conversation.id)
         assert row["system"] == "Answer in French." and row["settings"]["max_tokens"] == 40
         exported = chat.export_markdown()
         assert "## System\n\nAnswer in French.\n\n## You\n\nhello" in exported.read_text()
@@ -216,12 +216,12 @@ async def test_regenerate_replaces_the_last_reply_with_a_new_seed(store, tmp_pat
         chat = await finished(pilot)
         await send(pilot, "q2")
         await finished(pilot)
-        cid = chat.conversation_id
+        cid = chat.conversation.id
         seed_before = store.get_messages(cid)[-1]["meta"]["seed"]
         await pilot.press("f5")
         await finished(pilot)
         assert texts(chat) == ["q1", "first", "q2", "third"]
-        assert chat.history[-1] == {"role": "assistant", "content": "third"} and len(chat.history) == 4
+        assert chat.conversation.history[-1] == {"role": "assistant", "content": "third"} and len(chat.conversation.history) == 4
         msgs = store.get_messages(cid)
         assert [m["content"] for m in msgs] == ["q1", "first", "q2", "third"]
         assert msgs[-1]["meta"]["seed"] != seed_before and isinstance(msgs[-1]["meta"]["seed"], int)
@@ -261,8 +261,8 @@ async def test_regenerate_stopped_before_any_token_keeps_the_old_reply(store, tm
         await pilot.press("escape")
         await finished(pilot)
         assert [m.text for m in chat.chat_view.messages() if m.display] == ["q", "kept"]
-        assert chat.prompt.text == "" and chat.history[-1]["content"] == "kept"
-        assert [m["content"] for m in store.get_messages(chat.conversation_id)] == ["q", "kept"]
+        assert chat.prompt.text == "" and chat.conversation.history[-1]["content"] == "kept"
+        assert [m["content"] for m in store.get_messages(chat.conversation.id)] == ["q", "kept"]
         await notified(pilot, "previous reply is kept")
 
 
@@ -278,7 +278,7 @@ async def test_regenerate_withdrawn_shows_the_previous_reply_again(store, tmp_pa
         await finished(pilot)
         visible = [m.text for m in chat.chat_view.messages() if m.display]
         assert visible == ["q", "kept"] and chat.prompt.text == ""
-        assert [m["content"] for m in store.get_messages(chat.conversation_id)] == ["q", "kept"]
+        assert [m["content"] for m in store.get_messages(chat.conversation.id)] == ["q", "kept"]
         await notified(pilot, "previous reply is kept")
 
 
@@ -292,11 +292,11 @@ async def test_a_reply_cut_by_an_engine_crash_keeps_its_seed_for_regenerate(stor
         chat = app.chat_screen
         await send(pilot, "count")
         await wait_until(pilot, held.is_set, what="the engine to be mid-reply")
-        await wait_until(pilot, lambda: chat.round_log, what="the first rounds")
-        drawn = chat.round_log[-1][1].seed
+        await wait_until(pilot, lambda: chat.replies.round_log, what="the first rounds")
+        drawn = chat.replies.round_log[-1][1].seed
         app.engine.kill()
         await notified(pilot, "engine process stopped")
-        meta = store.get_messages(chat.conversation_id)[1]["meta"]
+        meta = store.get_messages(chat.conversation.id)[1]["meta"]
         assert meta["engine_died"] is True and isinstance(drawn, int) and meta["seed"] == drawn
 
 
@@ -310,23 +310,23 @@ async def test_edit_an_earlier_message_drops_the_later_turns(store, tmp_path, lo
             await finished(pilot)
         chat.prompt.text = "draft in progress"
         await pilot.press("ctrl+up")
-        assert chat.editing == 4 and chat.prompt.text == "q3"
+        assert chat.conversation.editing == 4 and chat.prompt.text == "q3"
         assert "Editing message 3 of 3" in chat.prompt.border_title
         await pilot.press("ctrl+up")
-        assert chat.editing == 2 and chat.prompt.text == "q2"
+        assert chat.conversation.editing == 2 and chat.prompt.text == "q2"
         assert chat.chat_view.messages()[2].has_class("editing")
         await pilot.press("ctrl+down", "ctrl+down")  # past the last: editing ends, the draft is back
-        assert chat.editing is None and chat.prompt.text == "draft in progress"
+        assert chat.conversation.editing is None and chat.prompt.text == "draft in progress"
         await pilot.press("f4", "f4")
-        assert chat.editing == 2
+        assert chat.conversation.editing == 2
         chat.prompt.text = "q2 edited"
         await pilot.press("enter")
         await finished(pilot)
-        assert chat.editing is None
+        assert chat.conversation.editing is None
         assert texts(chat) == ["q1", "A1", "q2 edited", "A-edited"]
-        assert chat.history[2:] == [{"role": "user", "content": "q2 edited"},
+        assert chat.conversation.history[2:] == [{"role": "user", "content": "q2 edited"},
                                     {"role": "assistant", "content": "A-edited"}]
-        assert [m["content"] for m in store.get_messages(chat.conversation_id)] == ["q1", "A1", "q2 edited", "A-edited"]
+        assert [m["content"] for m in store.get_messages(chat.conversation.id)] == ["q1", "A1", "q2 edited", "A-edited"]
         last = read_log(log, "generate")[-1]
         assert last["messages"] == [{"role": "user", "content": "q1"}, {"role": "assistant", "content": "A1"},
                                     {"role": "user", "content": "q2 edited"}]
@@ -343,16 +343,16 @@ async def test_escape_cancels_editing(store, tmp_path):
         await send(pilot, "q1")
         chat = await finished(pilot)
         await pilot.press("ctrl+up")
-        assert chat.editing == 0
+        assert chat.conversation.editing == 0
         await pilot.press("escape")
-        assert chat.editing is None and chat.prompt.text == "" and chat.prompt.border_title == "Message"
+        assert chat.conversation.editing is None and chat.prompt.text == "" and chat.prompt.border_title == "Message"
         assert not chat.chat_view.messages()[0].has_class("editing")
         chat.prompt.text = "half-written"
         await pilot.press("ctrl+up")
         assert chat.prompt.text == "q1"
         await pilot.press("ctrl+n")  # a new conversation while editing: the draft comes back
-        await wait_until(pilot, lambda: chat.conversation_id is None)
-        assert chat.editing is None and chat.prompt.text == "half-written"
+        await wait_until(pilot, lambda: chat.conversation.id is None)
+        assert chat.conversation.editing is None and chat.prompt.text == "half-written"
 
 
 async def test_a_failed_edit_keeps_the_old_turns_and_goes_back_to_editing(store, tmp_path):
@@ -369,8 +369,8 @@ async def test_a_failed_edit_keeps_the_old_turns_and_goes_back_to_editing(store,
         await pilot.press("enter")
         await finished(pilot)
         assert [m.text for m in chat.chat_view.messages() if m.display] == ["q1", "A1", "q2", "A2"]
-        assert chat.editing == 0 and chat.prompt.text == "q1 edited"
-        assert [m["content"] for m in store.get_messages(chat.conversation_id)] == ["q1", "A1", "q2", "A2"]
+        assert chat.conversation.editing == 0 and chat.prompt.text == "q1 edited"
+        assert [m["content"] for m in store.get_messages(chat.conversation.id)] == ["q1", "A1", "q2", "A2"]
 
 
 # ---------------------------------------------------------------------------- copy code, save reply
@@ -423,7 +423,7 @@ async def test_save_reply_as_markdown_never_overwrites_silently(store, tmp_path)
         await wait_until(pilot, lambda: "Could not write" in app.screen.problem)
         await pilot.press("escape")
         await wait_until(pilot, lambda: isinstance(app.screen, ChatScreen))
-        assert chat.last_reply == "# Title\n\nBody text."
+        assert chat.conversation.last_reply == "# Title\n\nBody text."
 
 
 # ---------------------------------------------------------------------------- --continue
@@ -475,7 +475,7 @@ async def test_app_opens_the_resumed_conversation(store, tmp_path, log):
     app = make_app(store, scripted(["next"], log_path=log), tmp_path, resume_id=cid)
     async with app.run_test(size=SIZE) as pilot:
         chat = app.chat_screen
-        await wait_until(pilot, lambda: chat.conversation_id == cid)
+        await wait_until(pilot, lambda: chat.conversation.id == cid)
         assert texts(chat) == ["earlier", "reply"] and "max 33 tok" in app.sub_title
         await send(pilot, "more")
         await finished(pilot)
@@ -531,17 +531,17 @@ async def test_opening_a_conversation_held_with_another_model_switches_the_engin
         await wait_until(pilot, lambda: app.engine.ready)
         await send(pilot, "hello one")
         await finished(pilot)
-        first = chat.conversation_id
+        first = chat.conversation.id
         assert await app.switch_model(str(two), "two.gguf")
         await wait_until(pilot, lambda: app.engine.ready and app.switching_to is None)
         await send(pilot, "hello two")
         await finished(pilot)
-        second = chat.conversation_id
+        second = chat.conversation.id
         assert second != first and texts(chat)[-1] == "a reply from two.gguf"
 
         await chat.open_conversation(first)  # held with one.gguf: the engine goes back to it
         await wait_until(pilot, lambda: app.engine.ready and app.switching_to is None, what="the switch back")
-        assert app.model_path == str(one) and chat.conversation_id == first
+        assert app.model_path == str(one) and chat.conversation.id == first
         assert texts(chat) == ["hello one", "a reply from one.gguf"]  # the conversation is kept
         await notified(pilot, "goes on with it")
         await send(pilot, "again")
@@ -555,7 +555,7 @@ async def test_opening_a_conversation_held_with_another_model_switches_the_engin
         two.unlink()  # a conversation whose model file is gone: said, and the running model answers
         await chat.open_conversation(second)
         await pilot.pause()
-        assert chat.conversation_id == second and app.model_path == str(one)
+        assert chat.conversation.id == second and app.model_path == str(one)
         await notified(pilot, "is not there any more")
     assert len(read_log(log, "model")) == 3  # no switch to a missing file
 
@@ -568,11 +568,11 @@ async def test_the_header_shows_the_context_size_and_what_the_conversation_uses(
         assert "context 0 of 1536 tok" in app.sub_title
         await send(pilot, "hello")
         await finished(pilot)
-        rows = store.get_messages(chat.conversation_id)
+        rows = store.get_messages(chat.conversation.id)
         meta = rows[-1]["meta"]
         used = meta["prompt_length"] + meta["n_tokens"]
         assert meta["n_tokens"] > 0 and f"context {used} of 1536 tok" in app.sub_title
-        cid = chat.conversation_id
+        cid = chat.conversation.id
         await chat.new_conversation()
         assert "context 0 of 1536 tok" in app.sub_title
         await chat.open_conversation(cid)  # reopened: read back from the reply's meta
@@ -587,7 +587,7 @@ async def test_a_model_switch_gives_new_conversations_its_recommended_sampling(s
         chat = app.chat_screen
         await wait_until(pilot, lambda: app.engine.ready)
         assert await app.switch_model(str(recommends), "recommends.gguf")
-        s = chat.settings.sampling
+        s = chat.conversation.settings.sampling
         assert (s.temperature, s.top_p, s.top_k) == (0.25, 0.5, 7)  # the GGUF's, but the user's top-k
         assert "T 0.25" in app.sub_title
         await wait_until(pilot, lambda: app.engine.ready and app.switching_to is None)
@@ -608,7 +608,7 @@ async def test_settings_dialog_types_after_the_system_prompt_there_is(store, tmp
         assert isinstance(app.screen, SettingsScreen)
         await pilot.press("ctrl+s")
         await wait_until(pilot, lambda: isinstance(app.screen, ChatScreen))
-        assert app.chat_screen.settings.system == "You are a pirate. Be brief.\nArr"
+        assert app.chat_screen.conversation.settings.system == "You are a pirate. Be brief.\nArr"
 
 
 async def test_a_model_that_fails_to_load_exits_with_the_clis_one_line(store, tmp_path):

@@ -143,11 +143,11 @@ async def test_picker_switches_model_with_a_new_conversation_and_its_learned_sta
                              what=lambda: f"the picked model ({app.model_label}, {app.load_error})")
             assert app.engine.pid != first_pid
             assert app.model_path == str(picked) and "Pickme2" in app.sub_title
-            assert chat.conversation_id is None and chat.chat_view.messages() == []
+            assert chat.conversation.id is None and chat.chat_view.messages() == []
             chat.prompt.text = "What is the capital of France?"
             chat.prompt.focus()
             await pilot.press("enter")
-            await wait_until(pilot, lambda: chat.conversation_id and not chat.generating,
+            await wait_until(pilot, lambda: chat.conversation.id and not chat.generating,
                              timeout=REPLY_TIMEOUT, what="the reply on the picked model")
             reply = chat.chat_view.messages()[-1]
             assert reply.text.strip()

@@ -61,7 +61,7 @@ async def send(pilot, text: str) -> None:
 async def finished(pilot):
     chat = pilot.app.chat_screen
     await wait_until(pilot, lambda: not chat.generating, timeout=REPLY_TIMEOUT,
-                     what=lambda: f"the reply to finish ({len(chat.round_log)} rounds in, engine alive "
+                     what=lambda: f"the reply to finish ({len(chat.replies.round_log)} rounds in, engine alive "
                                   f"{pilot.app.engine.alive}, notifications {notifications(pilot.app)})")
     return chat
 
@@ -104,9 +104,9 @@ async def test_real_escape_stops_within_one_round_and_keeps_the_partial_reply(le
         await finished(pilot)
         # Rounds are stamped with the time they ended in the engine process (one clock for every
         # process): at most the round in flight when Esc was pressed ends after it.
-        asked = chat.cancel_requested_at
+        asked = chat.replies.cancel_requested_at
         assert asked is not None
-        after = [e for t, e in chat.round_log if t > asked and e.verify_ms > 0]
+        after = [e for t, e in chat.replies.round_log if t > asked and e.verify_ms > 0]
         assert len(after) <= 1, f"{len(after)} rounds ran after the stop was asked for"
         reply = chat.chat_view.messages()[1]
         assert reply.text.strip()
@@ -126,7 +126,7 @@ async def test_real_resume_sends_the_stored_history(learned, chats, tmp_path):
         chat = app.chat_screen
         chat.sidebar.option_list.focus()
         await pilot.press("enter")
-        await wait_until(pilot, lambda: chat.conversation_id == cid)
+        await wait_until(pilot, lambda: chat.conversation.id == cid)
         assert [m.text for m in chat.chat_view.messages()] == ["Name a colour.", "Blue."]
         await send(pilot, "Name another one.")
         await finished(pilot)
@@ -162,7 +162,7 @@ async def test_real_engine_killed_mid_reply_then_the_next_message_works(learned,
         assert not chat.generating
         user, reply = chat.chat_view.messages()
         assert reply.text.strip()
-        assert chat.history == [{"role": "user", "content": STORY}, {"role": "assistant", "content": reply.text}]
+        assert chat.conversation.history == [{"role": "user", "content": STORY}, {"role": "assistant", "content": reply.text}]
         (conv,) = chats.list_conversations()
         stored = chats.get_messages(conv["id"])
         assert [m["content"] for m in stored] == [STORY, reply.text]
@@ -170,7 +170,7 @@ async def test_real_engine_killed_mid_reply_then_the_next_message_works(learned,
         await wait_until(pilot, lambda: app.engine.ready and app.engine.loads == 2, timeout=REPLY_TIMEOUT,
                          what="the restarted engine")
         assert app.engine.pid != first_pid
-        chat.apply_settings(replace(chat.settings, max_tokens=MAX_TOKENS))  # the conversation's own cap
+        chat.apply_settings(replace(chat.conversation.settings, max_tokens=MAX_TOKENS))  # the conversation's own cap
         await send(pilot, "Give the dragon a name.")
         await finished(pilot)
         texts = [m.text for m in chat.chat_view.messages()]
@@ -221,7 +221,7 @@ async def test_real_regenerate_draws_a_new_seed_and_keeps_the_history(learned, c
         await send(pilot, "Write a short poem about it.")
         await finished(pilot)
         before = [m.text for m in chat.chat_view.messages()]
-        cid = chat.conversation_id
+        cid = chat.conversation.id
         first = chats.get_messages(cid)[-1]
         await pilot.press("f5")
         await finished(pilot)
@@ -245,7 +245,7 @@ async def test_real_edit_and_resend_rebuilds_from_the_edited_turn_reusing_the_ca
         chat = await finished(pilot)
         await send(pilot, "And of Spain?")
         await finished(pilot)
-        a1 = chat.history[1]["content"]
+        a1 = chat.conversation.history[1]["content"]
         await pilot.press("ctrl+up")
         assert chat.prompt.text == "And of Spain?"
         chat.prompt.text = "Tell me about Italy."
@@ -253,7 +253,7 @@ async def test_real_edit_and_resend_rebuilds_from_the_edited_turn_reusing_the_ca
         await finished(pilot)
         texts = [m.text for m in chat.chat_view.messages()]
         assert texts[:3] == ["What is the capital of France?", a1, "Tell me about Italy."] and len(texts) == 4
-        stored = chats.get_messages(chat.conversation_id)
+        stored = chats.get_messages(chat.conversation.id)
         assert [m["content"] for m in stored] == texts
         call = read_log(log, "generate")[-1]
         assert call["messages"] == [{"role": "user", "content": "What is the capital of France?"},
@@ -280,7 +280,7 @@ async def test_real_continue_resumes_with_the_stored_settings(learned, chats, tm
                    resume_id=resumed)
     async with app.run_test(size=SIZE) as pilot:
         chat = app.chat_screen
-        await wait_until(pilot, lambda: chat.conversation_id == cid)
+        await wait_until(pilot, lambda: chat.conversation.id == cid)
         assert "max 8 tok" in app.sub_title
         await send(pilot, "Name another one.")
         await finished(pilot)
@@ -305,8 +305,8 @@ UI_PROCESS_SCRIPT = textwrap.dedent("""
             chat = app.chat_screen
             chat.prompt.text = "What is the capital of France?"
             await pilot.press("enter")
-            await wait_until(pilot, lambda: chat.history, timeout=120)
-            out = {"llama_cpp_imported": "llama_cpp" in sys.modules, "reply": chat.history[-1]["content"],
+            await wait_until(pilot, lambda: chat.conversation.history, timeout=120)
+            out = {"llama_cpp_imported": "llama_cpp" in sys.modules, "reply": chat.conversation.history[-1]["content"],
                    "engine_pid": app.engine.pid, "ui_pid": os.getpid(),
                    "engine_modules": [m for m in sys.modules if m.startswith("adaspark_app.engine.")]}
         store.close()

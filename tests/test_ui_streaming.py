@@ -286,14 +286,14 @@ async def test_the_engine_is_asked_only_after_the_new_messages_are_painted(tmp_p
 async def test_the_engine_is_asked_only_after_the_view_scrolled_to_the_new_messages(tmp_path):
     # The scroll to the end that follows the new messages' layout repaints the whole view
     # (30-60 ms): the request must wait for it too, or that paint runs beside the first rounds.
-    from adaspark_app.ui.screens.chat import _screen_settled
+    from adaspark_app.ui.screens.replies import screen_settled
 
     async with ready_chat(tmp_path, ["Fine.", "Also fine."]) as (app, pilot, store):
         chat = app.chat_screen
         view = chat.chat_view
         assert await chat.send("hello")
         await wait_until(pilot, lambda: not chat.generating)
-        seen = probe_at_generate(app, lambda: (_screen_settled(chat), view.max_scroll_y > 0,
+        seen = probe_at_generate(app, lambda: (screen_settled(chat), view.max_scroll_y > 0,
                                                view.scroll_y == view.max_scroll_y))
         assert await chat.send("\n".join(f"line {i} of a long paste" for i in range(80)))
         await wait_until(pilot, lambda: not chat.generating)

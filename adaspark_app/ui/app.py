@@ -1,14 +1,20 @@
 """`adaspark chat`: the Textual app and its entry point.
 
 The engine runs in its own process (`engine_client.EngineClient`, `engine/worker.py`), started
-when the chat screen mounts: the window appears at once, and a prompt typed while the model
-loads waits in the command pipe. If the engine process dies, the app says so, keeps the
+once the chat screen is up (`ChatScreen.Ready`): the window appears at once, and a prompt typed
+while the model loads waits in the command pipe. If the engine process dies, the app says so, keeps the
 conversation and the text so far, and starts a new engine.
+
+The app owns the engine's lifecycle (start, restarts, load errors, model switches) and the
+header; the chat screen owns the conversation. The screen sees the app as a `ChatHost`
+(ui/host.py) and never imports this module: the app passes the engine client's messages down to
+it, and it posts its own (`ChatScreen.Ready`, `ReplyEnded`, `EngineDeathHandled`) up.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 from pathlib import Path
 from typing import Any, Callable, Iterable
@@ -16,17 +22,18 @@ from typing import Any, Callable, Iterable
 from textual import on
 from textual.app import App, SystemCommand
 from textual.binding import Binding
+from textual.message import Message
 from textual.screen import Screen
 
 from ..engine.sampling import GREEDY
 from ..errors import AdaSparkError
 from ..models import BUNDLED_NAME
 from .chat_settings import ChatSettings
+from .conversation import MAX_TOKENS
 from .engine_client import (EngineClient, EngineDied, EngineDone, EngineLoaded, EngineLoadFailed,
                             EngineReplyFailed, EngineRounds, EngineStopped, lower_ui_priority)
+from .host import EngineStateChanged
 from .screens import ChatScreen, HelpScreen
-from .screens.chat import MAX_TOKENS
-from .stats import gauges_from
 from .widgets.sidebar import ConversationList
 
 QUIT_GRACE_S = 5.0  # how long Ctrl+Q waits for a running reply to stop and be saved
@@ -64,7 +71,7 @@ class AdaSparkApp(App[int]):
         (an `EngineConfig`, or a module-level callable): it crosses a "spawn" process start.
 
         max_tokens, sampling and system are the settings a new conversation starts with (each
-        conversation then keeps its own: `ChatScreen.settings`); resume_id opens that stored
+        conversation then keeps its own: `Conversation.settings`); resume_id opens that stored
         conversation at start (`chat --continue`). sampling_given: the sampling values the user
         set (options, config file); with it, a model switch gives new conversations the new
         model's recommended settings (its GGUF's general.sampling.*) under those values."""
@@ -89,11 +96,14 @@ class AdaSparkApp(App[int]):
         self.load_error: str | None = None
         self._load_started = False
         self._quitting = False
+        # what the header shows of the open conversation (show_settings; None: a new one's)
+        self._shown_settings: ChatSettings | None = None
+        self._context_used: int | None = 0
         self._update_subtitle()
 
     # ------------------------------------------------------------------ screens
     def get_default_screen(self) -> Screen:
-        return ChatScreen()
+        return ChatScreen(self)
 
     @property
     def chat_screen(self) -> ChatScreen:
@@ -107,16 +117,15 @@ class AdaSparkApp(App[int]):
         return ChatSettings(system=self.system, max_tokens=self.max_tokens, sampling=self.sampling or GREEDY,
                             model=self.model_label, model_path=self.model_path)
 
-    def settings_changed(self) -> None:
-        """The open conversation's settings changed (opened, edited, new): the header follows."""
+    def show_settings(self, settings: ChatSettings, context_used: int | None) -> None:
+        """The open conversation's settings and context changed (opened, edited, new, a reply
+        recorded): the header follows. Called by the chat screen (`ChatHost`)."""
+        self._shown_settings, self._context_used = settings, context_used
         self._update_subtitle()
 
     def _update_subtitle(self) -> None:
         drafter = self.drafter_label or "none (n-gram drafts)"
-        try:
-            settings = self.chat_screen.settings
-        except Exception:  # before the chat screen exists: what a new conversation gets
-            settings = self.default_settings()
+        settings = self._shown_settings or self.default_settings()  # none shown yet: a new conversation's
         self.sub_title = (f"model {self.model_label} · {self._context_label()}{settings.label()} · "
                           f"drafter {drafter} · store {self.store_label}")
 
@@ -125,21 +134,27 @@ class AdaSparkApp(App[int]):
         context ('context 8192 tok · ' where that is not known)."""
         if not self.n_ctx:
             return ""
-        try:
-            used = self.chat_screen.context_used
-        except LookupError:
-            used = 0
+        used = self._context_used
         return f"context {self.n_ctx} tok · " if used is None else f"context {used} of {self.n_ctx} tok · "
 
+    @on(ChatScreen.Ready)
     def start_engine_load(self) -> None:
-        """Start the engine process (once); the chat screen calls it when it has mounted."""
+        """Start the engine process (once), when the chat screen has mounted."""
         if not self._load_started:
             self._load_started = True
             self.engine.start()
 
     # ------------------------------------------------------------------ the engine
-    # Messages from the engine process arrive here (posted by the io thread) and the reply ones
-    # go on to the chat screen; every handler runs on the UI thread.
+    # Messages from the engine process arrive here (posted by the io thread); after the app's
+    # own part they go on to the chat screen. Every handler runs on the UI thread.
+    def _to_chat(self, message: Message) -> bool:
+        """Pass `message` on to the chat screen; False when it is not there (starting, closing)."""
+        try:
+            chat = self.chat_screen
+        except LookupError:
+            return False
+        return chat.post_message(message)
+
     @on(EngineLoaded)
     def _engine_loaded(self, message: EngineLoaded) -> None:
         if message.model_name:
@@ -158,10 +173,7 @@ class AdaSparkApp(App[int]):
             self.notify("The engine is running again.", title="Engine")
         for note in message.notices:
             self.notify(note, title="Engine", severity="warning", timeout=10)
-        try:
-            self.chat_screen.engine_ready(gauges_from(message.gauges))
-        except LookupError:
-            pass
+        self._to_chat(message)
 
     @on(EngineLoadFailed)
     def _engine_failed(self, message: EngineLoadFailed) -> None:
@@ -171,29 +183,31 @@ class AdaSparkApp(App[int]):
             self.exit(2, return_code=2, message=f"adaspark: error: {message.error}")  # as the CLI says it
             return
         self.notify(message.error, title="The model failed to load", severity="error", timeout=30)
-        try:
-            self.chat_screen.engine_unavailable()
-        except LookupError:
-            pass
+        self._to_chat(EngineStateChanged())
 
     @on(EngineDied)
-    async def _engine_died(self, message: EngineDied) -> None:
+    def _engine_died(self, message: EngineDied) -> None:
+        """The engine process ended unasked: the chat screen keeps (or gives back) the reply it
+        cut short, then `_after_death` says so and restarts the engine."""
         self.deaths_in_a_row += 1
-        how = f"exit code {message.exitcode}" if message.exitcode is not None else "no exit code"
-        if message.exitcode is not None and message.exitcode < 0:
-            how = f"signal {-message.exitcode}"
-        try:
-            kept = await self.chat_screen.engine_died()
-        except LookupError:
-            kept = ""
+        if not self._to_chat(message):
+            self._after_death(message, "")
+
+    @on(ChatScreen.EngineDeathHandled)
+    def _death_handled(self, message: ChatScreen.EngineDeathHandled) -> None:
+        self._after_death(message.died, message.kept)
+
+    def _after_death(self, died: EngineDied, kept: str) -> None:
+        """A restart, or too many deaths in a row: no more restarts. `kept`: what became of the
+        reply in progress, for the notification."""
+        how = f"exit code {died.exitcode}" if died.exitcode is not None else "no exit code"
+        if died.exitcode is not None and died.exitcode < 0:
+            how = f"signal {-died.exitcode}"
         if self.deaths_in_a_row > MAX_RESTARTS:
             self.load_error = f"the engine process stopped {self.deaths_in_a_row} times in a row ({how})"
             self.notify(f"{self.load_error}; not restarting it. Your conversations are saved.",
                         title="Engine stopped", severity="error", timeout=30)
-            try:
-                self.chat_screen.engine_unavailable()
-            except LookupError:
-                pass
+            self._to_chat(EngineStateChanged())
             return
         where = f" Its output is in {self.engine.log_path}." if self.engine.log_path else ""
         self.notify(f"The engine process stopped ({how}). {kept}Restarting it…{where}",
@@ -201,58 +215,43 @@ class AdaSparkApp(App[int]):
         if not self._quitting:
             self.engine.start()
 
-    @on(EngineRounds)
-    async def _engine_rounds(self, message: EngineRounds) -> None:
-        try:
-            await self.chat_screen.reply_rounds(message)
-        except LookupError:
-            pass
-
     @on(EngineDone)
-    async def _engine_done(self, message: EngineDone) -> None:
+    def _engine_done(self, message: EngineDone) -> None:
         self.deaths_in_a_row = 0
-        try:
-            await self.chat_screen.reply_done(message)
-        except LookupError:
-            pass
+        self._to_chat(message)
 
+    @on(EngineRounds)
     @on(EngineStopped)
-    async def _engine_stopped(self, message: EngineStopped) -> None:
-        try:
-            await self.chat_screen.reply_stopped_early(message.request_id)
-        except LookupError:
-            pass
-
     @on(EngineReplyFailed)
-    async def _engine_reply_failed(self, message: EngineReplyFailed) -> None:
-        try:
-            await self.chat_screen.reply_failed(message.request_id, message.error)
-        except LookupError:
-            pass
+    def _engine_reply(self, message: Message) -> None:
+        self._to_chat(message)
 
     async def action_quit(self) -> None:
         """Quit; a reply in progress is stopped first and its partial text saved, then we exit."""
         try:
-            stopping = self.chat_screen.stop_reply()
+            chat = self.chat_screen
         except LookupError:
-            stopping = False
-        if stopping:
+            chat = None
+        if chat is not None and chat.generating:
+            await chat.run_action("stop_reply")
             self._quitting = True
             self.set_timer(QUIT_GRACE_S, self.exit)  # a reply that does not stop must not keep us open
             return
         self.exit()
 
+    @on(ChatScreen.ReplyEnded)
+    def _reply_ended(self) -> None:
+        self.reply_ended()  # a method of its own, which a subclass may extend (benchmarks/ui_cpu.py)
+
     def reply_ended(self) -> None:
-        """Called by the chat screen when a reply has been recorded (UI thread)."""
+        """A reply has been recorded or given back (`ChatScreen.ReplyEnded`): a quit that waited
+        for it goes on."""
         if self._quitting:
             self.exit()
 
     async def on_unmount(self) -> None:
-        """Stop a running reply and close the engine process (waiting off the event loop)."""
-        try:
-            self.chat_screen.stop_reply()
-        except LookupError:
-            pass
+        """Close the engine process, waiting off the event loop (`close` stops a reply still
+        running first; Ctrl+Q waits up to QUIT_GRACE_S for it to be recorded: `action_quit`)."""
         await asyncio.to_thread(self.engine.close, 10.0)
 
     # ------------------------------------------------------------------ help and palette
@@ -271,7 +270,7 @@ class AdaSparkApp(App[int]):
             return
         self.push_screen(HelpScreen(self.key_bindings()))
 
-    # ------------------------------------------------------------------ the model picker
+    # ------------------------------------------------------------------ models
     def action_pick_model(self) -> None:
         """Open the model picker (screens/model_picker.py); the chosen model gets a new conversation."""
         from ..config import load_config
@@ -324,10 +323,27 @@ class AdaSparkApp(App[int]):
         self._new_conversation_on_load = new_conversation
         self.engine.switch(factory)
         if new_conversation:
-            await chat.new_conversation()  # its settings name the new model (default_settings)
+            await chat.run_action("new_chat")  # its settings name the new model (default_settings)
         self._update_subtitle()
-        chat.set_status()
+        self._to_chat(EngineStateChanged())
         return True
+
+    async def follow_model(self, settings: ChatSettings) -> None:
+        """A conversation reopened with the settings of another model than the running one: the
+        engine switches to that model, as a chat app reopens a chat on its own model; its file
+        gone, the running model answers and a notification says so (`ChatHost`)."""
+        if same_model(settings.model_path, self.model_path):
+            return
+        held = settings.model or settings.model_path or "the bundled model"
+        path = settings.model_path
+        if path is not None and not os.path.isfile(path):
+            self.notify(f"This conversation was held with {held}, whose file {path} is not there any more; "
+                        f"replies now come from {self.model_label} (Ctrl+T picks a model).",
+                        title="Model", severity="warning", timeout=10)
+        elif not await self.switch_model(path, held, new_conversation=False):
+            self.notify(f"This conversation was held with {held}; replies now come from "
+                        f"{self.model_label} (Ctrl+T picks a model).", title="Model", severity="warning",
+                        timeout=10)
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
         yield from super().get_system_commands(screen)
@@ -346,6 +362,19 @@ class AdaSparkApp(App[int]):
             yield SystemCommand(b.tooltip or b.description, f"{b.description} ({keys})",
                                 getattr(chat, f"action_{b.action}"))
         yield SystemCommand("Help", "Every key and action (f1)", self.action_help)
+
+
+def same_model(a: str | None, b: str | None) -> bool:
+    """Whether two model paths (None: the bundled model) name the same file."""
+    if a == b:
+        return True
+    try:
+        from ..engine.backend import default_model_path
+
+        a, b = (default_model_path() if x is None else x for x in (a, b))
+    except AdaSparkError:  # no bundled model: None names nothing else
+        return False
+    return os.path.realpath(a) == os.path.realpath(b)
 
 
 def factory_with_model(factory: Any, path: str) -> Any:

@@ -32,7 +32,11 @@ PRIORITIES = ("low", "idle", "normal")
 DEFAULT_PRIORITY = "normal"
 
 
-class EngineLoaded(Message):
+# The engine's messages are posted to the app, which passes them on to the chat screen: none
+# bubbles (from the screen back up to the app, which would pass it on again).
+
+
+class EngineLoaded(Message, bubble=False):
     """The engine process has built its engine."""
 
     def __init__(self, model_name: str | None, drafter_name: str | None, notices: list[str],
@@ -47,7 +51,7 @@ class EngineLoaded(Message):
         self.restarted = restarted
 
 
-class EngineLoadFailed(Message):
+class EngineLoadFailed(Message, bubble=False):
     """Building the engine failed; `error` is the one-line message for the user."""
 
     def __init__(self, error: str, restarted: bool) -> None:
@@ -56,7 +60,7 @@ class EngineLoadFailed(Message):
         self.restarted = restarted
 
 
-class EngineRounds(Message):
+class EngineRounds(Message, bubble=False):
     """A batch of a reply's rounds: events in round order, the monotonic time of each."""
 
     def __init__(self, request_id: int, events: list[RoundEvent], times: list[float],
@@ -68,7 +72,7 @@ class EngineRounds(Message):
         self.gauges = gauges
 
 
-class EngineDone(Message):
+class EngineDone(Message, bubble=False):
     """A reply ended (complete, at the token cap, or stopped by the user)."""
 
     def __init__(self, request_id: int, result: ReplyResult, gauges: dict[str, Any] | None) -> None:
@@ -78,7 +82,7 @@ class EngineDone(Message):
         self.gauges = gauges
 
 
-class EngineStopped(Message):
+class EngineStopped(Message, bubble=False):
     """A reply was cancelled before it started (no token was generated)."""
 
     def __init__(self, request_id: int) -> None:
@@ -86,7 +90,7 @@ class EngineStopped(Message):
         self.request_id = request_id
 
 
-class EngineReplyFailed(Message):
+class EngineReplyFailed(Message, bubble=False):
     """The engine raised while making a reply; the engine process goes on."""
 
     def __init__(self, request_id: int, error: str) -> None:
@@ -95,7 +99,7 @@ class EngineReplyFailed(Message):
         self.error = error
 
 
-class EngineDied(Message):
+class EngineDied(Message, bubble=False):
     """The engine process ended without being asked to (a crash, or killed)."""
 
     def __init__(self, exitcode: int | None, pid: int | None) -> None:

@@ -43,3 +43,18 @@ def export_path(directory: Path, title: str, now: float | None = None) -> Path:
         path = directory / f"{base}-{n}.md"
         n += 1
     return path
+
+
+def write_export(directory: Path, title: str, messages: list[dict[str, Any]], model: str | None = None) -> Path:
+    """Write `messages` as Markdown (`conversation_markdown`) to a fresh file in `directory`
+    (made if missing); returns its path. OSError when it cannot be written."""
+    text = conversation_markdown(title, messages, model)
+    directory.mkdir(parents=True, exist_ok=True)
+    path = export_path(directory, title)
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def reply_file_name(title: str, now: float | None = None) -> Path:
+    """The name a saved reply is offered: reply-<slug of its conversation's title>-<YYYYmmdd-HHMMSS>.md."""
+    return Path(f"reply-{slug(title)}-{time.strftime('%Y%m%d-%H%M%S', time.localtime(now))}.md")

@@ -245,7 +245,8 @@ def child(args: argparse.Namespace) -> None:
             self._stream_to: tuple | None = None
             if not hasattr(self, "_wrapped"):
                 self._wrapped = True
-                rounds, done = chat.reply_rounds, chat.reply_done
+                runner = chat.replies  # the screen hands the engine's reply messages to it
+                rounds, done = runner.rounds, runner.done
 
                 async def reply_rounds(message: Any) -> None:
                     if self._stream_from is None:  # the decode's first token has arrived
@@ -260,7 +261,7 @@ def child(args: argparse.Namespace) -> None:
                         PROFILER.disable()
                     await done(message)
 
-                chat.reply_rounds, chat.reply_done = reply_rounds, reply_done  # type: ignore[method-assign]
+                runner.rounds, runner.done = reply_rounds, reply_done  # type: ignore[method-assign]
             await chat.send(rec["prompt"])
 
         def reply_ended(self) -> None:
@@ -271,7 +272,7 @@ def child(args: argparse.Namespace) -> None:
             p0, m0, f0, b0, t0 = self._mark
             self._mark = None
             chat = self.chat_screen
-            first_round = chat.round_log[0][0] if chat.round_log else t1
+            first_round = chat.replies.round_log[0][0] if chat.replies.round_log else t1
             rec = stream[self._next]
             shown = chat.chat_view.messages()[-1].text
             s0, s1 = self._stream_from or self._mark, self._stream_to or self._mark
@@ -284,7 +285,7 @@ def child(args: argparse.Namespace) -> None:
                 "reply_wall_s": t1 - t0, "reply_cpu_s": p1 - p0, "reply_main_cpu_s": m1 - m0,
                 "reply_frames": f1 - f0, "reply_bytes": b1 - b0,
                 "first_round_wait_s": first_round - t0,
-                "text_ok": shown == chat.last_reply, "panel_redraws": chat.panel.redraws})
+                "text_ok": shown == chat.conversation.last_reply, "panel_redraws": chat.panel.redraws})
             self._next += 1
             self.set_timer(0.3, self._send_next)
 

@@ -20,7 +20,7 @@ import threading
 import time
 
 from adaspark_app.ui import engine_client
-from adaspark_app.ui.screens import chat
+from adaspark_app.ui.screens import replies
 
 _LOG = open(os.environ["ADASPARK_UI_TRACE"], "a", buffering=1)
 _LOCK = threading.Lock()
@@ -69,7 +69,7 @@ def _traced_generate(self, *args, **kwargs):
 
 engine_client.EngineClient.generate = _traced_generate
 
-_rounds = chat.ChatScreen.reply_rounds
+_rounds = replies.ReplyRunner.rounds
 _last_round = [None]
 
 
@@ -80,9 +80,9 @@ async def _traced_rounds(self, message, *args, **kwargs):
     return await _rounds(self, message, *args, **kwargs)
 
 
-chat.ChatScreen.reply_rounds = _traced_rounds
+replies.ReplyRunner.rounds = _traced_rounds
 
-_done = chat.ChatScreen.reply_done
+_done = replies.ReplyRunner.done
 
 
 async def _traced_done(self, message, *args, **kwargs):
@@ -92,7 +92,7 @@ async def _traced_done(self, message, *args, **kwargs):
     return await _done(self, message, *args, **kwargs)
 
 
-chat.ChatScreen.reply_done = _traced_done
+replies.ReplyRunner.done = _traced_done
 
 
 def _sample() -> None:

@@ -4,6 +4,7 @@ only while the reader is near it."""
 from __future__ import annotations
 
 import time
+from typing import Any
 
 from markdown_it import MarkdownIt
 from rich.text import Text
@@ -11,7 +12,11 @@ from textual.app import ComposeResult
 from textual.containers import Vertical, VerticalScroll
 from textual.widgets import Label, Markdown, Static
 
+from ..conversation import Turn, context_marks, reply_note
 from ..settled import settled_length
+from ..stats import SpecStats
+from .reply_stream import ReplyStream
+from .spec_panel import SpecPanel
 from .stream_tail import StreamTail
 
 ROLE_LABELS = {"user": "You", "assistant": "Assistant", "system": "System"}
@@ -53,6 +58,9 @@ class ChatMessage(Vertical):
     whole chat column (~30 ms on a 160x48 screen), taken from a verify on two cores. Room of a
     third of the view renewed it 3-4 times in a 512-token reply; a page's worth once; a page
     turned inside the tail never (`write`).
+
+    A reply under generation owns its `ReplyStream` (`start_stream`), which paces the frames
+    that write to it.
     """
 
     DEFAULT_CSS = """
@@ -87,6 +95,7 @@ class ChatMessage(Vertical):
         self._tail = ""  # a streaming reply's text not yet in the Markdown widget
         self._committed_at = float("-inf")  # monotonic time the Markdown last grew
         self._reserved = 0  # the tail's min-height while the reply streams (see write)
+        self.stream: ReplyStream | None = None  # while a reply streams into this message
 
     def compose(self) -> ComposeResult:
         yield Label(ROLE_LABELS.get(self.role, self.role.title()), classes="role")
@@ -166,6 +175,12 @@ class ChatMessage(Vertical):
                 tail.page(self._reserved, self.KEEP_LINES)
                 return
         await self._relayout(now)
+
+    def start_stream(self, stats: SpecStats, panel: SpecPanel) -> ReplyStream:
+        """Stream a reply into this message: its rounds go to the returned `ReplyStream` (their
+        figures to `stats`), whose frames write here and redraw `panel`."""
+        self.stream = ReplyStream(self, stats, panel)
+        return self.stream
 
     def _reader_follows(self) -> bool:
         """Whether the chat view this message is in follows its end (a reader at the bottom)."""
@@ -341,6 +356,53 @@ class ChatView(VerticalScroll):
     def messages(self) -> list[ChatMessage]:
         return list(self.query(ChatMessage))
 
+    def turns(self) -> list[ChatMessage]:
+        """The messages in order, one per turn of the conversation shown (while a reply is asked
+        for, the turns it would replace are still among them, hidden, until it is recorded)."""
+        return [c for c in self.children if isinstance(c, ChatMessage)]
+
+    async def show_turns(self, turns: list[Turn]) -> None:
+        """Show `turns` (a stored conversation) in place of what the view holds: each reply with
+        its note and, if its prompt left turns out, its context marker."""
+        await self.clear()
+        for turn in turns:
+            widget = await self.add_message(turn.role, turn.content,
+                                            note=reply_note(turn.meta) if turn.role == "assistant" else "")
+            marks = context_marks(turn.meta)
+            if marks is not None:
+                await self.mark_context(widget, *marks)
+
+    def mark_editing(self, index: int | None) -> None:
+        """Highlight the message of turn `index` as the one being edited (None: none), in sight."""
+        turns = self.turns()
+        for widget in turns:
+            widget.remove_class("editing")
+        if index is not None and 0 <= index < len(turns):
+            turns[index].add_class("editing")
+            turns[index].scroll_visible(animate=False)
+
+    async def show_request(self, prompt: str | None, answers: str, hide: list[ChatMessage]) -> tuple[
+            ChatMessage | None, ChatMessage]:
+        """Show a reply being asked for: the messages it would replace (`hide`) are hidden, the
+        new user message `prompt` (None for a regenerate) is added and an empty reply below it,
+        with room for its first text beside `answers`, the message it answers. Returns both."""
+        self.following = True
+        for widget in hide:
+            widget.display = False  # removed once the new reply is recorded, shown again if it fails
+        user_msg = None if prompt is None else await self.add_message("user", prompt)
+        reply_msg = await self.add_message("assistant", "")
+        reply_msg.set_note("…")  # until the reply ends: hiding it would move the view
+        reply_msg.make_room(answers)  # laid out with the new messages, before the first token
+        return user_msg, reply_msg
+
+    async def withdraw(self, user_msg: ChatMessage | None, reply_msg: ChatMessage, hidden: list[ChatMessage]) -> None:
+        """Undo `show_request`: its messages leave, the ones it hid are shown again."""
+        if user_msg is not None:
+            await user_msg.remove()
+        await reply_msg.remove()
+        for widget in hidden:
+            widget.display = True
+
     async def mark_context(self, message: ChatMessage, dropped_turns: int, capped_to: int | None = None) -> None:
         """Show above `message` that its prompt left out `dropped_turns` earlier turns (and the
         cap the context set on it); nothing if neither. Marking again replaces the marker."""
@@ -353,3 +415,17 @@ class ChatView(VerticalScroll):
         await message.mount(ContextMarker(Text(f"⋯ {text}")), before=children[0] if children else None)
         if self.following:
             self.scroll_end(animate=False)
+
+
+def code_at(screen: Any, x: int, y: int) -> str | None:
+    """The code of the fenced block at (`x`, `y`) on `screen`, if there is one."""
+    from textual.widgets.markdown import MarkdownFence
+
+    try:
+        widget, _ = screen.get_widget_at(x, y)
+    except Exception:  # the pointer is off the screen or over nothing
+        return None
+    node: Any = widget
+    while node is not None and not isinstance(node, MarkdownFence):
+        node = node.parent
+    return node.code if node is not None and node.code.strip() else None

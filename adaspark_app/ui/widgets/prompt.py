@@ -42,6 +42,7 @@ class PromptInput(TextArea):
         super().__init__(**kwargs)
         self.border_title = "Message"
         self.border_subtitle = "Enter send · Ctrl+J new line · Esc stop"
+        self._titles: tuple[str, str] | None = None  # the box's own titles while a message is edited
 
     async def _on_key(self, event: events.Key) -> None:
         # Runs before TextArea._on_key (handlers are dispatched down the MRO); prevent_default
@@ -61,3 +62,21 @@ class PromptInput(TextArea):
         current = self.text
         self.text = text if not current.strip() else f"{text}\n{current}"
         self.move_cursor(self.document.end)
+
+    def show_editing(self, text: str, title: str, subtitle: str) -> None:
+        """Hold `text`, a message being edited, under editing titles (the box's own come back
+        with `end_editing`)."""
+        if self._titles is None:
+            self._titles = (str(self.border_title or ""), str(self.border_subtitle or ""))
+        self.text = text
+        self.move_cursor(self.document.end)
+        self.border_title, self.border_subtitle = title, subtitle
+
+    def end_editing(self, text: str | None) -> None:
+        """Back to the box's own titles; `text` (unless None) replaces what it holds."""
+        if text is not None:
+            self.text = text
+            self.move_cursor(self.document.end)
+        if self._titles is not None:
+            self.border_title, self.border_subtitle = self._titles
+            self._titles = None

@@ -13,6 +13,9 @@ from textual.message import Message
 from textual.widgets import Input, OptionList
 from textual.widgets.option_list import Option
 
+from ...errors import AdaSparkError
+from ..conversation import ChatStore
+
 
 def _when(updated: str | None) -> str:
     """'2025-01-31T12:34:56…' -> '01-31 12:34' (compact, sortable at a glance)."""
@@ -30,7 +33,8 @@ class ConversationList(OptionList):
 
 
 class ConversationSidebar(Vertical):
-    """Lists conversations; posts `Selected` when one is chosen and `SearchChanged` as you type."""
+    """Lists the store's conversations (`store`, set by the screen), those matching the search as
+    you type; posts `Selected` when one is chosen."""
 
     DEFAULT_CSS = """
     ConversationSidebar {
@@ -48,15 +52,12 @@ class ConversationSidebar(Vertical):
             super().__init__()
             self.conversation_id = conversation_id
 
-    class SearchChanged(Message):
-        def __init__(self, search: str) -> None:
-            super().__init__()
-            self.search = search
-
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
         self.border_title = "Conversations"
         self.conversations: list[dict[str, Any]] = []
+        self.store: ChatStore | None = None
+        self.current: str | None = None  # the open conversation (bold and highlighted)
 
     def compose(self) -> ComposeResult:
         yield Input(placeholder="Search…", id="search")
@@ -69,6 +70,30 @@ class ConversationSidebar(Vertical):
     @property
     def option_list(self) -> ConversationList:
         return self.query_one(ConversationList)
+
+    def reload(self, current: str | None) -> None:
+        """List the store's conversations that match the search; `current` is the open one."""
+        self.current = current
+        if self.store is None:
+            return
+        try:
+            rows = self.store.list_conversations(search=self.search_text or None)
+        except AdaSparkError as err:
+            self.notify(str(err), title="Store", severity="error")
+            return
+        self.show(rows, current)
+
+    def rename(self, conversation_id: str, title: str | None) -> None:
+        """Rename a conversation (a blank `title`: leave it) and say so."""
+        if not title or self.store is None:
+            return
+        try:
+            self.store.rename_conversation(conversation_id, title)
+        except AdaSparkError as err:
+            self.notify(str(err), title="Store", severity="error")
+            return
+        self.reload(self.current)
+        self.notify(f"Renamed to “{self.title_of(conversation_id) or title}”.")
 
     def show(self, conversations: list[dict[str, Any]], current: str | None) -> None:
         """Replace the listed conversations ([{id, title, updated, n_messages}])."""
@@ -112,7 +137,7 @@ class ConversationSidebar(Vertical):
     @on(Input.Changed, "#search")
     def _search_changed(self, event: Input.Changed) -> None:
         event.stop()
-        self.post_message(self.SearchChanged(event.value))
+        self.reload(self.current)
 
     @on(Input.Submitted, "#search")
     def _search_submitted(self, event: Input.Submitted) -> None:
