@@ -45,7 +45,7 @@ from ..errors import AdaSparkError
 from .events import RoundEvent
 
 # At most ~4 messages a second to the UI, which shows text 4 times a second at most
-# (chat.TEXT_INTERVAL_S); each message wakes two UI threads and the flusher.
+# (ui/widgets/reply_stream.TEXT_INTERVAL_S); each message wakes two UI threads and the flusher.
 BATCH_INTERVAL_S = 0.25
 GAUGE_INTERVAL_S = 0.5  # the panel's learned figures change slowly; reading them costs engine time
 

@@ -241,7 +241,7 @@ class AdaSparkApp(App[int]):
 
     @on(ChatScreen.ReplyEnded)
     def _reply_ended(self) -> None:
-        self.reply_ended()  # a method of its own, which a subclass may extend (benchmarks/ui_cpu.py)
+        self.reply_ended()  # a method of its own, which a subclass may extend (benchmarks/ui/ui_cpu.py)
 
     def reply_ended(self) -> None:
         """A reply has been recorded or given back (`ChatScreen.ReplyEnded`): a quit that waited

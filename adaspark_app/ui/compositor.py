@@ -5,7 +5,7 @@ their *clip* (the region of their container), not by the part of them that is vi
 every widget of the chat screen is clipped by the screen itself, so a one-line change to a
 streaming reply renders the sidebar, the panel, the header and the footer too (17 widgets, ~46
 cached lines each, through every line filter): about half of the UI's CPU while a reply streams
-(measured in issue 17 with `benchmarks/ui_cpu.py`), on a machine where every UI cycle is taken
+(measured in issue 17 with `benchmarks/ui/ui_cpu.py`), on a machine where every UI cycle is taken
 from a verify.
 
 `CroppedCompositor` selects by the visible part (region within clip) and renders only the

@@ -7,7 +7,7 @@ So the text of the rounds that arrived is appended in one frame, where only the 
 plain-text tail changes and the message keeps room below it (`ChatMessage.write`); frames are at
 least TEXT_INTERVAL_S apart, and further apart when they cost more, so that the UI stays within
 FRAME_CPU_BUDGET of a core; the speculation panel is redrawn in those same frames at a lower rate
-still (`SpecPanel.REDRAW_S`). benchmarks/ui_cpu.py measures it.
+still (`SpecPanel.REDRAW_S`). benchmarks/ui/ui_cpu.py measures it.
 
 Everything here runs on the UI thread: the rounds come from the chat screen's handler of the
 engine's messages, and frames from a timer of the message widget.

@@ -191,7 +191,7 @@ class SpecPanel(Static):
     The figures are read by eye: a redraw every two seconds is plenty, slower than the text
     (which the reader follows), and every redraw is CPU taken from llama.cpp on a small machine
     (~4 ms of the UI thread for this panel, a third of the UI's CPU while a reply streamed at
-    one redraw a second: benchmarks/ui_cpu.py). When the reply ends it is redrawn at once.
+    one redraw a second: benchmarks/ui/ui_cpu.py). When the reply ends it is redrawn at once.
     """
 
     REDRAW_S = 2.0
