@@ -139,3 +139,22 @@ def test_the_sets_that_left_the_tree_stay_held():
         for line in path.read_text(encoding="utf-8").splitlines():
             assert heldout_sets.conversation_key(json.loads(line)["id"]) in held
     assert retired <= held
+
+
+def test_the_readme_names_only_paths_that_exist_and_no_file_outside_the_checkout():
+    """Every checkout path the user's README names (picture, docs, sets, tools) exists, and it
+    names no file outside the project (no ../ path, no home or machine path)."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    named = named_paths(text)
+    assert "docs/chat.svg" in named and "benchmarks/README.md" in named
+    assert missing_paths(text) == []
+    assert not re.search(r"(\.\./|~/|/work/|/root/|/tmp/)", text)
+
+
+def test_the_readme_is_a_users_page():
+    """About 150 lines at most, the install near the top, and the test command in it."""
+    lines = (ROOT / "README.md").read_text(encoding="utf-8").splitlines()
+    assert len(lines) <= 150
+    install = next(i for i, line in enumerate(lines) if line.strip() == "python3 -m pip install -e '.[dev]'")
+    assert install < 30
+    assert "adaspark chat" in lines and "python3 -m pytest -q" in lines

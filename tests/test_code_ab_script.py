@@ -54,3 +54,12 @@ def test_a_missing_script_or_checkout_is_one_line_and_exit_2(tmp_path, capsys):
     assert code_ab.main([str(script), "--base", str(tmp_path), "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 2 and all(line.startswith("code_ab: error:") for line in err)
+
+
+def test_each_sides_own_figure_has_its_interval():
+    """Each checkout's adaspark/ar comes with a bootstrap interval over conversations that holds it."""
+    res = code_ab.compare([_run({"a": 1.2, "b": 1.5, "c": 1.4})], [_run({"a": 1.3, "b": 1.5, "c": 1.1})])
+    for side in ("base", "head"):
+        lo, hi = res[f"{side}_interval"]
+        assert lo <= res[side] <= hi
+    assert res["base_interval"] == pytest.approx((1.2, 1.5), rel=1e-9)  # the single conversations bound it

@@ -43,6 +43,12 @@ def run_side(checkout: Path, script: Path, out: Path, model: str | None, max_tok
     subprocess.run(argv, cwd=checkout, env=env, check=True)
 
 
+def replies_file(run_dir: Path) -> Path:
+    """A run's replies: replies.jsonl as the bench wrote it, or replies.jsonl.gz as it is committed."""
+    plain = run_dir / "replies.jsonl"
+    return plain if plain.is_file() else run_dir / "replies.jsonl.gz"
+
+
 def reply_ratios(replies: list[dict]) -> tuple[dict[str, list[float]], dict[tuple[str, int], tuple[str, str]]]:
     """Per conversation, log(adaspark speed / ar speed) of each reply; and per (conversation,
     turn) the two arms' texts."""
@@ -77,7 +83,8 @@ def compare(base_runs: list[list[dict]], head_runs: list[list[dict]]) -> dict:
     convs = sorted(set(blogs) & set(hlogs))
     if not convs:
         raise SystemExit("code_ab: the runs share no conversation with replies under both arms")
-    diffs = {c: [sum(hlogs[c]) / len(hlogs[c]) - sum(blogs[c]) / len(blogs[c])] for c in convs}
+    mean = {name: {c: [sum(logs[c]) / len(logs[c])] for c in convs} for name, logs in (("base", blogs), ("head", hlogs))}
+    diffs = {c: [mean["head"][c][0] - mean["base"][c][0]] for c in convs}
     identical = sum(a == b for tx in btexts + htexts for a, b in tx.values())
     replies = sum(len(tx) for tx in btexts + htexts)
     ar_same = sum(btexts[0][k][0] == tx[k][0] for tx in htexts for k in tx if k in btexts[0])
@@ -86,8 +93,10 @@ def compare(base_runs: list[list[dict]], head_runs: list[list[dict]]) -> dict:
         "conversations": len(convs),
         "head_over_base": geometric_mean(math.exp(d[0]) for d in diffs.values()),
         "interval": bootstrap_interval(diffs),
-        "base": geometric_mean(math.exp(sum(blogs[c]) / len(blogs[c])) for c in convs),
-        "head": geometric_mean(math.exp(sum(hlogs[c]) / len(hlogs[c])) for c in convs),
+        "base": geometric_mean(math.exp(v[0]) for v in mean["base"].values()),
+        "head": geometric_mean(math.exp(v[0]) for v in mean["head"].values()),
+        "base_interval": bootstrap_interval(mean["base"]),
+        "head_interval": bootstrap_interval(mean["head"]),
         "identical": (identical, replies),
         "ar_same": (ar_same, ar_pairs),
     }
@@ -104,8 +113,8 @@ def report(res: dict, args: argparse.Namespace) -> str:
         "",
         "| | value |",
         "|---|---|",
-        f"| adaspark/ar, base | {res['base']:.3f}x |",
-        f"| adaspark/ar, head | {res['head']:.3f}x |",
+        f"| adaspark/ar, base | {res['base']:.3f}x [{res['base_interval'][0]:.3f}, {res['base_interval'][1]:.3f}] |",
+        f"| adaspark/ar, head | {res['head']:.3f}x [{res['head_interval'][0]:.3f}, {res['head_interval'][1]:.3f}] |",
         f"| head over base (geometric mean over conversations, 95% bootstrap) | **{res['head_over_base']:.3f}x "
         f"[{lo:.3f}, {hi:.3f}]** over {res['conversations']} conversations |",
         f"| adaspark replies identical to ar's, every run | {res['identical'][0]}/{res['identical'][1]} |",
@@ -143,8 +152,7 @@ def main(argv: list[str] | None = None) -> int:
             for name in (("base", "head") if k % 2 == 0 else ("head", "base")):
                 print(f"== {name} run {k + 1}", flush=True)
                 run_side(sides[name], script, (out / f"{name}-{k + 1}").resolve(), args.model, args.max_tokens)
-    runs = {name: [read_jsonl(out / f"{name}-{k + 1}" / "replies.jsonl") for k in range(args.pairs)]
-            for name in sides}
+    runs = {name: [read_jsonl(replies_file(out / f"{name}-{k + 1}")) for k in range(args.pairs)] for name in sides}
     text = report(compare(runs["base"], runs["head"]), args)
     (out / "ab.md").write_text(text, encoding="utf-8")
     print(text)
