@@ -16,7 +16,28 @@ from adaspark_app import native
 native.activate()
 
 DATA = Path(__file__).parent / "data"
+
+
+def pytest_configure(config):
+    """Under pytest-xdist (the `-n` in pyproject.toml), each worker runs on its own share of the
+    cores, and so does everything it starts (engine processes, `adaspark run`): the engine's
+    default thread count follows the affinity (limits.default_threads), so two workers' llama.cpp
+    threads never wait on each other's spinning threads."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if not worker.startswith("gw") or count < 2 or not hasattr(os, "sched_setaffinity"):
+        return
+    cores = sorted(os.sched_getaffinity(0))
+    if len(cores) >= count:
+        os.sched_setaffinity(0, cores[int(worker[2:]) % count::count])
 FORBID_MODEL = "ADASPARK_FORBID_MODEL"  # LlamaBackend refuses to load while it is set
+
+
+def pytest_collection_modifyitems(config, items):
+    """Files with tests that load the model run first, each file's tests kept together and in
+    order: under xdist the long files start at once and the short ones fill in at the end."""
+    loads = {item.path for item in items if item.get_closest_marker("model") is not None}
+    items.sort(key=lambda item: item.path not in loads)  # stable
 
 
 @pytest.hookimpl(hookwrapper=True)

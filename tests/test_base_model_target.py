@@ -33,7 +33,7 @@ def gemma_path() -> Path:
 def test_gemma_base_answers_in_the_gemma_turn_format(gemma_path):
     from adaspark_app.engine.chat_engine import ChatEngine
 
-    with ChatEngine(str(gemma_path), arm="ar", n_ctx=1024, n_threads=2) as eng:
+    with ChatEngine(str(gemma_path), arm="ar", n_ctx=1024) as eng:
         assert eng.turn_format.name == "gemma"
         assert eng.model_name.endswith("base model")
         assert any("'gemma' turn format" in n for n in eng.notices)

@@ -173,7 +173,7 @@ def test_every_logged_round_carries_its_decision_trace(tmp_path, arm, allowed):
     rounds = tmp_path / "rounds.jsonl"
     out = tmp_path / "out.jsonl"
     assert main(["run", str(script), "--arm", arm, "--max-tokens", "48", "--fresh-store",
-                 "--out", str(out), "--log-rounds", str(rounds), "--threads", "2"]) == 0
+                 "--out", str(out), "--log-rounds", str(rounds)]) == 0
     rows = [json.loads(x) for x in rounds.read_text().splitlines()]
     replies = [json.loads(x) for x in out.read_text().splitlines()]
     assert len(rows) == sum(r["rounds"] for r in replies)

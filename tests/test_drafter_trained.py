@@ -31,7 +31,7 @@ K = 8
 
 @pytest.fixture(scope="module")
 def engine():
-    eng = ChatEngine(None, drafter_path="default", arm="chain:4", n_ctx=2048, n_threads=2)
+    eng = ChatEngine(None, drafter_path="default", arm="chain:4", n_ctx=2048)
     yield eng
     eng.close()
 

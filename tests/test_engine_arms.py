@@ -22,10 +22,10 @@ def replies(model_path, public_prompts):
     out: dict[str, list] = {}
     for arm in ARMS:
         with deterministic_clock():
-            eng = ChatEngine(model_path, arm=arm, n_ctx=2048, n_threads=2, self_check=True)
+            eng = ChatEngine(model_path, arm=arm, n_ctx=2048, self_check=True)
             try:
                 res = []
-                for conv in public_prompts[:12]:
+                for conv in public_prompts[:8]:
                     r = eng.generate(conv["id"], [{"role": "user", "content": conv["turns"][0]}],
                                      max_tokens=MAX_TOKENS)
                     res.append(r)
@@ -74,7 +74,7 @@ def test_no_round_verifies_rows_past_the_token_cap(model_path, arm):
     msgs = [{"role": "user", "content": f"Repeat this text word for word: {passage}"}]
     widest = 0
     with deterministic_clock():  # `adaspark`'s widths, and so `widest`, follow the clock
-        eng = ChatEngine(model_path, arm=arm, n_ctx=2048, n_threads=2)
+        eng = ChatEngine(model_path, arm=arm, n_ctx=2048)
         try:
             for cap in range(12, 30, 3):
                 events = []
@@ -98,7 +98,7 @@ def test_adaspark_widths_follow_the_outputs_alone_on_the_deterministic_clock(mod
     for _ in range(2):
         widths: list[int] = []
         with deterministic_clock():
-            eng = ChatEngine(model_path, arm="adaspark", n_ctx=2048, n_threads=2)
+            eng = ChatEngine(model_path, arm="adaspark", n_ctx=2048)
             try:
                 for conv in public_prompts[8:11]:
                     eng.generate(conv["id"], [{"role": "user", "content": conv["turns"][0]}],

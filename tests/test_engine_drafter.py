@@ -25,8 +25,8 @@ def test_drafter_rows_verified_and_lossless(arm, drafter_file, model_path, publi
 
 
 def _drafter_rows_verified_and_lossless(arm, drafter_file, model_path, public_prompts):
-    base = ChatEngine(model_path, arm="ar", n_ctx=2048, n_threads=2)
-    eng = ChatEngine(model_path, drafter_path=drafter_file, arm=arm, n_ctx=2048, n_threads=2, self_check=True)
+    base = ChatEngine(model_path, arm="ar", n_ctx=2048)
+    eng = ChatEngine(model_path, drafter_path=drafter_file, arm=arm, n_ctx=2048, self_check=True)
     try:
         same = 0
         rows = 0
@@ -62,7 +62,7 @@ def test_reduced_draft_vocabulary_drafts_only_its_tokens(tmp_path, model_path):
     vocab = np.arange(3, 49152, 11)  # every 11th token: no accident can make picks land inside
     out = tmp_path / "d2t.gguf"
     write_random_drafter(model_path, str(out), block_size=6, seed=2, draft_vocab=vocab, half=True)
-    eng = ChatEngine(model_path, drafter_path=str(out), arm="chain:4", n_ctx=1024, n_threads=2)
+    eng = ChatEngine(model_path, drafter_path=str(out), arm="chain:4", n_ctx=1024)
     try:
         d = eng.drafter
         assert d.d2t is not None and list(d.d2t) == list(vocab)

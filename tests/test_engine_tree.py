@@ -16,7 +16,7 @@ from adaspark_app.engine.tree import (KIND_NGRAM, Candidates, accepted_path, bes
 
 @pytest.fixture(scope="module")
 def backend(model_path):
-    b = LlamaBackend(model_path, n_ctx=1024, n_threads=2)
+    b = LlamaBackend(model_path, n_ctx=1024)
     yield b
     b.close()
 
@@ -137,7 +137,7 @@ def _kv_matches_fresh(engine, model_path: str) -> tuple[float, bool]:
     mine = b.logits_rows(1)[0]
     b.seq_rm(0, len(committed) - 1, -1)
     del out
-    fresh = LlamaBackend(model_path, n_ctx=b.n_ctx, n_threads=2)
+    fresh = LlamaBackend(model_path, n_ctx=b.n_ctx)
     try:
         fresh.prefill(committed[:-1], 0)
         fresh.verify([committed[-1]], [len(committed) - 1], [(0,)])
@@ -154,7 +154,7 @@ def test_kv_holds_exactly_the_committed_tokens(arm, model_path, public_prompts):
     turn prefills only its own tokens, and the cache predicts as a fresh prefill of the text does."""
     from adaspark_app.engine.chat_engine import ChatEngine
 
-    eng = ChatEngine(model_path, arm=arm, n_ctx=2048, n_threads=2)
+    eng = ChatEngine(model_path, arm=arm, n_ctx=2048)
     try:
         conv = public_prompts[10]  # extraction: replies repeat their input, so trees form
         msgs = []

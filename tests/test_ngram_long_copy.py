@@ -130,7 +130,7 @@ def test_long_copy_floor_stays_byte_identical_to_ar(model_path, monkeypatch):
     replies: dict[str, list] = {}
     for arm in ("ar", "adaspark"):
         with deterministic_clock():
-            eng = ChatEngine(model_path, arm=arm, n_ctx=1024, n_threads=2)
+            eng = ChatEngine(model_path, arm=arm, n_ctx=1024)
             try:
                 out = []
                 for k in range(2):

@@ -71,7 +71,7 @@ def target_replies(request) -> tuple[str, dict]:
     prompts = _prompts()
     out: dict[str, tuple[list[list[int]], int, dict]] = {}
     for arm in ARMS:
-        eng = ChatEngine(str(path), arm=arm, n_ctx=4096, n_threads=2, self_check=True)
+        eng = ChatEngine(str(path), arm=arm, n_ctx=4096, self_check=True)
         try:
             tokens, widths = [], {}
             for conv in prompts:
@@ -118,7 +118,7 @@ def test_rows_verified_in_a_batch_equal_one_row_steps(name):
     from adaspark_app.engine.backend import LlamaBackend
 
     path = _target_path(name)
-    b = LlamaBackend(str(path), n_ctx=1024, n_threads=2)
+    b = LlamaBackend(str(path), n_ctx=1024)
     try:
         text = "\n\n".join(r["turns"][0] for r in _rows("longpaste.jsonl")[:3])
         res = compare(b, b.tokenize(text)[:301], 16)

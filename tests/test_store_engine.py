@@ -26,7 +26,7 @@ MESSAGES = [{"role": "user", "content": "Name three colours."}]
 
 
 def _engine(model_path: str, store: Store) -> ChatEngine:
-    return ChatEngine(model_path, arm="adaspark", store=store, n_ctx=1024, n_threads=2)
+    return ChatEngine(model_path, arm="adaspark", store=store, n_ctx=1024)
 
 
 def _set_state(path: Path, key_id: str, text: str) -> None:

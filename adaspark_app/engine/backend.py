@@ -24,7 +24,7 @@ from .. import native
 from ..errors import ContextOverflowError, ModelLoadError
 from ..native import ONE_ROW_ALL, ONE_ROW_NONE
 from ..gguf_file import is_gguf
-from .limits import N_SEQ_MAX, check_n_batch, check_n_ctx, check_threads
+from .limits import N_SEQ_MAX, check_n_batch, check_n_ctx, check_threads, default_threads
 from .one_row import OURS, chooser_for
 
 # KV cache types and attention kernel. With an F16 (or F32) K and V cache, ggml's CPU flash
@@ -145,7 +145,7 @@ class LlamaBackend:
         if os.environ.get("ADASPARK_FORBID_MODEL"):  # set by tests/conftest.py for tests not marked `model`
             raise RuntimeError("ADASPARK_FORBID_MODEL is set: this process may not load a model "
                                "(mark the test @pytest.mark.model)")
-        self.n_threads = n_threads or max(1, min(os.cpu_count() or 1, 8))
+        self.n_threads = n_threads or default_threads()
         # No extra buffer types (AMX, CPU repack): weights stay in the layout the Q4_1 kernels
         # (native/) and the one-row step read, so verify rows and plain steps share one kernel
         # family; ggml's AMX path also segfaults on Sapphire Rapids VMs (llama.cpp #20824).

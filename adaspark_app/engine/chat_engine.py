@@ -35,10 +35,6 @@ def _check_messages(messages: list[dict[str, str]]) -> None:
             raise ArgumentError(f"message {i} must be {{'role': system|user|assistant, 'content': str}}")
 
 
-def _physical_threads() -> int:
-    return max(1, min(os.cpu_count() or 1, 8))
-
-
 class ChatEngine:
     """A target model with the AdaSpark round loop, its learners and (optionally) a store."""
 
@@ -50,7 +46,7 @@ class ChatEngine:
         check_gguf_file(path, "model")
         if drafter_path is not None and drafter_path != "default":
             check_gguf_file(drafter_path, "drafter")
-        self.backend = LlamaBackend(path, n_ctx=n_ctx, n_threads=n_threads or _physical_threads())
+        self.backend = LlamaBackend(path, n_ctx=n_ctx, n_threads=n_threads)
         b = self.backend
         self.notices: list[str] = []
         if b.recurrent:

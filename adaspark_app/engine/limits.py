@@ -8,6 +8,8 @@ Widths (`pinned:N`, `chain:K`) are checked by engine/arms.py against learn/const
 
 from __future__ import annotations
 
+import os
+
 from ..errors import ArgumentError
 from ..learn.constants import MAX_WIDTH
 
@@ -25,6 +27,9 @@ MIN_N_BATCH = N_SEQ_MAX
 MAX_THREADS = 512
 # A reply cannot be longer than the largest context.
 MAX_TOKENS = MAX_N_CTX
+# The default thread count's ceiling: a decode step of the models people chat with stops gaining
+# from more threads before this.
+DEFAULT_THREADS_MAX = 8
 
 
 def _whole(name: str, value: object) -> int:
@@ -50,6 +55,16 @@ def check_n_ctx(value: object) -> int:
     """The context size in tokens: MIN_N_CTX..MAX_N_CTX (llama.cpp needs room for the widest verify)."""
     return _within("--n-ctx", value, MIN_N_CTX, MAX_N_CTX,
                    f" (llama.cpp needs at least {N_SEQ_MAX} for a {N_SEQ_MAX}-row verify)")
+
+
+def default_threads() -> int:
+    """llama.cpp's threads when none are given: the cores this process may run on (its CPU
+    affinity, which `taskset` and container cpusets narrow), at most DEFAULT_THREADS_MAX."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not Linux
+        cores = os.cpu_count() or 1
+    return max(1, min(cores, DEFAULT_THREADS_MAX))
 
 
 def check_threads(value: object | None) -> int | None:
