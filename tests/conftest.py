@@ -3,6 +3,7 @@ guard that keeps tests not marked `model` from loading one."""
 
 from __future__ import annotations
 
+import collections
 import json
 import os
 from pathlib import Path
@@ -34,10 +35,16 @@ FORBID_MODEL = "ADASPARK_FORBID_MODEL"  # LlamaBackend refuses to load while it 
 
 
 def pytest_collection_modifyitems(config, items):
-    """Files with tests that load the model run first, each file's tests kept together and in
-    order: under xdist the long files start at once and the short ones fill in at the end."""
-    loads = {item.path for item in items if item.get_closest_marker("model") is not None}
-    items.sort(key=lambda item: item.path not in loads)  # stable
+    """The order files run in under xdist (`--no-loadscope-reorder` keeps it): files marked `long`
+    first, then the other files that load the model, then the rest, each group in falling order of
+    test count; a file's tests stay together and in order. The long files start at once and the
+    short ones fill in at the end, so no worker idles while another finishes a long file."""
+    def has(marker: str) -> set:
+        return {item.path for item in items if item.get_closest_marker(marker) is not None}
+
+    long, loads = has("long"), has("model")
+    count = collections.Counter(item.path for item in items)
+    items.sort(key=lambda item: (item.path not in long, item.path not in loads, -count[item.path], str(item.path)))
 
 
 @pytest.hookimpl(hookwrapper=True)

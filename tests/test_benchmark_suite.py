@@ -155,6 +155,19 @@ def test_the_readme_is_a_users_page():
     """About 150 lines at most, the install near the top, and the test command in it."""
     lines = (ROOT / "README.md").read_text(encoding="utf-8").splitlines()
     assert len(lines) <= 150
-    install = next(i for i, line in enumerate(lines) if line.strip() == "python3 -m pip install -e '.[dev]'")
+    install = next(i for i, line in enumerate(lines) if line.strip() == INSTALL)
     assert install < 30
-    assert "adaspark chat" in lines and "python3 -m pytest -q" in lines
+    assert "adaspark chat" in lines and TEST in lines
+
+
+INSTALL = """CMAKE_ARGS="-DLLAVA_BUILD=OFF" python3 -m pip install -e '.[dev]'"""
+TEST = "python3 -m pytest -q"
+
+
+def test_ci_runs_the_readmes_install_and_test_commands_and_nothing_else():
+    """.ci/run (a clean clone's CI) installs exactly as the README says and runs its tests."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8").splitlines()
+    assert INSTALL in readme and TEST in readme
+    ci = [line.strip() for line in (ROOT / ".ci" / "run").read_text(encoding="utf-8").splitlines()]
+    commands = [c for c in ci if c and not c.startswith(("#", "set ", "cd "))]
+    assert commands == [INSTALL, TEST]

@@ -8,7 +8,7 @@ import pytest
 from adaspark_app.engine.context_window import MIN_REPLY_TOKENS
 from adaspark_app.errors import MessageTooLongError
 
-pytestmark = pytest.mark.model
+pytestmark = [pytest.mark.model, pytest.mark.long]
 
 SYSTEM = ("You are a patient tutor. Answer in one or two short sentences, use plain words, and never "
           "repeat the question back to the student before answering it.")

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-pytestmark = pytest.mark.model
+pytestmark = [pytest.mark.model, pytest.mark.long]
 
 TOPICS = ["rivers", "volcanoes", "bridges", "deserts", "glaciers", "forests", "islands", "canals",
           "mountains", "lakes", "caves", "reefs", "valleys", "storms", "tides", "comets", "metals",

@@ -11,6 +11,8 @@ import pytest
 from adaspark_app.engine.default_drafter import default_drafter_path
 from adaspark_app.gguf_file import read_gguf_header
 
+pytestmark = pytest.mark.long  # scheduled first (tests/conftest.py)
+
 
 def test_shipped_drafter_is_small_and_names_its_training_set():
     path = Path(default_drafter_path())

@@ -12,7 +12,7 @@ import pytest
 
 from adaspark_app.engine.chat_engine import ChatEngine
 
-pytestmark = pytest.mark.model  # every test here loads the bundled model
+pytestmark = [pytest.mark.model, pytest.mark.long]  # every test here loads the bundled model
 
 LONGPASTE = Path(__file__).parent.parent / "benchmarks" / "corpora" / "longpaste.jsonl"
 
@@ -75,7 +75,7 @@ def test_class_precision_beats_one_p_src_in_both_estimates(model_path):
     The width is pinned (16 rows), so which nodes are verified, and so the outcome, is a function
     of the model's outputs alone: under `adaspark` the widths follow measured verify times, and
     the test failed at random in a loaded run."""
-    prompts = [json.loads(line)["turns"][0] for line in LONGPASTE.read_text().splitlines()[:8]]
+    prompts = [json.loads(line)["turns"][0] for line in LONGPASTE.read_text().splitlines()[:6]]
     losses, _ = _paste_log_losses(model_path, prompts)
     (fit, head), (fit_one, head_one) = losses["with"], losses["one"]
     print(f"fitted {fit:.4f} / {fit_one:.4f} = {fit / fit_one:.3f}; head {head:.4f} / {head_one:.4f} = "

@@ -8,7 +8,7 @@ import pytest
 from adaspark_app.engine.chat_engine import ChatEngine
 from engine_clock import deterministic_clock
 
-pytestmark = pytest.mark.model  # every test here loads the bundled model
+pytestmark = [pytest.mark.model, pytest.mark.long]  # every test here loads the bundled model
 
 ARMS = ["ar", "chain:4", "pinned:8", "adaspark"]
 MAX_TOKENS = 40

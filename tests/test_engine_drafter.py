@@ -8,7 +8,7 @@ from adaspark_app.engine.chat_engine import ChatEngine
 from adaspark_app.engine.drafter_init import write_random_drafter
 from engine_clock import deterministic_clock
 
-pytestmark = pytest.mark.model  # every test here loads the bundled model
+pytestmark = [pytest.mark.model, pytest.mark.long]  # every test here loads the bundled model
 
 
 @pytest.fixture(scope="module")
@@ -30,7 +30,7 @@ def _drafter_rows_verified_and_lossless(arm, drafter_file, model_path, public_pr
     try:
         same = 0
         rows = 0
-        convs = public_prompts[:4]
+        convs = public_prompts[:3]
         for conv in convs:
             msgs = []
             for turn, user in enumerate(conv["turns"]):

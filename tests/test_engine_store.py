@@ -12,7 +12,7 @@ from adaspark_app.engine.chat_engine import ChatEngine
 from adaspark_app.store import Store
 from engine_clock import deterministic_clock
 
-pytestmark = pytest.mark.model  # every test here loads the bundled model
+pytestmark = [pytest.mark.model, pytest.mark.long]  # every test here loads the bundled model
 
 
 def _serve(model_path, store_path, prompts, max_tokens=48):

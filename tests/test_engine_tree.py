@@ -13,6 +13,8 @@ from adaspark_app.engine.backend import LlamaBackend
 from adaspark_app.engine.tree import (KIND_NGRAM, Candidates, accepted_path, best_first_order, layout,
                                       path_products)
 
+pytestmark = pytest.mark.long  # scheduled first (tests/conftest.py)
+
 
 @pytest.fixture(scope="module")
 def backend(model_path):

@@ -23,6 +23,8 @@ import pytest
 from adaspark_app import native
 from adaspark_app.native import build
 
+pytestmark = pytest.mark.long  # scheduled first (tests/conftest.py)
+
 
 def _sgemm_like() -> str:
     """The parts of sgemm.cpp the patch looks for: the class anchor, then the stock Q8_0, Q4_0

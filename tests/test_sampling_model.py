@@ -15,7 +15,7 @@ from adaspark_app.engine.decoder import Decoder
 from adaspark_app.engine.sampling import SamplingSettings, processed_distribution
 from adaspark_app.runner import Conversation, run_conversation
 
-pytestmark = pytest.mark.model
+pytestmark = [pytest.mark.model, pytest.mark.long]
 
 # A passage to copy: the n-gram index proposes its continuation, so tokens of the reply are drawn
 # at rows deep inside a verified path, not only at the anchor.

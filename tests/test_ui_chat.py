@@ -18,6 +18,8 @@ from adaspark_app.ui.screens import ChatScreen, ConfirmScreen, HelpScreen, Renam
 from adaspark_app.ui.widgets import ChatView, render_panel
 from ui_fakes import failing, notifications, notified, read_log, scripted, spawn_event, wait_until
 
+pytestmark = pytest.mark.long  # scheduled first (tests/conftest.py)
+
 SIZE = (160, 48)
 LONG_REPLY = "\n\n".join(f"Line {i}." for i in range(120))  # two tokens a paragraph: tall quickly
 

@@ -25,6 +25,8 @@ from adaspark_app.ui.screens import ChatScreen, HelpScreen, SaveFileScreen, Sett
 from adaspark_app.engine.worker import EngineConfig
 from ui_fakes import ScriptedEngine, _log, notifications, notified, read_log, scripted, wait_until
 
+pytestmark = pytest.mark.long  # scheduled first (tests/conftest.py)
+
 SIZE = (160, 48)
 T08 = SamplingSettings(temperature=0.8)
 

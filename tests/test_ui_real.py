@@ -25,7 +25,7 @@ from adaspark_app.store import Store
 from adaspark_app.ui.app import AdaSparkApp
 from ui_fakes import notifications, notified, read_log, recording, wait_until
 
-pytestmark = pytest.mark.model
+pytestmark = [pytest.mark.model, pytest.mark.long]
 
 SIZE = (160, 48)
 MAX_TOKENS = 24
