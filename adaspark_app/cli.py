@@ -16,7 +16,7 @@ from typing import Sequence
 from . import native
 from .engine import limits
 from .errors import AdaSparkError
-from .options import add_sampling_options, check_sampling_options
+from .options import add_gpu_layers_option, add_sampling_options, check_gpu_layers_option, check_sampling_options
 
 class OneLineParser(argparse.ArgumentParser):
     """argparse with a one-line error (exit 2) instead of the usage dump."""
@@ -55,6 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--n-ctx", default=None,
                    help="context size in tokens (default: the model's training context, capped so the KV "
                         "cache takes at most half the free memory, and at 32768)")
+    add_gpu_layers_option(c)
     add_sampling_options(c)
 
     r = sub.add_parser("run", help="headless scripted conversations")
@@ -73,6 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--threads", default=None,
                    help=f"llama.cpp threads (1..{limits.MAX_THREADS})")
     r.add_argument("--self-check", action="store_true", help="assert every emitted token is its row's argmax")
+    add_gpu_layers_option(r)
     add_sampling_options(r)
 
     from .bench import commands as bench_commands
@@ -98,6 +100,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     check_sampling_options(args)
     _check_numbers(args)
+    gpu_layers = check_gpu_layers_option(args)
     parse_arm(args.arm)
     convs = load_script(args.script)
     if args.model:
@@ -122,7 +125,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from .engine.chat_engine import ChatEngine
 
     engine = ChatEngine(args.model, args.drafter, store=store, arm=args.arm, n_threads=args.threads,
-                        n_ctx=args.n_ctx, self_check=args.self_check)
+                        n_ctx=args.n_ctx, self_check=args.self_check, gpu_layers=gpu_layers)
     for note in engine.notices:
         sys.stderr.write(f"adaspark: note: {note}\n")
     out = open(args.out, "w", encoding="utf-8") if args.out else sys.stdout
@@ -203,6 +206,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
         check_gguf_file(args.drafter, "drafter")
     args.max_tokens = settings.max_tokens
     args.n_ctx = _chat_n_ctx(args)
+    gpu_layers = check_gpu_layers_option(args)
     from .ui.app import run_chat
 
     # what the user set (config, then options): a model chosen in the picker keeps these and
@@ -211,7 +215,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
     given.update({k: v for k, v in values.items() if v is not None})
     return run_chat(args.model, args.drafter, args.store, max_tokens=args.max_tokens, sampling=sampling,
                     n_ctx=args.n_ctx, system=settings.system, resume_id=resume[0] if resume else None,
-                    sampling_given=given) or 0
+                    sampling_given=given, gpu_layers=gpu_layers) or 0
 
 
 def _chat_n_ctx(args: argparse.Namespace) -> int | None:

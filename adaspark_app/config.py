@@ -10,6 +10,7 @@ defaults. Every key, all optional:
     max_tokens = 512          # tokens per reply at most
     theme = "nord"            # a Textual theme name
     model_folders = ["~/models"]  # more folders `adaspark models` and the picker search
+    gpu_layers = "all"        # layers on the GPU: a number, "all" or 0 (chat, run and bench)
 
     [sampling]                # as the options --temperature, --top-k, ... (same checks)
     temperature = 0.7
@@ -46,6 +47,7 @@ _TOP_KEYS: dict[str, tuple[tuple[type, ...], str]] = {
     "max_tokens": ((int,), "an integer"),
     "theme": ((str,), "a string (a Textual theme name)"),
     "model_folders": ((list,), "a list of folder paths"),
+    "gpu_layers": ((int, str), "a number of layers or \"all\""),
     "sampling": ((dict,), "a table"),
 }
 _SAMPLING_KEYS: dict[str, tuple[tuple[type, ...], str]] = {
@@ -70,6 +72,7 @@ class Config:
     theme: str | None = None
     model_folders: tuple[str, ...] = ()
     sampling: dict[str, Any] = field(default_factory=dict)
+    gpu_layers: int | str | None = None
 
     def chat_defaults(self) -> dict[str, Any]:
         """The chat's defaults, as ui.chat_settings.default_settings takes them as `config`:
@@ -155,6 +158,14 @@ def _checked(p: Path, data: dict[str, Any]) -> Config:
     for key in ("model", "theme"):
         if key in values and not values[key].strip():
             raise fail(key, "is empty")
+    if "gpu_layers" in values:
+        from .engine.offload import parse_gpu_layers
+        from .errors import ArgumentError
+
+        try:
+            parse_gpu_layers(values["gpu_layers"], "it")
+        except ArgumentError as err:
+            raise fail("gpu_layers", _option_text(err).removeprefix("it ")) from None
     if "theme" in values:
         from textual.theme import BUILTIN_THEMES
 

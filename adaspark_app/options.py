@@ -42,3 +42,25 @@ def check_sampling_options(args: argparse.Namespace, defaults: dict | None = Non
         settings = settings.resolved()
     args.sampling = settings
     return settings
+
+
+GPU_LAYERS_HELP = ("layers on the GPU: a number, 'all' or 0 (the CPU only); default: all where llama.cpp "
+                   "was built for a GPU, else the CPU (config file: gpu_layers)")
+
+
+def add_gpu_layers_option(p: argparse.ArgumentParser) -> None:
+    """`--gpu-layers N|all|0` (engine/offload.py)."""
+    p.add_argument("--gpu-layers", dest="gpu_layers", default=None, metavar="N|all", help=GPU_LAYERS_HELP)
+
+
+def check_gpu_layers_option(args: argparse.Namespace) -> int | None:
+    """`--gpu-layers` if given, else the config file's `gpu_layers`, checked: the layers to pass
+    the engine (None: its default). A bad value is an ArgumentError (one line, exit 2)."""
+    from .engine.offload import parse_gpu_layers
+
+    if getattr(args, "gpu_layers", None) is not None:
+        return parse_gpu_layers(args.gpu_layers)
+    from .config import load_config
+
+    cfg = load_config()
+    return parse_gpu_layers(cfg.gpu_layers, f"gpu_layers in {cfg.path}") if cfg.gpu_layers is not None else None

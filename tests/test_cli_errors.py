@@ -113,7 +113,8 @@ def no_config(tmp_path, monkeypatch):
     return tmp_path
 
 
-@pytest.mark.parametrize("case", ["store-not-sqlite", "model-name-missing", "model-is-a-folder", "bad-config"])
+@pytest.mark.parametrize("case", ["store-not-sqlite", "model-name-missing", "model-is-a-folder", "bad-config",
+                                  "bad-gpu-layers", "bad-gpu-layers-config"])
 def test_chat_user_errors_are_one_line_before_the_window_opens(no_config, case):
     tmp = no_config
     if case == "store-not-sqlite":
@@ -124,6 +125,11 @@ def test_chat_user_errors_are_one_line_before_the_window_opens(no_config, case):
     elif case == "model-is-a-folder":
         (tmp / "m.gguf").mkdir()
         args, needles = ["chat", "--model", str(tmp / "m.gguf")], ("not a file", "m.gguf")
+    elif case == "bad-gpu-layers":
+        args, needles = ["chat", "--gpu-layers", "half"], ("--gpu-layers must be", "'half'")
+    elif case == "bad-gpu-layers-config":
+        (tmp / "none.toml").write_text("gpu_layers = -5\n")
+        args, needles = ["chat"], ("none.toml", "key 'gpu_layers'", "not -5")
     else:
         (tmp / "none.toml").write_text("[sampling]\ntemperature = \"hot\"\n")
         args, needles = ["chat"], ("none.toml", "sampling.temperature")

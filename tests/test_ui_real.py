@@ -82,6 +82,7 @@ async def test_real_reply_streams_and_fills_the_panel(learned, chats, tmp_path):
         assert stats.gauges.plain_rate is None or stats.gauges.plain_rate > 0
         assert stats.gauges.prices_ms or stats.prices_ms() or stats.priced_by == "none"
         assert app.sub_title.lower().startswith("model smollm2")  # the name the engine process reported
+        assert " · on CPU, " in app.sub_title and " threads · " in app.sub_title  # where it runs
         (call,) = read_log(log, "generate")
         assert call["pid"] == app.engine.pid != os.getpid()
         (conv,) = chats.list_conversations()
@@ -114,6 +115,20 @@ async def test_real_escape_stops_within_one_round_and_keeps_the_partial_reply(le
         stored = chats.get_messages(conv["id"])[1]
         assert stored["meta"]["stopped"] is True and stored["meta"]["n_tokens"] < 400
         assert stored["content"] == reply.text
+
+
+async def test_real_gpu_layers_on_a_cpu_build_notify_once_and_the_header_says_cpu(learned, chats, tmp_path):
+    """`adaspark chat --gpu-layers all` on a CPU-only llama.cpp build: the engine runs on the CPU,
+    the chat says so once, and its header names the CPU."""
+    from adaspark_app.engine.offload import ALL_LAYERS
+
+    app = make_app(EngineConfig(store_path=learned, gpu_layers=ALL_LAYERS), chats, tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await notified(pilot, "cannot offload to a GPU", "running on the CPU")
+        await wait_until(pilot, lambda: " · on CPU, " in app.sub_title, what="the header to name the CPU")
+        await send(pilot, "Say hi.")
+        await finished(pilot)
+        assert sum("cannot offload" in n for n in notifications(app)) == 1
 
 
 async def test_real_resume_sends_the_stored_history(learned, chats, tmp_path):

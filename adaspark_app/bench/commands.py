@@ -11,7 +11,7 @@ import argparse
 import shlex
 import sys
 
-from ..options import add_sampling_options, check_sampling_options
+from ..options import add_gpu_layers_option, add_sampling_options, check_gpu_layers_option, check_sampling_options
 
 DEFAULT_MAX_TOKENS = 1024  # the loop cap: a reply reaching it is left out as a greedy loop (paper: 8,192)
 DEFAULT_REPORT_DIR = "bench-report"
@@ -42,6 +42,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
                    help="keep each arm's learned store as DIR/<arm>.db (default: fresh temporary stores)")
     p.add_argument("--threads", type=int, default=None, help="llama.cpp threads for every arm")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_gpu_layers_option(p)
     add_sampling_options(p)  # the same sampling options as run and chat
     p.add_argument("--keep-capped", action="store_true",
                    help="fixed-length comparison: keep replies that reach --max-tokens instead of "
@@ -93,6 +94,7 @@ def run(args: argparse.Namespace) -> int:
     from .runner import BenchConfig, run_bench
 
     sampling = check_sampling_options(args)  # ArgumentError: one line, exit 2 (cli.main)
+    gpu_layers = check_gpu_layers_option(args)
     if args.model:
         from ..config import resolve_model_arg
 
@@ -108,6 +110,7 @@ def run(args: argparse.Namespace) -> int:
         report_dir=args.report,
         store_dir=args.store_dir,
         n_threads=args.threads,
+        gpu_layers=gpu_layers,
         keep_capped=args.keep_capped,
         extra={"command": command_line(args)},
     )

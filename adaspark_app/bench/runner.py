@@ -134,6 +134,7 @@ class BenchConfig:
     report_dir: str = "bench-report"
     store_dir: str | None = None
     n_threads: int | None = None
+    gpu_layers: int | None = None  # None: the engine's default (engine/offload.py)
     n_ctx: int = 4096
     keep_capped: bool = False  # a fixed-length run: replies reaching the cap are kept, not left out
     extra: dict = field(default_factory=dict)
@@ -201,7 +202,8 @@ def _default_engine_factory(config: BenchConfig, arm: str, store: Any) -> Any:
     base, plus, _ = arm.partition("+")
     with_drafter = bool(plus) or not any(a.strip().endswith(DRAFTER_SUFFIX) for a in config.arms)
     return ChatEngine(model_path=config.model, drafter_path=config.drafter if with_drafter else None,
-                      store=store, arm=base, n_threads=config.n_threads, n_ctx=config.n_ctx)
+                      store=store, arm=base, n_threads=config.n_threads, n_ctx=config.n_ctx,
+                      gpu_layers=config.gpu_layers)
 
 
 def _default_store_factory(path: Path) -> Any:
@@ -326,6 +328,7 @@ def run_bench(
         else:
             store_root = Path(config.store_dir)
             store_root.mkdir(parents=True, exist_ok=True)
+        shown: set[str] = set()
         for label, arm in labels:
             store = store_factory(store_root / f"{_safe(label)}.db")
             if hasattr(store, "close"):
@@ -337,6 +340,12 @@ def run_bench(
             threads = getattr(getattr(engine, "backend", None), "n_threads", None)
             if isinstance(threads, int):
                 meta["machine"]["n_threads"] = threads
+            offload = getattr(getattr(engine, "backend", None), "offload", None)
+            if offload is not None:
+                meta["machine"]["device"] = offload.describe()
+                if offload.notice and offload.notice not in shown:  # once, not once per arm
+                    shown.add(offload.notice)
+                    print(f"adaspark: note: {offload.notice}", file=sys.stderr)
 
         prog = None
         if progress:

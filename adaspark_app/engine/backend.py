@@ -25,6 +25,7 @@ from ..errors import ContextOverflowError, ModelLoadError
 from ..native import ONE_ROW_ALL, ONE_ROW_NONE
 from ..gguf_file import is_gguf
 from .limits import N_SEQ_MAX, check_n_batch, check_n_ctx, check_threads, default_threads
+from .offload import build_can_offload, parse_gpu_layers, plan_offload
 from .one_row import OURS, chooser_for
 
 # KV cache types and attention kernel. With an F16 (or F32) K and V cache, ggml's CPU flash
@@ -138,9 +139,10 @@ class LlamaBackend:
     """A loaded target model and its one context (n_seq_max=64, unified KV)."""
 
     def __init__(self, model_path: str, n_ctx: int = 4096, n_threads: int | None = None,
-                 n_batch: int = 512) -> None:
+                 n_batch: int = 512, gpu_layers: int | None = None) -> None:
         n_ctx, n_batch = check_n_ctx(n_ctx), check_n_batch(n_batch)  # before llama.cpp can abort on them
         n_threads = check_threads(n_threads)
+        gpu_layers = parse_gpu_layers(gpu_layers, "gpu_layers")
         check_gguf_file(model_path)
         if os.environ.get("ADASPARK_FORBID_MODEL"):  # set by tests/conftest.py for tests not marked `model`
             raise RuntimeError("ADASPARK_FORBID_MODEL is set: this process may not load a model "
@@ -149,7 +151,11 @@ class LlamaBackend:
         # No extra buffer types (AMX, CPU repack): weights stay in the layout the Q4_1 kernels
         # (native/) and the one-row step read, so verify rows and plain steps share one kernel
         # family; ggml's AMX path also segfaults on Sapphire Rapids VMs (llama.cpp #20824).
-        self._load_model(model_path, "the model file", use_extra_bufts=False)
+        # Every layer on the GPU where the build can offload, unless `gpu_layers` says otherwise
+        # (engine/offload.py); a CPU-only build runs on the CPU, with a notice if GPU layers were asked.
+        self.offload = plan_offload(gpu_layers, build_can_offload())
+        self._load_model(model_path, "the model file", use_extra_bufts=False,
+                         n_gpu_layers=self.offload.n_gpu_layers)
         L, model = self.llama, self.model
         cparams = L.llama_context_default_params()
         cparams.n_ctx = n_ctx
@@ -207,7 +213,7 @@ class LlamaBackend:
         self._init_vocab()
         return self
 
-    def _load_model(self, model_path: str, what: str, **params: bool) -> None:
+    def _load_model(self, model_path: str, what: str, **params: bool | int) -> None:
         """Load the GGUF file into self.model with these llama_model_params fields set."""
         self.llama = L = _llama()
         self.model_path = str(model_path)

@@ -40,15 +40,15 @@ class ChatEngine:
 
     def __init__(self, model_path: str | None = None, drafter_path: str | None = None, store: Any = None,
                  arm: str | Arm = "adaspark", n_threads: int | None = None, n_ctx: int = 4096,
-                 self_check: bool = False) -> None:
+                 self_check: bool = False, gpu_layers: int | str | None = None) -> None:
         self.arm = arm if isinstance(arm, Arm) else parse_arm(arm)
         path = model_path or default_model_path()
         check_gguf_file(path, "model")
         if drafter_path is not None and drafter_path != "default":
             check_gguf_file(drafter_path, "drafter")
-        self.backend = LlamaBackend(path, n_ctx=n_ctx, n_threads=n_threads)
+        self.backend = LlamaBackend(path, n_ctx=n_ctx, n_threads=n_threads, gpu_layers=gpu_layers)
         b = self.backend
-        self.notices: list[str] = []
+        self.notices: list[str] = [b.offload.notice] if b.offload.notice else []
         if b.recurrent:
             self.notices.append("this model is recurrent or hybrid: tree verification is off, "
                                 "decoding plainly one token per step")
@@ -104,7 +104,7 @@ class ChatEngine:
         from ..store import LearnedKey, device_fingerprint, model_fingerprint
 
         mfp = model_fingerprint(self.backend.model_path)
-        dfp = device_fingerprint(self.backend.n_threads, self._backend_info())
+        dfp = device_fingerprint(self.backend.n_threads, self._backend_info(), **self._gpu())
         rfp = model_fingerprint(self.drafter_path) if self.drafter_path else None
         self.store_key = LearnedKey(mfp["id"], dfp["id"], rfp["id"] if rfp else None)
         self._key_meta = {"model": mfp, "device": dfp, "drafter": rfp, "model_name": self.model_name,
@@ -148,6 +148,26 @@ class ChatEngine:
             self.decoder.load_state(state)
             return
         self.notices.append("the learned state in the store kept changing while it was read: started fresh")
+
+    @property
+    def device_label(self) -> str:
+        """Where the model runs, for the chat's header and `adaspark bench`'s report: `CPU, 2
+        threads`, or the GPU's name and the layers on it."""
+        off = self.backend.offload
+        if not off.on_gpu:
+            return f"CPU, {self.backend.n_threads} threads"
+        return f"{self._gpu()['gpu']}, {off.describe()}"
+
+    def _gpu(self) -> dict:
+        """The GPU and layers the fingerprint names, when layers are offloaded (none on the CPU)."""
+        off = self.backend.offload
+        if not off.on_gpu:
+            return {}
+        from .offload import gpu_identity
+
+        ident = gpu_identity() or {}
+        return {"gpu": ident.get("name") or "GPU", "gpu_layers": off.n_gpu_layers,
+                "gpu_detail": {k: v for k, v in ident.items() if k != "name"}}
 
     def _backend_info(self) -> str:
         import llama_cpp

@@ -18,7 +18,7 @@ UI -> engine, on the command pipe:
     ("generate", request_id, conversation_id, messages, max_tokens, turn, sampling)
     ("close",)
 engine -> UI, on the event pipe:
-    ("loaded", {"model_name", "drafter_name", "notices", "gauges", "pid", "n_ctx"})
+    ("loaded", {"model_name", "drafter_name", "notices", "gauges", "pid", "n_ctx", "device"})
     ("load_failed", message)                        # then the process exits
     ("rounds", request_id, [RoundEvent], [monotonic seconds of each], gauges or None)
     ("done", request_id, ReplyResult, gauges)
@@ -84,6 +84,7 @@ class EngineConfig:
     arm: str = "adaspark"
     n_ctx: int | None = 4096  # None: the model's default chat context (engine/context_size.py)
     n_threads: int | None = None
+    gpu_layers: int | None = None  # None: every layer where the build can offload (engine/offload.py)
 
     def __call__(self) -> Any:
         from .. import native
@@ -104,7 +105,7 @@ class EngineConfig:
 
                 n_ctx = default_chat_n_ctx(self.model_path or default_model_path(), self.drafter_path).n_ctx
             engine = ChatEngine(model_path=self.model_path, drafter_path=self.drafter_path, store=store,
-                                arm=self.arm, n_ctx=n_ctx, n_threads=self.n_threads)
+                                arm=self.arm, n_ctx=n_ctx, n_threads=self.n_threads, gpu_layers=self.gpu_layers)
         except BaseException:
             if store is not None:
                 store.close()
@@ -247,6 +248,7 @@ def serve(commands: Any, events: Any, cancel: CancelFlag, factory: Callable[[], 
             "notices": list(getattr(engine, "notices", []) or []),
             "gauges": read_gauges(engine, 0),
             "n_ctx": getattr(getattr(engine, "backend", None), "n_ctx", None),  # the header shows it
+            "device": getattr(engine, "device_label", None),  # and this
             "pid": os.getpid(),
         }))
         while True:

@@ -167,13 +167,18 @@ def device_fingerprint(
     *,
     backend: str | None = None,
     gpu: str | None = None,
+    gpu_layers: int = 0,
+    gpu_detail: dict | None = None,
 ) -> dict:
     """Fingerprint of the device a cost law was learned on.
 
     ``backend_info`` is the llama.cpp build/version string the engine passes (e.g. the package
     version plus ``llama_print_system_info()``); ``backend`` ("cpu", "cuda", ...) is inferred from
-    it unless given; ``gpu`` names the GPU when there is one. The id hashes every field but the
-    display name, so a different thread count or llama.cpp build is a different device.
+    it unless given; ``gpu`` names the GPU when layers run on one, ``gpu_layers`` how many (-1:
+    all) and ``gpu_detail`` the rest of what identifies it (compute capability, driver). The id
+    hashes every field but the display name, so a different thread count, llama.cpp build, GPU,
+    driver or layer split is a different device. On the CPU (``gpu_layers`` 0) the GPU fields are
+    left out, so a CPU device keeps the id it had before they existed.
     """
     if int(n_threads) < 1:
         raise ValueError(f"n_threads must be >= 1, got {n_threads}")
@@ -188,8 +193,16 @@ def device_fingerprint(
         "n_threads": int(n_threads),
         "llama_build": backend_info or "",
     }
+    if gpu_layers:
+        fp["gpu_layers"] = int(gpu_layers)
+        fp["gpu_detail"] = dict(gpu_detail or {})
     fp["id"] = _short_hash(fp)
-    fp["name"] = f"{gpu or cpu}, {int(n_threads)} threads, {fp['backend']}"
+    if gpu_layers:
+        layers = "all layers" if gpu_layers < 0 else f"{int(gpu_layers)} layers"
+        detail = ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in sorted((gpu_detail or {}).items()))
+        fp["name"] = f"{gpu or 'GPU'}{f' ({detail})' if detail else ''}, {layers} on it, {fp['backend']}"
+    else:
+        fp["name"] = f"{gpu or cpu}, {int(n_threads)} threads, {fp['backend']}"
     return fp
 
 

@@ -83,6 +83,7 @@ class AdaSparkApp(App[int]):
         self.store = store
         self.model_label = model_label
         self.drafter_label = drafter_label
+        self.device_label: str | None = None  # where the engine runs the model (EngineLoaded tells it)
         self.store_label = store_label
         self.export_dir = export_dir or Path.cwd()
         self.max_tokens = max_tokens
@@ -126,7 +127,8 @@ class AdaSparkApp(App[int]):
     def _update_subtitle(self) -> None:
         drafter = self.drafter_label or "none (n-gram drafts)"
         settings = self._shown_settings or self.default_settings()  # none shown yet: a new conversation's
-        self.sub_title = (f"model {self.model_label} · {self._context_label()}{settings.label()} · "
+        device = f"on {self.device_label} · " if self.device_label else ""
+        self.sub_title = (f"model {self.model_label} · {device}{self._context_label()}{settings.label()} · "
                           f"drafter {drafter} · store {self.store_label}")
 
     def _context_label(self) -> str:
@@ -163,6 +165,7 @@ class AdaSparkApp(App[int]):
             self.drafter_label = message.drafter_name
         if message.n_ctx:
             self.n_ctx = message.n_ctx
+        self.device_label = message.device
         self._update_subtitle()
         if self.switching_to is not None:
             self.switching_to = None
@@ -420,7 +423,8 @@ def engine_log_path() -> str | None:
 
 def run_chat(model: str | None, drafter: str | None, store_path: str | None, max_tokens: int = MAX_TOKENS,
              sampling: Any = None, n_ctx: int | None = None, system: str | None = None,
-             resume_id: str | None = None, sampling_given: dict[str, Any] | None = None) -> int:
+             resume_id: str | None = None, sampling_given: dict[str, Any] | None = None,
+             gpu_layers: int | None = None) -> int:
     """Run `adaspark chat`; returns the exit code (2 with a one-line message on a user error).
 
     max_tokens, sampling and system: a new conversation's settings; resume_id: the stored
@@ -436,7 +440,8 @@ def run_chat(model: str | None, drafter: str | None, store_path: str | None, max
         return err.exit_code
 
     # The engine process opens the same file for its learned state (WAL, busy timeout).
-    config = EngineConfig(model_path=model, drafter_path=drafter, store_path=str(store.path), n_ctx=n_ctx)
+    config = EngineConfig(model_path=model, drafter_path=drafter, store_path=str(store.path), n_ctx=n_ctx,
+                          gpu_layers=gpu_layers)
     app = AdaSparkApp(
         config, store,
         model_label=Path(model).name if model else BUNDLED_NAME,

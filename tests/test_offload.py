@@ -1,0 +1,105 @@
+"""`--gpu-layers` and the GPU's part of the device fingerprint, on a CPU-only build (CI has no
+GPU): the rules are pure functions of the build's answer to llama_supports_gpu_offload(), and the
+CLI's fallback runs the real engine on the bundled model."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from adaspark_app.engine.offload import (ALL_LAYERS, Offload, build_can_offload, parse_gpu_layers,
+                                         parse_nvidia_smi, plan_offload)
+from adaspark_app.errors import ArgumentError
+from adaspark_app.store.fingerprint import _short_hash, device_fingerprint
+
+
+@pytest.mark.parametrize("given,layers", [("all", ALL_LAYERS), ("ALL", ALL_LAYERS), ("0", 0), ("12", 12),
+                                          (12, 12), (-1, ALL_LAYERS), (None, None)])
+def test_gpu_layers_values(given, layers):
+    assert parse_gpu_layers(given) == layers
+
+
+@pytest.mark.parametrize("given", ["x", "-3", "1.5", "", True, 10**6])
+def test_bad_gpu_layers_are_one_line_naming_the_option(given):
+    with pytest.raises(ArgumentError, match=r"^--gpu-layers must be a number of layers .* or 'all', not ") as err:
+        parse_gpu_layers(given)
+    assert "\n" not in str(err.value)
+
+
+def test_every_layer_on_the_gpu_by_default_where_the_build_can_offload():
+    assert plan_offload(None, True) == Offload(ALL_LAYERS)
+    assert plan_offload(0, True) == Offload(0) and not plan_offload(0, True).on_gpu
+    assert plan_offload(20, True) == Offload(20)
+    assert plan_offload(20, True).describe() == "20 layers on the GPU"
+
+
+def test_a_cpu_build_runs_on_the_cpu_and_says_so_only_when_gpu_layers_were_asked():
+    assert plan_offload(None, False) == Offload(0)
+    assert plan_offload(0, False) == Offload(0)
+    for asked in (ALL_LAYERS, 20):
+        plan = plan_offload(asked, False)
+        assert plan.n_gpu_layers == 0 and plan.describe() == "CPU"
+        assert "running on the CPU" in plan.notice and "\n" not in plan.notice
+
+
+def test_nvidia_smi_answer_names_the_gpu():
+    text = "NVIDIA H200, 9.0, 580.65.06\nNVIDIA H200, 9.0, 580.65.06\n"
+    assert parse_nvidia_smi(text) == {"name": "NVIDIA H200", "compute_capability": "9.0", "driver": "580.65.06"}
+    assert parse_nvidia_smi("") is None
+    assert parse_nvidia_smi("NVIDIA-SMI has failed because it couldn't communicate with the driver") is None
+
+
+def test_a_cpu_device_keeps_its_id_and_each_gpu_setting_is_its_own_device():
+    cpu = device_fingerprint(2, "llama-cpp-python 0.3.36; CPU : AVX2 = 1")
+    legacy = {k: cpu[k] for k in ("kind", "backend", "cpu", "gpu", "machine", "system", "n_threads", "llama_build")}
+    assert cpu["id"] == _short_hash(legacy)  # the fields (and so the id) a CPU device had before GPUs
+    assert device_fingerprint(2, "llama-cpp-python 0.3.36; CPU : AVX2 = 1", gpu_layers=0) == cpu
+    info = "llama-cpp-python 0.3.36; CUDA : ARCHS = 900"
+    h200 = dict(gpu="NVIDIA H200", gpu_layers=ALL_LAYERS, gpu_detail={"compute_capability": "9.0", "driver": "580.65.06"})
+    base = device_fingerprint(2, info, **h200)
+    assert base["backend"] == "cuda" and base["gpu_layers"] == ALL_LAYERS
+    assert base["name"].startswith("NVIDIA H200 (compute capability 9.0, driver 580.65.06), all layers on it")
+    others = [dict(h200, gpu="NVIDIA RTX 4090"), dict(h200, gpu_layers=20),
+              dict(h200, gpu_detail={"compute_capability": "9.0", "driver": "590.1"})]
+    ids = {base["id"], cpu["id"]} | {device_fingerprint(2, info, **o)["id"] for o in others}
+    assert len(ids) == 5  # another GPU, layer split or driver never shares a cost table
+
+
+@pytest.mark.model
+def test_run_with_gpu_layers_on_a_cpu_build_prints_one_notice_and_replies_as_on_the_cpu(tmp_path):
+    """`adaspark run --gpu-layers all` on this (CPU-only) build: exit 0, one notice, and the very
+    replies `--gpu-layers 0` gives; a bad value or config key is one line, exit 2."""
+    assert not build_can_offload(), "this test is for a CPU-only llama.cpp build"
+    script = tmp_path / "s.jsonl"
+    script.write_text(json.dumps({"id": "a", "turns": ["Name three rivers in Europe."]}) + "\n")
+
+    def run(*extra: str, config: str | None = None) -> tuple[subprocess.CompletedProcess, list[str]]:
+        out = tmp_path / "out.jsonl"
+        env = None
+        if config is not None:
+            (tmp_path / "config.toml").write_text(config)
+            import os
+
+            env = {**os.environ, "ADASPARK_CONFIG": str(tmp_path / "config.toml")}
+        p = subprocess.run([sys.executable, "-m", "adaspark_app.cli", "run", str(script), "--max-tokens", "24",
+                            "--fresh-store", "--out", str(out), *extra], capture_output=True, text=True,
+                           timeout=300, env=env)
+        texts = [json.loads(line)["text"] for line in out.read_text().splitlines()] if p.returncode == 0 else []
+        return p, texts
+
+    cpu, cpu_texts = run("--gpu-layers", "0")
+    assert cpu.returncode == 0 and "note" not in cpu.stderr, cpu.stderr
+    for extra, config in ((("--gpu-layers", "all"), None), ((), 'gpu_layers = "all"\n'),
+                          (("--gpu-layers", "12"), 'gpu_layers = 0\n')):
+        p, texts = run(*extra, config=config)
+        assert p.returncode == 0, p.stderr
+        notes = [line for line in p.stderr.splitlines() if line.strip()]
+        assert len(notes) == 1 and "cannot offload to a GPU" in notes[0] and "running on the CPU" in notes[0], notes
+        assert texts == cpu_texts and texts[0].strip()
+    bad, _ = run("--gpu-layers", "most")
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "--gpu-layers must be" in bad.stderr
+    bad, _ = run(config="gpu_layers = true\n")
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "key 'gpu_layers'" in bad.stderr, bad.stderr
