@@ -9,14 +9,14 @@ from __future__ import annotations
 import os
 
 import pytest
-from rich.console import Console
 
 from adaspark_app.errors import ContextOverflowError, ModelLoadError
 from adaspark_app.store import Store
 from adaspark_app.ui.app import MAX_RESTARTS, AdaSparkApp
 from adaspark_app.ui.screens import ChatScreen, ConfirmScreen, HelpScreen, RenameScreen
-from adaspark_app.ui.widgets import ChatView, render_panel
+from adaspark_app.ui.widgets import ChatView
 from ui_fakes import failing, notifications, notified, read_log, scripted, spawn_event, wait_until
+from ui_fakes import panel_text as stats_panel_text
 
 pytestmark = pytest.mark.long  # scheduled first (tests/conftest.py)
 
@@ -51,9 +51,7 @@ async def type_and_send(pilot, text: str) -> None:
 
 def panel_text(chat) -> str:
     """The panel's text as the widget renders it (same function, same stats)."""
-    console = Console(width=44, record=True, color_system=None)
-    console.print(render_panel(chat.panel.stats))
-    return console.export_text()
+    return stats_panel_text(chat.panel.stats)
 
 
 async def finished(pilot, timeout: float = 10.0) -> ChatScreen:

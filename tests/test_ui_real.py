@@ -23,7 +23,7 @@ from adaspark_app.engine.sampling import SamplingSettings
 from adaspark_app.engine.worker import EngineConfig
 from adaspark_app.store import Store
 from adaspark_app.ui.app import AdaSparkApp
-from ui_fakes import notifications, notified, read_log, recording, wait_until
+from ui_fakes import notifications, notified, panel_text, read_log, recording, wait_until
 
 pytestmark = [pytest.mark.model, pytest.mark.long]
 
@@ -82,7 +82,8 @@ async def test_real_reply_streams_and_fills_the_panel(learned, chats, tmp_path):
         assert stats.gauges.plain_rate is None or stats.gauges.plain_rate > 0
         assert stats.gauges.prices_ms or stats.prices_ms() or stats.priced_by == "none"
         assert app.sub_title.lower().startswith("model smollm2")  # the name the engine process reported
-        assert " · on CPU, " in app.sub_title and " threads · " in app.sub_title  # where it runs
+        assert " · on CPU, " in app.sub_title and " threads · " in app.sub_title  # where it runs,
+        assert chat.stats.device.startswith("CPU, ") and "on CPU, " in panel_text(chat.stats)  # here too
         (call,) = read_log(log, "generate")
         assert call["pid"] == app.engine.pid != os.getpid()
         (conv,) = chats.list_conversations()

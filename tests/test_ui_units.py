@@ -12,14 +12,13 @@ import time
 from pathlib import Path
 
 import pytest
-from rich.console import Console
 
 from adaspark_app.engine.events import ReplyResult, RoundEvent
 from adaspark_app.engine.worker import CancelFlag, EngineConfig, EventBatcher, read_gauges
 from adaspark_app.ui.export import conversation_markdown, export_path, slug
 from adaspark_app.ui.stats import RECENT_ROUNDS, EngineGauges, SpecStats, gauges_from, is_verify_round
-from adaspark_app.ui.widgets.spec_panel import hbar, render_panel
-from ui_fakes import ScriptedEngine
+from adaspark_app.ui.widgets.spec_panel import hbar
+from ui_fakes import ScriptedEngine, panel_text
 
 
 def ev(i: int, *, width: int = 4, committed: int = 2, tokens: int = 0, seconds: float = 0.0, text: str = "x",
@@ -33,9 +32,7 @@ def ev(i: int, *, width: int = 4, committed: int = 2, tokens: int = 0, seconds: 
 
 
 def render_text(stats: SpecStats) -> str:
-    console = Console(width=44, record=True, color_system=None)
-    console.print(render_panel(stats))
-    return console.export_text()
+    return panel_text(stats)
 
 
 # ---------------------------------------------------------------------------- SpecStats

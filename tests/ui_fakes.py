@@ -293,3 +293,14 @@ async def notified(pilot: Any, *parts: str, timeout: float = 10.0) -> str:
     await wait_until(pilot, found, timeout=timeout,
                      what=lambda: f"a notification with {parts} (have {notifications(pilot.app)})")
     return found() or ""
+
+
+def panel_text(stats: Any) -> str:
+    """The side panel's text for these SpecStats, as the widget renders it (the same function)."""
+    from rich.console import Console
+
+    from adaspark_app.ui.widgets import render_panel
+
+    console = Console(width=44, record=True, color_system=None)
+    console.print(render_panel(stats))
+    return console.export_text()

@@ -75,6 +75,7 @@ class SpecStats:
     def __init__(self) -> None:
         self.recent_widths: deque[int] = deque(maxlen=RECENT_ROUNDS)
         self.gauges = EngineGauges()
+        self.device: str | None = None  # where the engine runs the model (EngineLoaded tells it)
         self.generating = False
         self.start_reply()
 

@@ -196,6 +196,7 @@ class ChatScreen(Screen):
         gauges = gauges_from(message.gauges)
         if gauges is not None and not self.generating:
             self.stats.set_gauges(gauges)
+        self.stats.device = message.device
         self.panel.show()
         self.set_status()
 

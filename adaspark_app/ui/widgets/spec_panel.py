@@ -116,6 +116,8 @@ def render_panel(stats: SpecStats) -> RenderableType:
     head.add_row("context", str(stats.context),
                  "shown within", _num(None if stats.lag_max is None else stats.lag_max * 1e3, "{:.0f} ms"))
     parts: list[RenderableType] = [head]
+    if stats.device:
+        parts.append(Text(f"  on {stats.device}", style="dim", no_wrap=True, overflow="ellipsis"))
     if measuring:
         parts.append(Text("  measuring this width (cold start)", style="italic yellow"))
 
