@@ -171,3 +171,26 @@ def test_ci_runs_the_readmes_install_and_test_commands_and_nothing_else():
     ci = [line.strip() for line in (ROOT / ".ci" / "run").read_text(encoding="utf-8").splitlines()]
     commands = [c for c in ci if c and not c.startswith(("#", "set ", "cd "))]
     assert commands == [INSTALL, TEST]
+
+
+@pytest.mark.model
+def test_round_host_time_splits_tree_rounds_into_steps_that_add_up(model_path):
+    """`round_host_time --parts` on the real engine: every tree round has each step's time, and
+    the steps (the verify's llama.cpp time left out) never add up to more than the round's host
+    time, so no step is counted twice and none holds the forward."""
+    from adaspark_app.engine.chat_engine import ChatEngine
+    from benchmarks.cost.round_host_time import PARTS, _instrument_parts
+
+    eng = ChatEngine(model_path, arm="pinned:8", n_ctx=1024)
+    rows: list[dict[str, float]] = []
+    _instrument_parts(eng, rows)
+    try:
+        text = "The quick brown fox jumps over the lazy dog near the river bank at dawn."
+        eng.generate("c", [{"role": "user", "content": f"Repeat exactly: {text} {text}"}], max_tokens=48)
+    finally:
+        eng.close()
+    assert rows, "no tree round was timed"
+    for r in rows:
+        assert set(PARTS) <= set(r) and all(r[p] >= 0 for p in PARTS), r
+        assert r["other"] > -1e-4, r  # the parts fit inside the round
+        assert r["verify, host"] < r["wall"] and sum(r[p] for p in PARTS) < r["wall"]

@@ -9,11 +9,19 @@ scheduler and the KV bookkeeping. Rounds are grouped by kind:
 - ``tree, width 1``: `adaspark` built and priced a tree, then the chooser verified the anchor alone;
 - ``tree, wider``: a drafted round.
 
+With ``--parts``, the host time of tree rounds is split by the round's steps (Decoder.round):
+``start`` (the n-gram index takes the committed tokens), ``gate``, ``propose`` (the sources'
+drafts, the candidate set), ``price`` (q, Q, the best-first order, S(n)), ``choose`` (the
+scheduler), ``select``, ``verify, host`` (the layout, the batch, the accepted path: the step less
+llama_decode and the argmax), ``commit`` (KV cells, the drafter's features), ``learn`` (the
+acceptance model, the cost and rate learners), ``finish`` and ``other`` (the rest of the round).
+
 Engines run interleaved per conversation in one process. With ``--no-reuse`` a third engine runs
 `adaspark` with the acceptance model's learning recomputing the round's design and estimates
 instead of reusing the pricing (`AcceptanceModel._as_priced`), i.e. the code before that reuse.
 
-    python -m benchmarks.cost.round_host_time SCRIPT.jsonl [--limit 10] [--max-tokens 128] [--no-reuse] [--out FILE.md]
+    python -m benchmarks.cost.round_host_time SCRIPT.jsonl [--limit 10] [--max-tokens 128] [--no-reuse] [--parts]
+        [--out FILE.md]
 """
 
 from __future__ import annotations
@@ -64,6 +72,58 @@ def _instrument(eng: ChatEngine, rec: dict[str, list[tuple[float, float]]]) -> N
     dec.round = timed
 
 
+PARTS = ("start", "gate", "propose", "price", "choose", "select", "verify, host", "commit", "learn", "finish")
+
+
+def _instrument_parts(eng: ChatEngine, rows: list[dict[str, float]]) -> None:
+    """Time each step of every tree round (seconds per part, one dict per round); call after
+    `_instrument`, so the whole round's wall time is there to take the parts from."""
+    dec, pol = eng.decoder, eng.decoder.policy
+    cur: dict[str, float] = {}
+
+    def wrap(obj, attr: str, part: str, less_verify: bool = False) -> None:
+        orig = getattr(obj, attr)
+
+        def timed(*args, **kwargs):
+            t0 = time.perf_counter()
+            out = orig(*args, **kwargs)
+            dt = time.perf_counter() - t0
+            cur[part] = cur.get(part, 0.0) + dt - (out.verify_s if less_verify else 0.0)
+            return out
+
+        setattr(obj, attr, timed)
+
+    for obj, attr, part in ((dec, "_start", "start"), (pol, "gate", "gate"), (pol, "propose", "propose"),
+                            (dec, "price", "price"), (pol, "choose", "choose"), (dec, "select", "select"),
+                            (dec, "commit", "commit"), (dec, "learn", "learn"), (dec, "_finish", "finish")):
+        wrap(obj, attr, part)
+    wrap(dec, "verify", "verify, host", less_verify=True)
+    whole = dec.round
+
+    def timed_round(budget=None):
+        cur.clear()
+        t0 = time.perf_counter()
+        oc = whole(budget=budget)
+        wall = time.perf_counter() - t0
+        if oc.priced_by != "none":  # a tree round (plain rounds are one step)
+            rows.append({**cur, "other": wall - oc.verify_s - sum(cur.values()), "wall": wall})
+        return oc
+
+    dec.round = timed_round
+
+
+def _parts_table(name: str, rows: list[dict[str, float]]) -> list[str]:
+    lines = [f"Tree rounds of `{name}`, host time by step ({len(rows)} rounds):", "",
+             "| step | median us | mean us | share of the host time |", "|---|---|---|---|"]
+    host_total = sum(sum(v for k, v in r.items() if k != "wall") for r in rows)
+    for part in (*PARTS, "other"):
+        xs = np.array([r.get(part, 0.0) for r in rows]) * 1e6
+        lines.append(f"| {part} | {np.median(xs):.0f} | {xs.mean():.0f} | {xs.sum() / 1e6 / host_total:.1%} |")
+    host = np.array([sum(v for k, v in r.items() if k != "wall") for r in rows]) * 1e6
+    lines.append(f"| all | {np.median(host):.0f} | {host.mean():.0f} | 100% |")
+    return lines
+
+
 def main() -> None:
     native.activate()  # the Q4_1 kernels, if built, before anything imports llama_cpp
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -71,13 +131,18 @@ def main() -> None:
     ap.add_argument("--limit", type=int, default=10, help="conversations (first N)")
     ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--no-reuse", action="store_true", help="add an engine without the pricing reuse")
+    ap.add_argument("--parts", action="store_true", help="split the tree rounds' host time by step")
     ap.add_argument("--out", type=Path, default=None)
     a = ap.parse_args()
     arms = {"ar": _engine("ar"), "adaspark": _engine("adaspark")}
     if a.no_reuse:
         arms["adaspark, no reuse"] = _engine("adaspark", reuse=False)
     recs = {name: {k: [] for k in KINDS} for name in arms}
+    parts: dict[str, list[dict[str, float]]] = {}
     for name, eng in arms.items():
+        if a.parts and eng.decoder.policy.drafts:
+            parts[name] = []
+            _instrument_parts(eng, parts[name])  # inside _instrument's timing: both see the same rounds
         _instrument(eng, recs[name])
     names = list(arms)
     convs = list(load_script(a.script))[: a.limit]
@@ -95,6 +160,7 @@ def main() -> None:
         eng.close()
     cmd = f"python -m benchmarks.cost.round_host_time {a.script} --limit {a.limit} --max-tokens {a.max_tokens}"
     cmd += " --no-reuse" if a.no_reuse else ""
+    cmd += " --parts" if a.parts else ""
     lines = [f"# Host time per round on `{a.script}` (first {len(convs)} conversations, {a.max_tokens} tokens)", "",
              f"`{cmd}`", "",
              f"Machine: {platform.processor() or platform.machine()}, Python {platform.python_version()}. "
@@ -112,6 +178,9 @@ def main() -> None:
                          f"{host.sum() / 1e6 / total_wall:.2%} |")
         all_host = sum(h for k in KINDS for h, _ in recs[name][k])
         lines.append(f"| {name} | all | {sum(len(recs[name][k]) for k in KINDS)} | | | {all_host / total_wall:.2%} |")
+    for name, rows in parts.items():
+        if rows:
+            lines += ["", *_parts_table(name, rows)]
     emit_report(lines, a.out)
 
 
