@@ -206,7 +206,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
         check_gguf_file(args.drafter, "drafter")
     args.max_tokens = settings.max_tokens
     args.n_ctx = _chat_n_ctx(args)
-    gpu_layers = check_gpu_layers_option(args)
+    gpu_layers = check_gpu_layers_option(args, cfg)
     from .ui.app import run_chat
 
     # what the user set (config, then options): a model chosen in the picker keeps these and

@@ -72,7 +72,7 @@ class Config:
     theme: str | None = None
     model_folders: tuple[str, ...] = ()
     sampling: dict[str, Any] = field(default_factory=dict)
-    gpu_layers: int | str | None = None
+    gpu_layers: int | None = None  # parsed: a number of layers, offload.ALL_LAYERS for "all"
 
     def chat_defaults(self) -> dict[str, Any]:
         """The chat's defaults, as ui.chat_settings.default_settings takes them as `config`:
@@ -162,10 +162,10 @@ def _checked(p: Path, data: dict[str, Any]) -> Config:
         from .engine.offload import parse_gpu_layers
         from .errors import ArgumentError
 
-        try:
-            parse_gpu_layers(values["gpu_layers"], "it")
+        try:  # kept parsed: the engine takes the number of layers (offload.ALL_LAYERS for "all")
+            values["gpu_layers"] = parse_gpu_layers(values["gpu_layers"])
         except ArgumentError as err:
-            raise fail("gpu_layers", _option_text(err).removeprefix("it ")) from None
+            raise fail("gpu_layers", _option_text(err)) from None
     if "theme" in values:
         from textual.theme import BUILTIN_THEMES
 

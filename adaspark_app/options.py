@@ -7,6 +7,7 @@ import argparse
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from .config import Config
     from .engine.sampling import SamplingSettings
 
 # flag -> help; values are parsed and checked by engine.sampling.SamplingSettings (one place)
@@ -53,14 +54,16 @@ def add_gpu_layers_option(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gpu-layers", dest="gpu_layers", default=None, metavar="N|all", help=GPU_LAYERS_HELP)
 
 
-def check_gpu_layers_option(args: argparse.Namespace) -> int | None:
-    """`--gpu-layers` if given, else the config file's `gpu_layers`, checked: the layers to pass
-    the engine (None: its default). A bad value is an ArgumentError (one line, exit 2)."""
+def check_gpu_layers_option(args: argparse.Namespace, config: "Config | None" = None) -> int | None:
+    """`--gpu-layers` if given, else the config file's `gpu_layers` (`config` if the command has
+    read the file already), checked: the layers to pass the engine (None: its default). A bad
+    value is an ArgumentError or a ConfigError (one line, exit 2)."""
     from .engine.offload import parse_gpu_layers
 
     if getattr(args, "gpu_layers", None) is not None:
         return parse_gpu_layers(args.gpu_layers)
-    from .config import load_config
+    if config is None:
+        from .config import load_config
 
-    cfg = load_config()
-    return parse_gpu_layers(cfg.gpu_layers, f"gpu_layers in {cfg.path}") if cfg.gpu_layers is not None else None
+        config = load_config()
+    return config.gpu_layers

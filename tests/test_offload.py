@@ -5,6 +5,7 @@ CLI's fallback runs the real engine on the bundled model."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -81,8 +82,6 @@ def test_run_with_gpu_layers_on_a_cpu_build_prints_one_notice_and_replies_as_on_
         env = None
         if config is not None:
             (tmp_path / "config.toml").write_text(config)
-            import os
-
             env = {**os.environ, "ADASPARK_CONFIG": str(tmp_path / "config.toml")}
         p = subprocess.run([sys.executable, "-m", "adaspark_app.cli", "run", str(script), "--max-tokens", "24",
                             "--fresh-store", "--out", str(out), *extra], capture_output=True, text=True,
