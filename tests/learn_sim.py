@@ -148,23 +148,26 @@ def build_tree(rng: np.random.Generator, acc: Acceptance, max_nodes: int = 63) -
             qs.append(acc.ngram_first if d == 0 else acc.ngram_q)
             srcs.append(1)
             prev = idx
-    par = np.array(parents)
     q = np.array(qs)
     qp = np.minimum(q * acc.overconfidence, 0.999)
     m = len(q)
-    Qt, Qp = np.empty(m), np.empty(m)
-    for i in range(m):  # parents precede children in construction order
-        Qt[i] = q[i] * (1.0 if par[i] < 0 else Qt[par[i]])
-        Qp[i] = qp[i] * (1.0 if par[i] < 0 else Qp[par[i]])
+    qp_list = qp.tolist()
+    Qt_list: list[float] = []
+    Qp_list: list[float] = []
+    for i, par_i in enumerate(parents):  # parents precede children in construction order
+        Qt_list.append(qs[i] * (1.0 if par_i < 0 else Qt_list[par_i]))
+        Qp_list.append(qp_list[i] * (1.0 if par_i < 0 else Qp_list[par_i]))
+    Qt, Qp = np.array(Qt_list), np.array(Qp_list)
     order = np.lexsort((np.arange(m), -Qp))[:max_nodes]  # Proposition 1: decreasing Q, ties by index
-    pos_of = {int(o): i for i, o in enumerate(order)}
+    order_list = order.tolist()
+    pos_of = {o: i for i, o in enumerate(order_list)}
     # draw the target's path in the full tree: at each accepted node one child or none
     children: dict[int, list[int]] = {}
-    for i in range(m):
-        children.setdefault(int(par[i]), []).append(i)
-    path = set(draw_path(children, q, rng))
+    for i, par_i in enumerate(parents):
+        children.setdefault(par_i, []).append(i)
+    path = set(draw_path(children, qs, rng))
     return Tree(
-        parent=np.array([pos_of.get(int(par[o]), -1) if par[o] >= 0 else -1 for o in order]),
+        parent=np.array([pos_of.get(parents[o], -1) if parents[o] >= 0 else -1 for o in order_list]),
         q_true=q[order],
         q_pred=qp[order],
         src=np.array(srcs)[order],

@@ -179,11 +179,13 @@ def test_round_host_time_splits_tree_rounds_into_steps_that_add_up(model_path):
     the steps (the verify's llama.cpp time left out) never add up to more than the round's host
     time, so no step is counted twice and none holds the forward."""
     from adaspark_app.engine.chat_engine import ChatEngine
-    from benchmarks.cost.round_host_time import PARTS, _instrument_parts
+    from benchmarks.cost.round_host_time import PARTS, _cache_table, _capture_pricing, _instrument_parts
 
     eng = ChatEngine(model_path, arm="pinned:8", n_ctx=1024)
     rows: list[dict[str, float]] = []
     _instrument_parts(eng, rows)
+    priced: list[tuple] = []
+    _capture_pricing(eng, priced)  # `--cache`: the pricing of every tree round, replayed after the run
     try:
         text = "The quick brown fox jumps over the lazy dog near the river bank at dawn."
         eng.generate("c", [{"role": "user", "content": f"Repeat exactly: {text} {text}"}], max_tokens=48)
@@ -194,3 +196,7 @@ def test_round_host_time_splits_tree_rounds_into_steps_that_add_up(model_path):
         assert set(PARTS) <= set(r) and all(r[p] >= 0 for p in PARTS), r
         assert r["other"] > -1e-4, r  # the parts fit inside the round
         assert r["verify, host"] < r["wall"] and sum(r[p] for p in PARTS) < r["wall"]
+    assert len(priced) == len(rows)  # one captured pricing per tree round
+    table = _cache_table(priced)
+    micros = [float(line.split("|")[2]) for line in table if line.startswith(("| warm", "| cold"))]
+    assert len(micros) == 2 and all(m > 0 for m in micros), table

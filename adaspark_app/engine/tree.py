@@ -80,11 +80,10 @@ def best_first_order(Q: np.ndarray) -> np.ndarray:
 
 def path_products(q: np.ndarray, parent: np.ndarray) -> np.ndarray:
     """Q_j: the product of q along j's path from the anchor (parents precede children)."""
-    Q = np.empty(len(q), dtype=np.float64)
-    for j in range(len(q)):
-        p = parent[j]
-        Q[j] = q[j] if p < 0 else Q[p] * q[j]
-    return Q
+    Q: list[float] = []
+    for qj, p in zip(np.asarray(q, dtype=np.float64).tolist(), np.asarray(parent).tolist()):
+        Q.append(qj if p < 0 else Q[p] * qj)
+    return np.array(Q, dtype=np.float64)
 
 
 def committable(Q: np.ndarray, parent: np.ndarray) -> np.ndarray:
@@ -99,19 +98,20 @@ def committable(Q: np.ndarray, parent: np.ndarray) -> np.ndarray:
     the round can commit. The spine of any prefix of the best-first order is the spine of the
     whole tree cut to that prefix (a parent's first child in the order is its top child).
     """
-    Q = np.asarray(Q, dtype=np.float64)
-    n = len(Q)
+    Qs = np.asarray(Q, dtype=np.float64).tolist()
+    parents = np.asarray(parent).tolist()
     top: dict[int, int] = {}
-    for j in range(n):
-        p = int(parent[j])
+    for j, p in enumerate(parents):
         b = top.get(p)
-        if b is None or Q[j] > Q[b]:
+        if b is None or Qs[j] > Qs[b]:
             top[p] = j
-    spine = np.zeros(n, dtype=bool)
-    for j in range(n):  # parents precede children
-        p = int(parent[j])
-        spine[j] = top.get(p) == j and (p < 0 or spine[p])
-    return np.where(spine, Q, 0.0)
+    kept: list[float] = []
+    spine: list[bool] = []
+    for j, p in enumerate(parents):  # parents precede children
+        on = top.get(p) == j and (p < 0 or spine[p])
+        spine.append(on)
+        kept.append(Qs[j] if on else 0.0)
+    return np.array(kept, dtype=np.float64)
 
 
 def expected_accepted(Q: np.ndarray, order: np.ndarray, is_ngram: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

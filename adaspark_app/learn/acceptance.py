@@ -193,32 +193,35 @@ class CandidateSet:
     def __post_init__(self) -> None:
         self.parent = np.asarray(self.parent, dtype=np.int64).reshape(-1)
         n = self.parent.shape[0]
-        self.kind = np.asarray(self.kind, dtype=np.int64).reshape(-1)
-        self.token = np.asarray(self.token, dtype=np.int64).reshape(-1)
-        self.depth = np.asarray(self.depth, dtype=np.int64).reshape(-1)
-        defaults: dict[str, tuple[type, float]] = {
-            "h": (np.float64, np.nan),
-            "sigma": (np.float64, np.nan),
-            "r": (np.float64, np.nan),
-            "ng_kind": (np.int64, 0),
-            "ng_evidence": (np.int64, 0),
-            "ng_above": (np.int64, 0),
-            "ng_prec": (np.float64, np.nan),
-            "agreed": (np.bool_, False),
-            "contra_evidence": (np.int64, -1),
-            "contra_kind": (np.int64, 0),
-        }
-        for name, (dtype, fill) in defaults.items():
+        for name in ("kind", "token", "depth"):
+            setattr(self, name, np.asarray(getattr(self, name), dtype=np.int64).reshape(-1))
+        for name, (dtype, fill) in _OPTIONAL_COLUMNS.items():
             v = getattr(self, name)
             setattr(self, name, np.full(n, fill, dtype=dtype) if v is None else np.asarray(v, dtype=dtype).reshape(-1))
-        for f in fields(self):
-            if getattr(self, f.name).shape[0] != n:
-                raise ValueError(f"CandidateSet column {f.name!r} has {getattr(self, f.name).shape[0]} rows, expected {n}")
+        for name in _COLUMNS:
+            if getattr(self, name).shape[0] != n:
+                raise ValueError(f"CandidateSet column {name!r} has {getattr(self, name).shape[0]} rows, expected {n}")
         if n and (np.any(self.parent >= np.arange(n)) or np.any(self.parent < -1)):
             raise ValueError("CandidateSet: every parent must precede its children (parent index < own index)")
 
     def __len__(self) -> int:
         return int(self.parent.shape[0])
+
+
+# The optional columns: dtype and "absent" value
+_OPTIONAL_COLUMNS: dict[str, tuple[type, float]] = {
+    "h": (np.float64, np.nan),
+    "sigma": (np.float64, np.nan),
+    "r": (np.float64, np.nan),
+    "ng_kind": (np.int64, 0),
+    "ng_evidence": (np.int64, 0),
+    "ng_above": (np.int64, 0),
+    "ng_prec": (np.float64, np.nan),
+    "agreed": (np.bool_, False),
+    "contra_evidence": (np.int64, -1),
+    "contra_kind": (np.int64, 0),
+}
+_COLUMNS = tuple(f.name for f in fields(CandidateSet))
 
 
 class _Layout:
@@ -285,6 +288,7 @@ class _Design:
     fixed: np.ndarray  # (N,) logit p_src terms that carry no coefficient
     group: np.ndarray  # (N,) parent + 1, 0 = the anchor
     head_base: np.ndarray  # (N,) the head-based estimate before the per-request offset
+    bucket: np.ndarray  # (N,) the n-gram bucket of each candidate's proposal (``ngram_bucket``)
 
 
 def contradicted(c: CandidateSet) -> np.ndarray:
@@ -354,7 +358,7 @@ def _design(c: CandidateSet, context: int, p_src: float) -> _Design:
     h_pick = np.where(h_nan, sigma, c.h)
     sib_share = r * (1.0 - sigma)
     head_base = np.where(pick, h_pick, np.where(sib, sib_share, p_node))
-    return _Design(idx=idx, val=val, fixed=fixed, group=c.parent + 1, head_base=head_base)
+    return _Design(idx=idx, val=val, fixed=fixed, group=c.parent + 1, head_base=head_base, bucket=bucket)
 
 
 def _softmax_with_none(s: np.ndarray, group: np.ndarray, n_groups: int) -> np.ndarray:
@@ -525,8 +529,12 @@ class AcceptanceModel:
         sel = np.flatnonzero(lab)
         y = (labels[sel] == 1).astype(np.float64)
         grp_raw = d.group[sel]
-        parents, g = np.unique(grp_raw, return_inverse=True)  # parents in index order (path order)
-        P = int(parents.shape[0])
+        # the labelled parents in index order (path order), and each label's parent among them
+        # (np.unique's sorted values and inverse, without its sort: groups are small integers)
+        present = np.zeros(n + 1, dtype=bool)
+        present[grp_raw] = True
+        g = (np.cumsum(present) - 1)[grp_raw]
+        P = int(np.count_nonzero(present))
 
         # --- guard: score both on this round's labels before either learns -----------------
         def node_loss(qs: np.ndarray) -> np.ndarray:
@@ -597,8 +605,7 @@ class AcceptanceModel:
         # --- label counts per n-gram bucket (for exploration) --------------------------------
         ng_sel = sel[cands.kind[sel] == KIND_NGRAM]
         if ng_sel.size:
-            b = ngram_bucket(cands.ng_kind[ng_sel], cands.ng_evidence[ng_sel], cands.ng_above[ng_sel])
-            self._bucket_labels += np.bincount(b, minlength=L.N_NG_BUCKETS)
+            self._bucket_labels += np.bincount(d.bucket[ng_sel], minlength=L.N_NG_BUCKETS)
 
     # ----- exploration ---------------------------------------------------------------------
     def bucket_labels(self, cands: CandidateSet) -> np.ndarray:

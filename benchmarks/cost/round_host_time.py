@@ -16,17 +16,23 @@ scheduler), ``select``, ``verify, host`` (the layout, the batch, the accepted pa
 llama_decode and the argmax), ``commit`` (KV cells, the drafter's features), ``learn`` (the
 acceptance model, the cost and rate learners), ``finish`` and ``other`` (the rest of the round).
 
+With ``--cache``, the pricing of every tree round (the candidate set and Eq. (6)'s q, the
+largest step) is replayed after the run twice: back to back, with the CPU caches warm, and after
+streaming 100 MB through them, as the target's forward does on the CPU between two rounds. On a
+GPU the forward leaves the CPU's caches alone, so the warm figure is the one a GPU host pays.
+
 Engines run interleaved per conversation in one process. With ``--no-reuse`` a third engine runs
 `adaspark` with the acceptance model's learning recomputing the round's design and estimates
 instead of reusing the pricing (`AcceptanceModel._as_priced`), i.e. the code before that reuse.
 
     python -m benchmarks.cost.round_host_time SCRIPT.jsonl [--limit 10] [--max-tokens 128] [--no-reuse] [--parts]
-        [--out FILE.md]
+        [--cache] [--out FILE.md]
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import platform
 import time
 from pathlib import Path
@@ -37,7 +43,7 @@ from adaspark_app import native
 from adaspark_app.engine.chat_engine import ChatEngine
 from adaspark_app.learn.acceptance import _design
 from adaspark_app.runner import load_script
-from benchmarks.common import emit_report
+from benchmarks.common import cpu_model, emit_report
 
 KINDS = ("plain", "tree, width 1", "tree, wider")
 
@@ -112,6 +118,47 @@ def _instrument_parts(eng: ChatEngine, rows: list[dict[str, float]]) -> None:
     dec.round = timed_round
 
 
+def _capture_pricing(eng: ChatEngine, seen: list[tuple]) -> None:
+    """Keep each tree round's candidates, context and p_src, for `_cache_table`'s replay."""
+    dec = eng.decoder
+    orig = dec.price
+
+    def price(cands, use_drafter, r):
+        tree = orig(cands, use_drafter, r)
+        seen.append((cands, r.context, tree.p_src))
+        return tree
+
+    dec.price = price
+
+
+def _cache_table(seen: list[tuple]) -> list[str]:
+    """Replay the captured rounds' pricing (candidate set, class precision, Eq. (6)) with warm
+    caches and after streaming 100 MB through them; median microseconds of each."""
+    from adaspark_app.engine.candidates import candidate_set
+    from adaspark_app.learn.acceptance import AcceptanceModel
+    from adaspark_app.learn.precision import SourcePrecision
+
+    acc, prec, big = AcceptanceModel(), SourcePrecision(), np.ones(100_000_000 // 8)
+    medians = {}
+    for label, flush in (("warm (back to back)", False), ("cold (100 MB streamed before each)", True)):
+        ts = []
+        for cands, context, p_src in seen:
+            if flush:
+                big.sum()
+            t0 = time.perf_counter()
+            cset = candidate_set(cands)
+            cset.ng_prec = prec.for_nodes(cset)
+            acc.q_both(cset, context, p_src)
+            ts.append(time.perf_counter() - t0)
+        medians[label] = float(np.median(ts)) * 1e6
+    lines = [f"The pricing of the {len(seen)} tree rounds, replayed (candidate set, class precision, Eq. (6)):", "",
+             "| CPU caches | median us |", "|---|---|"]
+    lines += [f"| {k} | {v:.0f} |" for k, v in medians.items()]
+    cold, warm = medians["cold (100 MB streamed before each)"], medians["warm (back to back)"]
+    lines += ["", f"Cold / warm: {cold / warm:.2f}x."]
+    return lines
+
+
 def _parts_table(name: str, rows: list[dict[str, float]]) -> list[str]:
     lines = [f"Tree rounds of `{name}`, host time by step ({len(rows)} rounds):", "",
              "| step | median us | mean us | share of the host time |", "|---|---|---|---|"]
@@ -132,6 +179,7 @@ def main() -> None:
     ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--no-reuse", action="store_true", help="add an engine without the pricing reuse")
     ap.add_argument("--parts", action="store_true", help="split the tree rounds' host time by step")
+    ap.add_argument("--cache", action="store_true", help="replay the pricing with warm and with flushed CPU caches")
     ap.add_argument("--out", type=Path, default=None)
     a = ap.parse_args()
     arms = {"ar": _engine("ar"), "adaspark": _engine("adaspark")}
@@ -139,11 +187,14 @@ def main() -> None:
         arms["adaspark, no reuse"] = _engine("adaspark", reuse=False)
     recs = {name: {k: [] for k in KINDS} for name in arms}
     parts: dict[str, list[dict[str, float]]] = {}
+    priced: list[tuple] = []
     for name, eng in arms.items():
         if a.parts and eng.decoder.policy.drafts:
             parts[name] = []
             _instrument_parts(eng, parts[name])  # inside _instrument's timing: both see the same rounds
         _instrument(eng, recs[name])
+        if a.cache and name == "adaspark":
+            _capture_pricing(eng, priced)
     names = list(arms)
     convs = list(load_script(a.script))[: a.limit]
     for i, c in enumerate(convs):
@@ -161,9 +212,10 @@ def main() -> None:
     cmd = f"python -m benchmarks.cost.round_host_time {a.script} --limit {a.limit} --max-tokens {a.max_tokens}"
     cmd += " --no-reuse" if a.no_reuse else ""
     cmd += " --parts" if a.parts else ""
+    cmd += " --cache" if a.cache else ""
     lines = [f"# Host time per round on `{a.script}` (first {len(convs)} conversations, {a.max_tokens} tokens)", "",
              f"`{cmd}`", "",
-             f"Machine: {platform.processor() or platform.machine()}, Python {platform.python_version()}. "
+             f"Machine: {cpu_model()} ({platform.machine()}, {len(os.sched_getaffinity(0))} cores), Python {platform.python_version()}. "
              "Host time = round wall time less the verify (llama_decode + argmax).", "",
              "| engine | round kind | rounds | median host us | mean host us | host share of the engine's round time |",
              "|---|---|---|---|---|---|"]
@@ -181,6 +233,8 @@ def main() -> None:
     for name, rows in parts.items():
         if rows:
             lines += ["", *_parts_table(name, rows)]
+    if priced:
+        lines += ["", *_cache_table(priced)]
     emit_report(lines, a.out)
 
 
