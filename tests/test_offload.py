@@ -102,3 +102,27 @@ def test_run_with_gpu_layers_on_a_cpu_build_prints_one_notice_and_replies_as_on_
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "--gpu-layers must be" in bad.stderr
     bad, _ = run(config="gpu_layers = true\n")
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "key 'gpu_layers'" in bad.stderr, bad.stderr
+
+
+@pytest.mark.model
+def test_the_cache_types_follow_where_the_layers_run_and_the_context_size_holds_on_both(model_path):
+    """A GPU gets an F16 K and V cache (the one pair every CUDA attention kernel reads unconverted);
+    the CPU keeps K in BF16 (bit-identical verify rows), also when GPU layers were asked of a
+    CPU-only build. The two pairs take the same bytes per token, so the context-size estimate
+    (engine/context_size.py) holds on either device."""
+    from adaspark_app.engine.backend import (GGML_TYPE_BF16, GGML_TYPE_F16, GPU_KV_TYPES, LlamaBackend,
+                                             kv_cache_types)
+    from adaspark_app.engine.context_size import kv_bytes_per_token
+    from adaspark_app.gguf_file import read_gguf_header
+
+    assert kv_cache_types(True) == GPU_KV_TYPES == (GGML_TYPE_F16, GGML_TYPE_F16)
+    assert kv_cache_types(False) == (GGML_TYPE_BF16, GGML_TYPE_F16)
+    assert not build_can_offload()
+    b = LlamaBackend(model_path, n_ctx=256, gpu_layers="all")
+    try:
+        assert not b.offload.on_gpu and b.kv_types == kv_cache_types(False)
+    finally:
+        b.close()
+    kv = read_gguf_header(model_path).kv
+    cpu = kv_bytes_per_token(kv)
+    assert cpu and kv_bytes_per_token(kv, *GPU_KV_TYPES) == cpu

@@ -43,6 +43,18 @@ GGML_TYPE_BF16 = 30
 KV_TYPE_K = GGML_TYPE_BF16
 KV_TYPE_V = GGML_TYPE_F16
 FLASH_ATTN_ENABLED = 1
+# On a GPU (any layer offloaded) the cache is F16 for K and V. llama.cpp's CUDA build compiles the
+# flash-attention vector kernel (a one-row step) for F16-F16, BF16-BF16, Q4_0-Q4_0 and Q8_0-Q8_0
+# only (GGML_CUDA_FA_QUANTS); with K in BF16 and V in F16 it converts the whole K and V to F16 at
+# every step ("(slow)", fattn.cu), and its batch kernels (MMA, tile) convert any other type too.
+# F16 is the type every CUDA attention kernel reads as it is, and it is as large as BF16.
+GPU_KV_TYPES = (GGML_TYPE_F16, GGML_TYPE_F16)
+
+
+def kv_cache_types(on_gpu: bool) -> tuple[int, int]:
+    """(K, V) ggml types of the KV cache: BF16/F16 on the CPU (bit-identical verify rows, see
+    above), F16/F16 where layers are offloaded to a GPU (the types its kernels read unconverted)."""
+    return GPU_KV_TYPES if on_gpu else (KV_TYPE_K, KV_TYPE_V)
 
 _backend_lock = threading.Lock()
 _backend_ready = False
@@ -167,15 +179,15 @@ class LlamaBackend:
         cparams.n_threads_batch = self.n_threads
         cparams.no_perf = True
         cparams.flash_attn_type = FLASH_ATTN_ENABLED
-        cparams.type_k = KV_TYPE_K
-        cparams.type_v = KV_TYPE_V
+        self.kv_types = kv_cache_types(self.offload.on_gpu)
+        cparams.type_k, cparams.type_v = self.kv_types
         # Diagnostics only (benchmarks of the kernels above): ADASPARK_FA=0|1, ADASPARK_KVT=K[,V]
         if os.environ.get("ADASPARK_FA") is not None:
             cparams.flash_attn_type = int(os.environ["ADASPARK_FA"])
         if os.environ.get("ADASPARK_KVT") is not None:
             kt, _, vt = os.environ["ADASPARK_KVT"].partition(",")
-            cparams.type_k = int(kt)
-            cparams.type_v = int(vt or kt)
+            self.kv_types = (int(kt), int(vt or kt))
+            cparams.type_k, cparams.type_v = self.kv_types
         ctx = L.llama_init_from_model(model, cparams)
         if not ctx:
             L.llama_model_free(model)
