@@ -200,3 +200,22 @@ def test_round_host_time_splits_tree_rounds_into_steps_that_add_up(model_path):
     table = _cache_table(priced)
     micros = [float(line.split("|")[2]) for line in table if line.startswith(("| warm", "| cold"))]
     assert len(micros) == 2 and all(m > 0 for m in micros), table
+
+
+@pytest.mark.model
+def test_gpu_engine_check_reports_identity_and_cost_per_width_from_the_real_engine(model_path, tmp_path):
+    """`benchmarks/gpu/engine_check.py` (the engine part of the GPU run) on this CPU build: the
+    placement is named, a tree arm's replies are compared with `ar`'s token for token (identical
+    here, where rows are bit-identical), and its verify cost per width comes from its own rounds."""
+    from benchmarks.gpu.engine_check import main
+
+    text = "The quick brown fox jumps over the lazy dog near the river bank at dawn."
+    script = tmp_path / "s.jsonl"
+    script.write_text(json.dumps({"id": "copy", "turns": [f"Repeat exactly: {text} {text}"]}) + "\n")
+    out_json, out_md = tmp_path / "engine.json", tmp_path / "engine.md"
+    main(["--model", model_path, "--script", str(script), "--limit", "1", "--max-tokens", "40",
+          "--arms", "ar,pinned:8", "--out-json", str(out_json), "--out", str(out_md)])
+    ar, tree = json.loads(out_json.read_text())
+    assert ar["placement"]["offload"] == "CPU" and tree["tokens"] == ar["tokens"] and ar["tokens"][0]
+    assert max(int(w) for w in tree["verify_ms"]) > 1 and set(ar["verify_ms"]) == {"1"}
+    assert "| pinned:8 | 1/1 |" in out_md.read_text()

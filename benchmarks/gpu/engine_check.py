@@ -1,0 +1,127 @@
+"""AdaSpark's engine where llama.cpp can offload: placement, identity with `ar`, verify cost per
+width and host time per round, in one run (the engine part of `benchmarks/gpu/run.sh`).
+
+For each arm (`ar` first), the first turn of each conversation of SCRIPT is decoded with every
+layer on the GPU (or the CPU on a CPU-only build, which says so). It reports:
+
+- where the model ran (``LlamaBackend.offload``, the KV cache types) and the device line;
+- the share of each arm's replies byte-identical to `ar`'s (tokens), per arm;
+- the verify's median ms per width, from the rounds' own timings, over the one-row median;
+- for `adaspark`, host time per tree round by step (``round_host_time --parts``) and the pricing
+  replayed with warm and flushed caches (``--cache``).
+
+    python -m benchmarks.gpu.engine_check --model M.gguf [--script S.jsonl] [--limit 8]
+        [--max-tokens 64] [--arms ar,pinned:4,pinned:16,adaspark] [--gpu-layers all] [--out-json F] [--out F.md]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+from pathlib import Path
+
+import numpy as np
+
+from adaspark_app import native
+from adaspark_app.engine.chat_engine import ChatEngine
+from adaspark_app.runner import load_script
+from benchmarks.common import cpu_model, emit_report
+from benchmarks.cost.round_host_time import KINDS, _cache_table, _capture_pricing, _instrument, _instrument_parts, \
+    _parts_table
+
+DEFAULT_SCRIPT = Path(__file__).resolve().parents[2] / "tests" / "data" / "mtbench_sample.jsonl"
+
+
+def run_arm(model: str, arm: str, prompts: list[tuple[str, str]], max_tokens: int, gpu_layers: str | int,
+            n_ctx: int) -> dict:
+    """One arm over the prompts: replies' tokens, verify seconds per width, and (adaspark) host time."""
+    eng = ChatEngine(model, arm=arm, n_ctx=n_ctx, gpu_layers=gpu_layers)
+    rec = {k: [] for k in KINDS}
+    parts: list[dict[str, float]] = []
+    priced: list[tuple] = []
+    if arm == "adaspark":
+        _instrument_parts(eng, parts)
+        _instrument(eng, rec)
+        _capture_pricing(eng, priced)
+    verify: dict[int, list[float]] = {}
+
+    def on_round(ev) -> None:
+        if not ev.prefill:
+            verify.setdefault(ev.width, []).append(ev.verify_ms)
+
+    tokens = []
+    try:
+        b = eng.backend
+        placement = {"offload": b.offload.describe(), "kv_types": list(b.kv_types), "device": eng.device_label}
+        for cid, text in prompts:
+            r = eng.generate(cid, [{"role": "user", "content": text}], max_tokens=max_tokens, on_round=on_round)
+            tokens.append(list(r.tokens))
+            eng.reset_conversation()
+    finally:
+        eng.close()
+    out = {"arm": arm, "placement": placement, "tokens": tokens,
+           "verify_ms": {str(w): float(np.median(v)) for w, v in sorted(verify.items())},
+           "verify_rounds": {str(w): len(v) for w, v in sorted(verify.items())}}
+    if arm == "adaspark":
+        out["host_parts"] = _parts_table(arm, parts) if parts else []
+        out["host_cache"] = _cache_table(priced) if priced else []
+    return out
+
+
+def identical_share(base: list[list[int]], other: list[list[int]]) -> tuple[int, int]:
+    """(replies byte-identical to the base's, replies compared)."""
+    return sum(a == b for a, b in zip(base, other)), min(len(base), len(other))
+
+
+def report(results: list[dict], cmd: str) -> list[str]:
+    base = results[0]["tokens"]
+    one = results[0]["verify_ms"].get("1")
+    lines = [f"# AdaSpark's engine on {results[0]['placement']['device']}", "", f"`{cmd}`", "",
+             f"Machine: {cpu_model()} ({platform.machine()}), Python {platform.python_version()}; "
+             f"{results[0]['placement']['offload']}, KV cache types {results[0]['placement']['kv_types']}.", "",
+             "| arm | replies identical to ar | verify ms per width (rounds) | T(n)/T(1) |", "|---|---|---|---|"]
+    for r in results:
+        same, n = identical_share(base, r["tokens"])
+        widths = ", ".join(f"{w}: {ms:.2f} ({r['verify_rounds'][w]})" for w, ms in r["verify_ms"].items())
+        ratios = ", ".join(f"{w}: {ms / one:.2f}" for w, ms in r["verify_ms"].items()) if one else ""
+        lines.append(f"| {r['arm']} | {same}/{n} | {widths} | {ratios} |")
+    for r in results:
+        if r.get("host_parts"):
+            lines += ["", *r["host_parts"]]
+        if r.get("host_cache"):
+            lines += ["", *r["host_cache"]]
+    return lines
+
+
+def main(argv: list[str] | None = None) -> None:
+    native.activate()  # the CPU kernels where they were built; a CUDA build has none and runs stock
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--script", default=str(DEFAULT_SCRIPT))
+    ap.add_argument("--limit", type=int, default=8)
+    ap.add_argument("--max-tokens", type=int, default=64)
+    ap.add_argument("--arms", default="ar,pinned:4,pinned:16,adaspark")
+    ap.add_argument("--gpu-layers", default="all")
+    ap.add_argument("--n-ctx", type=int, default=4096)
+    ap.add_argument("--out-json", type=Path, default=None)
+    ap.add_argument("--out", type=Path, default=None)
+    a = ap.parse_args(argv)
+    arms = a.arms.split(",")
+    if arms[0] != "ar":
+        arms = ["ar"] + [x for x in arms if x != "ar"]
+    prompts = [(c.id, c.turns[0]) for c in load_script(a.script)[: a.limit]]
+    results = []
+    for arm in arms:
+        results.append(run_arm(a.model, arm, prompts, a.max_tokens, a.gpu_layers, a.n_ctx))
+        same, n = identical_share(results[0]["tokens"], results[-1]["tokens"])
+        print(f"{arm}: {same}/{n} identical to ar; verify ms {results[-1]['verify_ms']}", flush=True)
+    if a.out_json:
+        a.out_json.write_text(json.dumps(results))
+    cmd = (f"python -m benchmarks.gpu.engine_check --model {Path(a.model).name} --limit {a.limit} "
+           f"--max-tokens {a.max_tokens} --arms {a.arms} --gpu-layers {a.gpu_layers}")
+    emit_report(report(results, cmd), a.out)
+
+
+if __name__ == "__main__":
+    main()

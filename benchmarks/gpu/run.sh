@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# One device call on an NVIDIA GPU: llama-cpp-python built with CUDA as the README's CUDA line
+# builds it, AdaSpark's engine on the GPU, and the verify-cost curves of the Qwen2.5 shapes.
+#
+# Here, once per session (both folders are ignored; .git/info/exclude lists them):
+#   mkdir -p .gpu && cp ../shared/gpu/* .gpu/     # trimmed llama-cpp-python sdist, shape headers, probe.py
+#   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+#     --platform manylinux_2_17_x86_64 -d .whl diskcache==5.6.3   # llama_cpp imports it; the image lacks it
+# Then one call:  run(command="bash benchmarks/gpu/run.sh", carry=[".gpu", ".whl"], timeout_s=600)
+# Here on a CPU (no build, small probe):  STAGE=measure MODELS=q05 CONTEXTS=512 WIDTHS=1,2,4 bash benchmarks/gpu/run.sh
+#
+# $OUT gets 8 files (the most a call brings back): gpu.txt (the GPU, the build's tail),
+# placement.txt (llama.cpp's own log of the load: offloaded layers, KV buffers, graph splits),
+# engine.md / engine.json (benchmarks/gpu/engine_check.py on a random-weight Qwen2.5-0.5B shape),
+# MODEL.json per probed shape (q05, q15, q7) and probe.log (their logs).
+set -u
+export PYTHONUNBUFFERED=1 PYTHONFAULTHANDLER=1
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+REPO=$(pwd); W=${GPU_WORK:-/tmp/gpuwork}; SITE=$W/site; mkdir -p "$W" "$SITE"
+t0=$(date +%s); stamp() { echo "[$(( $(date +%s) - t0 )) s] $*"; }
+nvidia-smi --query-gpu=name,compute_cap,driver_version,memory.total --format=csv >"$OUT/gpu.txt" 2>&1
+python3 -V >>"$OUT/gpu.txt" 2>&1
+
+if [ "${STAGE:-all}" != measure ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --target "$SITE" .whl/*.whl || exit 1
+  rm -rf "$W/src"; mkdir -p "$W/src"; tar -xJf .gpu/llama-cpp-python-0.3.36-src.tar.xz -C "$W/src" || exit 1
+  # the README's CUDA install, for this GPU's architecture alone (sm_90: H100/H200)
+  CMAKE_ARGS="-DGGML_CUDA=on -DLLAVA_BUILD=OFF -DCMAKE_CUDA_ARCHITECTURES=${CUDA_ARCH:-90}" \
+  CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) python3 -m pip install --no-build-isolation --no-deps --no-compile \
+    --target "$SITE" "$W/src" >"$W/build.log" 2>&1 || { tail -n 40 "$W/build.log"; exit 1; }
+  tail -n 5 "$W/build.log" >>"$OUT/gpu.txt"
+  stamp "CUDA build of llama-cpp-python done"
+  export PYTHONPATH=$SITE:$REPO
+else
+  export PYTHONPATH=$REPO${PYTHONPATH:+:$PYTHONPATH}
+fi
+python3 -c "import llama_cpp; print('llama_supports_gpu_offload:', bool(llama_cpp.llama_supports_gpu_offload()))" \
+  | tee -a "$OUT/gpu.txt"
+
+# random-weight GGUFs of the real shapes (cost depends on shapes and types, not values)
+tar -xJf .gpu/qwen2.5-shapes-headers.tar.xz -C "$W" || exit 1
+python3 - "$W" <<'PY' || exit 1
+import sys
+sys.path.insert(0, ".gpu")
+from probe import build
+build(f"{sys.argv[1]}/q05", f"{sys.argv[1]}/q05.gguf")
+PY
+stamp "q05 written"
+
+# where llama.cpp placed the engine's model: its own log of the load, and of each graph's splits
+# (GGML_SCHED_DEBUG=1: one "## SPLIT" line per backend run; one CUDA0 split per graph = no op on the CPU)
+GGML_SCHED_DEBUG=1 ADASPARK_LLAMA_LOG=1 timeout 120 python3 - "$W/q05.gguf" >"$W/placement.log" 2>&1 <<'PY'
+import sys
+from adaspark_app.engine.backend import LlamaBackend
+b = LlamaBackend(sys.argv[1], n_ctx=4096, gpu_layers="all")
+toks = b.tokenize("one two three four five six seven eight nine ten " * 4)
+b.prefill(toks, 0)
+out = b.verify(toks[:16], list(range(len(toks), len(toks) + 16)), [(0,)] * 16)
+print("placement:", b.offload.describe(), "kv types", b.kv_types, "16-row verify ms", round(out.seconds * 1e3, 3))
+b.close()
+PY
+grep -E "placement:|offload|KV buffer|splits =|flash_attn|CUDA0|model buffer|compute buffer|no FlashAttention|SPLIT|error" \
+  "$W/placement.log" | head -n 80 >"$OUT/placement.txt"
+cat "$OUT/placement.txt"; stamp "placement read"
+
+timeout ${ENGINE_TIMEOUT:-150} python3 -m benchmarks.gpu.engine_check --model "$W/q05.gguf" \
+  --script benchmarks/corpora/longpaste.jsonl --limit ${ENGINE_LIMIT:-4} --max-tokens 64 \
+  --out-json "$OUT/engine.json" --out "$OUT/engine.md" 2>&1 | tail -n 30
+stamp "engine check done"
+
+for m in ${MODELS:-q05 q15 q7}; do
+  timeout ${PROBE_TIMEOUT:-100} python3 .gpu/probe.py --model "$W/$m.gguf" --build "$W/$m" \
+    --contexts ${CONTEXTS:-512,2048,8192} ${WIDTHS:+--widths $WIDTHS} ${WIDTHS:+--ident ${WIDTHS#1,}} \
+    --out "$OUT/$m.json" >"$W/$m.log" 2>&1
+  echo "$m rc=$?"; { echo "== $m"; cat "$W/$m.log"; } >>"$OUT/probe.log"
+  grep -E "^C=|Error|Traceback|fault" "$W/$m.log" | tail -n 8 | cut -c1-300
+  [ "$m" = q05 ] || rm -f "$W/$m.gguf"
+  stamp "$m probed"
+done
