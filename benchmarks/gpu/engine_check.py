@@ -111,15 +111,18 @@ def main(argv: list[str] | None = None) -> None:
     if arms[0] != "ar":
         arms = ["ar"] + [x for x in arms if x != "ar"]
     prompts = [(c.id, c.turns[0]) for c in load_script(a.script)[: a.limit]]
+    cmd = (f"python -m benchmarks.gpu.engine_check --model {Path(a.model).name} --limit {a.limit} "
+           f"--max-tokens {a.max_tokens} --arms {a.arms} --gpu-layers {a.gpu_layers}")
     results = []
     for arm in arms:
         results.append(run_arm(a.model, arm, prompts, a.max_tokens, a.gpu_layers, a.n_ctx))
         same, n = identical_share(results[0]["tokens"], results[-1]["tokens"])
         print(f"{arm}: {same}/{n} identical to ar; verify ms {results[-1]['verify_ms']}", flush=True)
-    if a.out_json:
-        a.out_json.write_text(json.dumps(results))
-    cmd = (f"python -m benchmarks.gpu.engine_check --model {Path(a.model).name} --limit {a.limit} "
-           f"--max-tokens {a.max_tokens} --arms {a.arms} --gpu-layers {a.gpu_layers}")
+        # after every arm, so a run stopped at its time limit keeps the arms it finished
+        if a.out_json:
+            a.out_json.write_text(json.dumps(results))
+        if a.out:
+            Path(a.out).write_text("\n".join(report(results, cmd)) + "\n", encoding="utf-8")
     emit_report(report(results, cmd), a.out)
 
 

@@ -8,6 +8,8 @@
 #     --platform manylinux_2_17_x86_64 -d .whl diskcache==5.6.3   # llama_cpp imports it; the image lacks it
 # Then one call:  run(command="bash benchmarks/gpu/run.sh", carry=[".gpu", ".whl"], timeout_s=600)
 # Here on a CPU (no build, small probe):  STAGE=measure MODELS=q05 CONTEXTS=512 WIDTHS=1,2,4 bash benchmarks/gpu/run.sh
+# Time: the CUDA build took 235-289 s for the llama target alone on 16 cores; the rest shares
+# what is left of DEADLINE (570 s): placement, the engine check (ENGINE_LIMIT conversations), the probes.
 #
 # $OUT gets 8 files (the most a call brings back): gpu.txt (the GPU, the build's tail),
 # placement.txt (llama.cpp's own log of the load: offloaded layers, KV buffers, graph splits),
@@ -18,6 +20,11 @@ export PYTHONUNBUFFERED=1 PYTHONFAULTHANDLER=1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 REPO=$(pwd); W=${GPU_WORK:-/tmp/gpuwork}; SITE=$W/site; mkdir -p "$W" "$SITE"
 t0=$(date +%s); stamp() { echo "[$(( $(date +%s) - t0 )) s] $*"; }
+# every stage ends by DEADLINE seconds after the start (the device allows 600 s per call), keeping
+# RESERVE for what follows; a stage cut short keeps what it wrote
+DEADLINE=${DEADLINE:-570}
+left() { local l=$(( DEADLINE - ($(date +%s) - t0) - ${1:-0} )); [ $l -lt 5 ] && l=5; echo $l; }
+cap() { local l; l=$(left "$2"); [ "$l" -gt "$1" ] && l=$1; echo "$l"; }  # at most $1 s, keeping $2 s
 nvidia-smi --query-gpu=name,compute_cap,driver_version,memory.total --format=csv >"$OUT/gpu.txt" 2>&1
 python3 -V >>"$OUT/gpu.txt" 2>&1
 
@@ -49,7 +56,7 @@ stamp "q05 written"
 
 # where llama.cpp placed the engine's model: its own log of the load, and of each graph's splits
 # (GGML_SCHED_DEBUG=1: one "## SPLIT" line per backend run; one CUDA0 split per graph = no op on the CPU)
-GGML_SCHED_DEBUG=1 ADASPARK_LLAMA_LOG=1 timeout 120 python3 - "$W/q05.gguf" >"$W/placement.log" 2>&1 <<'PY'
+GGML_SCHED_DEBUG=1 ADASPARK_LLAMA_LOG=1 timeout $(cap 60 150) python3 - "$W/q05.gguf" >"$W/placement.log" 2>&1 <<'PY'
 import sys
 from adaspark_app.engine.backend import LlamaBackend
 b = LlamaBackend(sys.argv[1], n_ctx=4096, gpu_layers="all")
@@ -63,13 +70,16 @@ grep -E "placement:|offload|KV buffer|splits =|flash_attn|CUDA0|model buffer|com
   "$W/placement.log" | head -n 80 >"$OUT/placement.txt"
 cat "$OUT/placement.txt"; stamp "placement read"
 
-timeout ${ENGINE_TIMEOUT:-150} python3 -m benchmarks.gpu.engine_check --model "$W/q05.gguf" \
+timeout $(cap 120 90) python3 -m benchmarks.gpu.engine_check --model "$W/q05.gguf" \
   --script benchmarks/corpora/longpaste.jsonl --limit ${ENGINE_LIMIT:-4} --max-tokens 64 \
   --out-json "$OUT/engine.json" --out "$OUT/engine.md" 2>&1 | tail -n 30
 stamp "engine check done"
 
-for m in ${MODELS:-q05 q15 q7}; do
-  timeout ${PROBE_TIMEOUT:-100} python3 .gpu/probe.py --model "$W/$m.gguf" --build "$W/$m" \
+set -- ${MODELS:-q7 q15 q05}
+while [ $# -gt 0 ]; do
+  m=$1; shift
+  # the shapes left share what time is left (the 7B first: the GPU users' size)
+  timeout $(( $(left) / ($# + 1) )) python3 .gpu/probe.py --model "$W/$m.gguf" --build "$W/$m" \
     --contexts ${CONTEXTS:-512,2048,8192} ${WIDTHS:+--widths $WIDTHS} ${WIDTHS:+--ident ${WIDTHS#1,}} \
     --out "$OUT/$m.json" >"$W/$m.log" 2>&1
   echo "$m rc=$?"; { echo "== $m"; cat "$W/$m.log"; } >>"$OUT/probe.log"
