@@ -23,7 +23,7 @@ import json
 import sys
 
 import numpy as np
-from learn_sim import Acceptance, Machine, accepted_flags, build_tree, cpu_linear, s_arrays, simulate
+from benchmarks.sim.learn_sim import Acceptance, Machine, accepted_flags, build_tree, cpu_linear, s_arrays, simulate
 
 from adaspark_app.engine.ngram import NgramIndex
 from adaspark_app.learn.acceptance import KIND_NGRAM, KIND_PICK, KIND_SIBLING, AcceptanceModel, CandidateSet

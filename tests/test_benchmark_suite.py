@@ -219,3 +219,37 @@ def test_gpu_engine_check_reports_identity_and_cost_per_width_from_the_real_engi
     assert ar["placement"]["offload"] == "CPU" and tree["tokens"] == ar["tokens"] and ar["tokens"][0]
     assert max(int(w) for w in tree["verify_ms"]) > 1 and set(ar["verify_ms"]) == {"1"}
     assert "| pinned:8 | 1/1 |" in out_md.read_text()
+
+
+def test_curve_learn_prices_a_stepped_curve_as_measured_and_its_widths_pay(tmp_path):
+    """`benchmarks/cost/curve_learn.py` on a probe's JSON of a GPU-like stepped curve (flat to 8
+    rows, then a step per 8 more; two contexts): the learned price of each measured width the
+    scheduler verified is within 10% of the measured time, and its decode rate is within 3% of the
+    best pinned width's in each band, above plain decode."""
+    from benchmarks.cost.curve_learn import load_curve, run
+
+    widths = [1, 2, 4, 8, 12, 16, 24, 32, 48, 64]
+    step = {n: 1.0 + 0.35 * ((n - 1) // 8) for n in widths}
+    probe = {"curves": {str(c): {"one_row_ms": ms, "ratio": {str(n): r * (1.0 + c / 20000) for n, r in step.items()}}
+                        for c, ms in ((512, 6.5), (2048, 7.0))}}
+    path = tmp_path / "probe.json"
+    path.write_text(json.dumps(probe))
+    curve, table = load_curve(path)
+    assert curve(16, 512) == pytest.approx(table[512][16]) and curve(10, 512) == pytest.approx(
+        (table[512][8] + table[512][12]) / 2)  # linear between measured widths
+    assert table[512][1] < curve(1, 1280) < table[2048][1]  # and between contexts
+    lines = run(path, "paste", requests=2, rounds=150)
+    text = "\n".join(lines)
+    checked = 0
+    for section in text.split("## Context ")[1:]:
+        priced = {int(r[1]): (float(r[2]), float(r[3])) for r in (line.split("|") for line in section.splitlines()
+                  if line.startswith("| ") and not line.startswith("| width")) if r[2].strip() and r[3].strip()}
+        rate = next(line for line in section.splitlines() if line.startswith("Decode rate"))
+        vs_pinned, vs_plain = (float(x) for x in re.findall(r"([0-9.]+)x (?:the best pinned|plain decode)", rate))
+        assert vs_pinned >= 0.97 and vs_plain > 1.0, rate
+        used = {int(w): int(n) for w, n in (x.split(": ") for x in rate.split("verified: ")[1].rstrip(".").split(", "))}
+        for w in (w for w, n in used.items() if n >= 20 and w in priced):  # the widths it relied on
+            meas, learned = priced[w]
+            assert abs(learned / meas - 1) < 0.10, (w, meas, learned)
+            checked += 1
+    assert checked >= 3, text

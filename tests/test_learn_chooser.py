@@ -19,7 +19,7 @@ from adaspark_app.learn.constants import BAND_MIN_ROUNDS, N0
 from adaspark_app.learn.gains import Gains
 from adaspark_app.learn.rate import LongRunRate
 from adaspark_app.learn.scheduler import WidthScheduler
-from learn_sim import Acceptance, Machine, cpu_linear, dense_step, routed, simulate, wide_cheaper
+from benchmarks.sim.learn_sim import Acceptance, Machine, cpu_linear, dense_step, routed, simulate, wide_cheaper
 
 REQUESTS = [(300, 200), (1300, 200), (2400, 200)] * 3
 SCENARIOS = {
@@ -207,7 +207,7 @@ def test_gains_learn_from_prefixes_of_the_accepted_path():
 
 
 def test_gains_correct_an_overconfident_acceptance_model_and_stay_1_when_calibrated():
-    from learn_sim import build_tree
+    from benchmarks.sim.learn_sim import build_tree
 
     acc = Acceptance(pick=0.6, overconfidence=1.4)  # every q told 1.4x too high: deep rows worst
     rng = np.random.default_rng(0)

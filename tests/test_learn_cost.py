@@ -11,7 +11,7 @@ from adaspark_app.learn.constants import (COLD_ALWAYS_BELOW, CONDITIONAL_MEASURE
                                          MEASUREMENTS_BEFORE_PRICED)
 from adaspark_app.learn.cost import REACH_PATIENCE, QuantileLaw, RowClass, VerifyCostModel
 from adaspark_app.learn.scheduler import WidthScheduler
-from learn_sim import Acceptance, Machine, dense_step, routed, simulate
+from benchmarks.sim.learn_sim import Acceptance, Machine, dense_step, routed, simulate
 
 
 def _chain_s(n_nodes: int, q: float = 0.7) -> tuple[np.ndarray, np.ndarray]:
@@ -184,7 +184,7 @@ def test_roofline_bound_stays_below_the_true_price_of_narrow_widths(curve):
     """The narrow widths' cold bound must be a lower bound, or a width that could win would go
     unmeasured: on each simulated machine, priced at its true times, the bound for 4 and 8
     rows (from the two widths below) is at most their true time."""
-    from learn_sim import cpu_linear
+    from benchmarks.sim.learn_sim import cpu_linear
     f = cpu_linear if curve == "cpu_linear" else curve
     from adaspark_app.learn.chooser import Scored
     # narrow pairs, and wide widths extrapolated from the two widest narrow ones (the bound is

@@ -275,7 +275,7 @@ def test_a_newer_or_foreign_layout_is_refused_not_guessed():
 def test_every_state_the_learners_write_loads(curve):
     """The validator refuses no state the learners themselves write: scheduler states after
     serving on each simulated machine (splits, reach, gates) load back unchanged."""
-    import learn_sim
+    from benchmarks.sim import learn_sim
 
     res = learn_sim.simulate(learn_sim.Machine(getattr(learn_sim, curve)), learn_sim.Acceptance(ngram_share=0.4),
                              [(200, 50), (1500, 40), (5000, 30)], seed=11)

@@ -22,7 +22,7 @@ from adaspark_app.learn.kinds import NgramKind
 from adaspark_app.learn.precision import SourcePrecision
 from adaspark_app.learn.scheduler import WidthScheduler
 from adaspark_app.engine.ngram import NgramStep
-from learn_sim import draw_path
+from benchmarks.sim.learn_sim import draw_path
 
 
 # --- 1. the D clock -------------------------------------------------------------------------

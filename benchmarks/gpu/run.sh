@@ -14,7 +14,8 @@
 # $OUT gets 8 files (the most a call brings back): gpu.txt (the GPU, the build's tail),
 # placement.txt (llama.cpp's own log of the load: offloaded layers, KV buffers, graph splits),
 # engine.md / engine.json (benchmarks/gpu/engine_check.py on a random-weight Qwen2.5-0.5B shape),
-# MODEL.json per probed shape (q05, q15, q7) and probe.log (their logs).
+# MODEL.json per probed shape (q05, q15, q7) and probe.log (their logs). Then here:
+#   python -m benchmarks.cost.curve_learn MODEL.json   # the learned prices beside the measured curve
 set -u
 export PYTHONUNBUFFERED=1 PYTHONFAULTHANDLER=1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"

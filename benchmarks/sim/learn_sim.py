@@ -1,4 +1,4 @@
-"""A small seeded simulator of AdaSpark rounds for the pure learners' tests and benchmark.
+"""A small seeded simulator of AdaSpark rounds, for the pure learners' tests and `benchmarks.cost.curve_learn`.
 
 Each round builds a candidate tree with a known acceptance law (per-node q, children of a node
 mutually exclusive), orders it best-first by Q (Proposition 1), hands S(n) per source to the
