@@ -245,7 +245,8 @@ def test_each_variant_this_machine_can_run_loads_and_keeps_q4_1_identity(variant
     assert got["status"] == "q4_1-tinyblas" and got["variant"] == variant
     assert len(got["libs"]) == 1 and _same_file(got["libs"][0], build.variant_lib(variant))
     test = "tests/test_engine_tree.py::test_cells_written_by_a_verify_equal_plain_decode_cells"
-    out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", test],
+    # -n0: one process for one test (the suite's addopts would start a worker per core)
+    out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-n0", "-p", "no:cacheprovider", test],
                          env=env, capture_output=True, text=True, timeout=600,
                          cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     assert out.returncode == 0 and " passed" in out.stdout, out.stdout[-2000:] + out.stderr[-2000:]
