@@ -238,3 +238,31 @@ def test_one_field_corruptions_of_an_export_are_refused_or_load(tmp_path):
             validate(b.load_learned(K1))
             b.reset()
     assert refused > 30
+
+
+def test_export_and_import_keep_a_gpu_devices_fingerprint_apart_from_the_cpus(tmp_path):
+    """State learned on a GPU travels with its device's whole fingerprint (the GPU, its compute
+    capability and driver, the layers offloaded): imported into a fresh store it keeps the same
+    key, device id and fingerprint, and it stays apart from the same model's state on the CPU."""
+    from adaspark_app.store.fingerprint import device_fingerprint, key_meta
+
+    info = "llama-cpp-python 0.3.36 | CUDA : ARCHS = 900"
+    gpu = device_fingerprint(8, info, backend="cuda", gpu="NVIDIA H200", gpu_layers=-1,
+                             gpu_detail={"compute_capability": "9.0", "driver": "580.159.03"})
+    cpu = device_fingerprint(8, info, backend="cuda")
+    assert gpu["id"] != cpu["id"]
+    model = META["model"]
+    on_gpu, on_cpu = LearnedKey(K1.model_id, gpu["id"]), LearnedKey(K1.model_id, cpu["id"])
+    src = Store.open(tmp_path / "src.db")
+    src.save_learned(on_gpu, learned_state(1), summary(1), key_meta=key_meta(model, gpu))
+    src.save_learned(on_cpu, learned_state(2), summary(2), key_meta=key_meta(model, cpu))
+    text = export_json(src)
+    src.close()
+    dst = Store.open(tmp_path / "dst.db")
+    import_json(dst, text)
+    rows = {r["device_id"]: r for r in dst.list_learned()}
+    assert set(rows) == {gpu["id"], cpu["id"]}
+    assert rows[gpu["id"]]["key_meta"]["device"] == gpu and rows[cpu["id"]]["key_meta"]["device"] == cpu
+    assert "NVIDIA H200" in rows[gpu["id"]]["key_meta"]["device"]["name"]
+    assert dst.load_learned(on_gpu) == learned_state(1) and dst.load_learned(on_cpu) == learned_state(2)
+    dst.close()
