@@ -46,3 +46,20 @@ def test_bench_two_conversations_two_arms_writes_every_report_file(tmp_path):
                for v in verdicts.values()), verdicts
     assert f"`ar` {verdicts['ar']}" in (out / "report.md").read_text()
     assert verdicts["ar"] == verdicts["chain:4"], "the arms share one trial: one verdict"
+
+
+def test_bench_prints_each_engine_notice_once_for_all_its_arms(tmp_path, capsys):
+    """`--gpu-layers all` on this CPU-only build: every arm's engine has the notice, bench prints
+    it once; and the report names the device the arms ran on."""
+    from adaspark_app.engine.offload import build_can_offload
+
+    assert not build_can_offload()
+    script = tmp_path / "one.jsonl"
+    script.write_text(json.dumps({"id": "c0", "turns": ["Say hi."]}) + "\n")
+    out = tmp_path / "report"
+    code = cli.main(["bench", str(script), "--arms", "ar,pinned:4", "--max-tokens", "8", "--gpu-layers", "all",
+                     "--report", str(out), "--no-progress"])
+    assert code == 0
+    notes = [line for line in capsys.readouterr().err.splitlines() if line.startswith("adaspark: note:")]
+    assert len(notes) == 1 and "cannot offload to a GPU" in notes[0], notes
+    assert json.loads((out / "report.json").read_text())["meta"]["machine"]["device"] == "CPU"

@@ -343,9 +343,10 @@ def run_bench(
             offload = getattr(getattr(engine, "backend", None), "offload", None)
             if offload is not None:
                 meta["machine"]["device"] = offload.describe()
-                if offload.notice and offload.notice not in shown:  # once, not once per arm
-                    shown.add(offload.notice)
-                    print(f"adaspark: note: {offload.notice}", file=sys.stderr)
+            for note in getattr(engine, "notices", None) or ():  # each once, not once per arm
+                if note not in shown:
+                    shown.add(note)
+                    print(f"adaspark: note: {note}", file=sys.stderr)
 
         prog = None
         if progress:
