@@ -5,9 +5,12 @@
 # Here, once per session (both folders are ignored; .git/info/exclude lists them):
 #   mkdir -p .gpu && cp ../shared/gpu/* .gpu/     # trimmed llama-cpp-python sdist, shape headers, probe.py
 #   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
-#     --platform manylinux_2_17_x86_64 -d .whl diskcache==5.6.3   # llama_cpp imports it; the image lacks it
+#     --platform manylinux_2_17_x86_64 -d .whl diskcache==5.6.3 sqlite-utils==4.2.1 sqlite-fts4==1.0.3 \
+#     click-default-group==1.2.4 platformdirs==4.14.9 gguf==0.19.0
+#   (what llama_cpp and AdaSpark's engine import that the image lacks; their other needs are on it)
 # Then one call:  run(command="bash benchmarks/gpu/run.sh", carry=[".gpu", ".whl"], timeout_s=600)
 # Here on a CPU (no build, small probe):  STAGE=measure MODELS=q05 CONTEXTS=512 WIDTHS=1,2,4 bash benchmarks/gpu/run.sh
+# and with IMAGE_LIKE=1, this Python lacks what the image lacks, but for the wheels (benchmarks/gpu/image/)
 # Time: the CUDA build took 235-289 s for the llama target alone on 16 cores; the rest shares
 # what is left of DEADLINE (570 s): placement, the engine check (ENGINE_LIMIT conversations), the probes.
 #
@@ -29,8 +32,9 @@ cap() { local l; l=$(left "$2"); [ "$l" -gt "$1" ] && l=$1; echo "$l"; }  # at m
 nvidia-smi --query-gpu=name,compute_cap,driver_version,memory.total --format=csv >"$OUT/gpu.txt" 2>&1
 python3 -V >>"$OUT/gpu.txt" 2>&1
 
+python3 -m pip install -q --no-index --no-deps --no-compile --target "$SITE" .whl/*.whl || exit 1
+export SITE
 if [ "${STAGE:-all}" != measure ]; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --target "$SITE" .whl/*.whl || exit 1
   rm -rf "$W/src"; mkdir -p "$W/src"; tar -xJf .gpu/llama-cpp-python-0.3.36-src.tar.xz -C "$W/src" || exit 1
   # the README's CUDA install, for this GPU's architecture alone (sm_90: H100/H200)
   CMAKE_ARGS="-DGGML_CUDA=on -DLLAVA_BUILD=OFF -DCMAKE_CUDA_ARCHITECTURES=${CUDA_ARCH:-90}" \
@@ -39,8 +43,9 @@ if [ "${STAGE:-all}" != measure ]; then
   tail -n 5 "$W/build.log" >>"$OUT/gpu.txt"
   stamp "CUDA build of llama-cpp-python done"
   export PYTHONPATH=$SITE:$REPO
-else
+else  # the llama_cpp installed here; the carried wheels after this Python's own packages
   export PYTHONPATH=$REPO${PYTHONPATH:+:$PYTHONPATH}
+  [ -n "${IMAGE_LIKE:-}" ] && export IMAGE_LIKE PYTHONPATH=$REPO/benchmarks/gpu/image:$PYTHONPATH ADASPARK_STOCK_KERNELS=1
 fi
 python3 -c "import llama_cpp; print('llama_supports_gpu_offload:', bool(llama_cpp.llama_supports_gpu_offload()))" \
   | tee -a "$OUT/gpu.txt"
