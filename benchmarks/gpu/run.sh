@@ -25,7 +25,7 @@ OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 REPO=$(pwd); W=${GPU_WORK:-/tmp/gpuwork}; SITE=$W/site; mkdir -p "$W" "$SITE"
 t0=$(date +%s); stamp() { echo "[$(( $(date +%s) - t0 )) s] $*"; }
 # every stage ends by DEADLINE seconds after the start (the device allows 600 s per call), keeping
-# RESERVE for what follows; a stage cut short keeps what it wrote
+# a reserve for what follows (cap SECONDS RESERVE); a stage cut short keeps what it wrote
 DEADLINE=${DEADLINE:-570}
 left() { local l=$(( DEADLINE - ($(date +%s) - t0) - ${1:-0} )); [ $l -lt 5 ] && l=5; echo $l; }
 cap() { local l; l=$(left "$2"); [ "$l" -gt "$1" ] && l=$1; echo "$l"; }  # at most $1 s, keeping $2 s
