@@ -53,11 +53,12 @@ class Offload:
 
     def describe(self) -> str:
         """`all layers on the GPU`, `12 layers on the GPU` or `CPU`."""
-        if self.n_gpu_layers == ALL_LAYERS:
-            return "all layers on the GPU"
-        if self.n_gpu_layers > 0:
-            return f"{self.n_gpu_layers} layers on the GPU"
-        return "CPU"
+        return f"{layers_text(self.n_gpu_layers)} on the GPU" if self.on_gpu else "CPU"
+
+
+def layers_text(n_gpu_layers: int) -> str:
+    """`all layers` (ALL_LAYERS, or any negative count as llama.cpp reads it) or `12 layers`."""
+    return "all layers" if n_gpu_layers < 0 else f"{int(n_gpu_layers)} layers"
 
 
 def plan_offload(requested: int | None, can_offload: bool) -> Offload:

@@ -198,7 +198,9 @@ def device_fingerprint(
         fp["gpu_detail"] = dict(gpu_detail or {})
     fp["id"] = _short_hash(fp)
     if gpu_layers:
-        layers = "all layers" if gpu_layers < 0 else f"{int(gpu_layers)} layers"
+        from adaspark_app.engine.offload import layers_text
+
+        layers = layers_text(gpu_layers)
         detail = ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in sorted((gpu_detail or {}).items()))
         fp["name"] = f"{gpu or 'GPU'}{f' ({detail})' if detail else ''}, {layers} on it, {fp['backend']}"
     else:

@@ -29,7 +29,7 @@ import numpy as np
 
 from adaspark_app.learn.cost import context_band
 from benchmarks.common import emit_report
-from benchmarks.sim.learn_sim import Acceptance, Machine, simulate
+from benchmarks.sim.learn_sim import Acceptance, Machine, interp_table, simulate
 
 ACCEPTANCE = {"paste": Acceptance(pick=0.7, ngram_share=0.5), "chat": Acceptance(pick=0.6, ngram_share=0.2)}
 
@@ -47,7 +47,7 @@ def load_curve(path: str | Path):
     contexts = sorted(table)
 
     def at_context(n, c: int) -> np.ndarray:
-        per = [np.interp(n, sorted(table[k]), [table[k][w] for w in sorted(table[k])]) for k in contexts]
+        per = [interp_table(table[k], n) for k in contexts]
         if len(contexts) == 1:
             return per[0]
         return np.array([np.interp(c, contexts, [p[i] for p in per]) for i in range(np.size(n))]).reshape(np.shape(n))

@@ -228,10 +228,9 @@ def main() -> None:
             host = np.array([h for h, _ in xs]) * 1e6
             lines.append(f"| {name} | {k} | {len(xs)} | {np.median(host):.0f} | {host.mean():.0f} | "
                          f"{host.sum() / 1e6 / total_wall:.2%} |")
-        all_host = sum(h for k in KINDS for h, _ in recs[name][k])
         every = np.array([h for k in KINDS for h, _ in recs[name][k]]) * 1e6
         lines.append(f"| {name} | all | {every.size} | {np.median(every):.0f} | {every.mean():.0f} | "
-                     f"{all_host / total_wall:.2%} |")
+                     f"{every.sum() / 1e6 / total_wall:.2%} |")
     for name, rows in parts.items():
         if rows:
             lines += ["", *_parts_table(name, rows)]

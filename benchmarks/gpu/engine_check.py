@@ -26,7 +26,7 @@ import numpy as np
 from adaspark_app import native
 from adaspark_app.engine.chat_engine import ChatEngine
 from adaspark_app.runner import load_script
-from benchmarks.common import cpu_model, emit_report
+from benchmarks.common import cpu_model
 from benchmarks.cost.round_host_time import KINDS, _cache_table, _capture_pricing, _instrument, _instrument_parts, \
     _parts_table
 
@@ -123,7 +123,7 @@ def main(argv: list[str] | None = None) -> None:
             a.out_json.write_text(json.dumps(results))
         if a.out:
             Path(a.out).write_text("\n".join(report(results, cmd)) + "\n", encoding="utf-8")
-    emit_report(report(results, cmd), a.out)
+    print("\n".join(report(results, cmd)))  # the file holds it already (written above)
 
 
 if __name__ == "__main__":

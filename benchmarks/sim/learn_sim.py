@@ -24,7 +24,8 @@ from adaspark_app.learn.scheduler import WidthScheduler
 Curve = Callable[[np.ndarray | int, int], np.ndarray | float]  # vectorised over rows
 
 
-def _interp(table: dict[int, float], n):
+def interp_table(table: dict[int, float], n):
+    """table[n] for n in the table, linear between its keys and flat beyond them (vectorised over n)."""
     xs = sorted(table)
     return np.interp(n, xs, [table[x] for x in xs])
 
@@ -50,7 +51,7 @@ CPU_SLOPE = {1: 0.05, 2: 0.2, 4: 0.5, 8: 1.1, 16: 2.5, 32: 5.2, 64: 10.4}  # ext
 def cpu_linear(n: int, c: int) -> float:
     """The linear curve measured on this CPU (shared/DESIGN.md): one row ~10 ms; at 400 tokens
     2 rows 1.85x ... 64 rows 30x; at 1,500 tokens 8 rows 5.9x and 16 rows 11.0x."""
-    return 0.010 * (_interp(CPU_RATIO, n) + _interp(CPU_SLOPE, n) * (c - 400) / 1100.0)
+    return 0.010 * (interp_table(CPU_RATIO, n) + interp_table(CPU_SLOPE, n) * (c - 400) / 1100.0)
 
 
 def wide_cheaper(n: int, c: int) -> float:
