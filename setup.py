@@ -1,4 +1,5 @@
-"""Install hook: build the Q4_1 multi-row kernels for llama.cpp (adaspark_app/native/build.py).
+"""Install hook: build the Q4_1 multi-row kernels for llama.cpp (adaspark_app/native/build.py),
+and with CUDA (CMAKE_ARGS turning GGML_CUDA on) its batch-invariant CUDA library.
 
 Everything else is in pyproject.toml. A failed kernel build does not fail the install: AdaSpark
 then runs on llama-cpp-python's stock libraries (and says so in `adaspark bench` reports).
@@ -22,7 +23,8 @@ class BuildWithKernels(build_py):
         spec.loader.exec_module(mod)
         try:
             path = mod.build(say=lambda m: print(m, file=sys.stderr, flush=True))
-            print(f"adaspark: Q4_1 kernels ({', '.join(mod.built_variants())}) in {path}", file=sys.stderr)
+            cuda = ", and the batch-invariant CUDA library" if mod.built_cuda() else ""
+            print(f"adaspark: Q4_1 kernels ({', '.join(mod.built_variants())}){cuda} in {path}", file=sys.stderr)
             if not getattr(self, "editable_mode", False):  # a wheel: ship the libraries (one per variant) in it
                 dest = Path(self.build_lib) / "adaspark_app" / "native" / "lib"
                 for f in path.rglob("*"):

@@ -238,6 +238,11 @@ def test_curve_learn_prices_a_stepped_curve_as_measured_and_its_widths_pay(tmp_p
     assert curve(16, 512) == pytest.approx(table[512][16]) and curve(10, 512) == pytest.approx(
         (table[512][8] + table[512][12]) / 2)  # linear between measured widths
     assert table[512][1] < curve(1, 1280) < table[2048][1]  # and between contexts
+    both = tmp_path / "probes.json"  # run.sh's gathering: {shape: {mode: probe}}
+    both.write_text(json.dumps({"q7": {"exact": probe, "stock": {"curves": {}}}}))
+    assert load_curve(both, "q7/exact")[1] == table
+    with pytest.raises(ValueError, match="no probe 'q7/fast'"):
+        load_curve(both, "q7/fast")
     lines = run(path, "paste", requests=2, rounds=150)
     text = "\n".join(lines)
     checked = 0

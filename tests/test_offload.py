@@ -11,8 +11,8 @@ import sys
 
 import pytest
 
-from adaspark_app.engine.offload import (ALL_LAYERS, Offload, build_can_offload, parse_gpu_layers,
-                                         parse_nvidia_smi, plan_offload)
+from adaspark_app.engine.offload import (ALL_LAYERS, Offload, build_can_offload, cuda_kernels,
+                                         cuda_kernels_notice, parse_gpu_layers, parse_nvidia_smi, plan_offload)
 from adaspark_app.errors import ArgumentError
 from adaspark_app.store.fingerprint import _short_hash, device_fingerprint
 
@@ -67,6 +67,17 @@ def test_a_cpu_device_keeps_its_id_and_each_gpu_setting_is_its_own_device():
               dict(h200, gpu_detail={"compute_capability": "9.0", "driver": "590.1"})]
     ids = {base["id"], cpu["id"]} | {device_fingerprint(2, info, **o)["id"] for o in others}
     assert len(ids) == 5  # another GPU, layer split or driver never shares a cost table
+    stock, exact = ({**h200["gpu_detail"], "kernels": cuda_kernels(rows)} for rows in (None, 64))
+    assert stock["kernels"] == "stock" and exact["kernels"] == "batch-invariant to 64 rows"
+    assert (device_fingerprint(2, info, **dict(h200, gpu_detail=stock))["id"]
+            != device_fingerprint(2, info, **dict(h200, gpu_detail=exact))["id"])  # the kernels set the curve
+
+
+def test_a_gpu_whose_kernels_may_round_a_verify_otherwise_says_so_in_one_line():
+    for rows, why in ((None, "stock CUDA kernels"), (0, "ADASPARK_CUDA_EXACT=0"), (16, "only to 16 rows")):
+        note = cuda_kernels_notice(rows, 64)
+        assert note is not None and why in note and "\n" not in note
+    assert cuda_kernels_notice(64, 64) is None
 
 
 @pytest.mark.model

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..errors import ArgumentError, ModelLoadError
+from ..learn.constants import MAX_WIDTH
 from .arms import Arm, parse_arm
 from .backend import LlamaBackend, check_gguf_file, default_model_path
 from .context_window import Window, fit_messages
@@ -49,6 +50,16 @@ class ChatEngine:
         self.backend = LlamaBackend(path, n_ctx=n_ctx, n_threads=n_threads, gpu_layers=gpu_layers)
         b = self.backend
         self.notices: list[str] = [b.offload.notice] if b.offload.notice else []
+        self.cuda_exact_rows: int | None = None  # on a GPU: native.cuda_exact.library_rows()
+        if b.offload.on_gpu:
+            from adaspark_app.native.cuda_exact import library_rows
+
+            from .offload import cuda_kernels_notice
+
+            self.cuda_exact_rows = library_rows()
+            note = cuda_kernels_notice(self.cuda_exact_rows, MAX_WIDTH)
+            if note:
+                self.notices.append(note)
         if b.recurrent:
             self.notices.append("this model is recurrent or hybrid: tree verification is off, "
                                 "decoding plainly one token per step")
@@ -163,11 +174,14 @@ class ChatEngine:
         off = self.backend.offload
         if not off.on_gpu:
             return {}
-        from .offload import gpu_identity
+        from .offload import cuda_kernels, gpu_identity
 
         ident = gpu_identity() or {}
+        # the kernels set the verify's cost curve: a table learned with the stock ones never prices
+        # the batch-invariant ones
         return {"gpu": ident.get("name") or "GPU", "gpu_layers": off.n_gpu_layers,
-                "gpu_detail": {k: v for k, v in ident.items() if k != "name"}}
+                "gpu_detail": {**{k: v for k, v in ident.items() if k != "name"},
+                               "kernels": cuda_kernels(self.cuda_exact_rows)}}
 
     def _backend_info(self) -> str:
         import llama_cpp

@@ -79,6 +79,28 @@ def build_can_offload() -> bool:
     return bool(llama_cpp.llama_supports_gpu_offload())
 
 
+def cuda_kernels(exact_rows: int | None) -> str:
+    """The CUDA kernels in use, for the device fingerprint and reports: ``batch-invariant to N
+    rows`` (AdaSpark's patched library with ADASPARK_CUDA_EXACT on), else ``stock``; from
+    ``native.cuda_exact.library_rows()``."""
+    return f"batch-invariant to {exact_rows} rows" if exact_rows else "stock"
+
+
+def cuda_kernels_notice(exact_rows: int | None, widest: int) -> str | None:
+    """One line for the user when the GPU's kernels may round a verify's rows otherwise than a
+    plain step's (None when every width up to ``widest`` is batch-invariant)."""
+    if exact_rows is None:
+        why = "llama.cpp's stock CUDA kernels"
+    elif exact_rows == 0:
+        why = "ADASPARK_CUDA_EXACT=0 (the stock CUDA kernels)"
+    elif exact_rows < widest:
+        why = f"CUDA kernels batch-invariant only to {exact_rows} rows"
+    else:
+        return None
+    return (f"{why}: a row can round otherwise in a verify than in a plain step, so a reply may leave "
+            f"plain decode's after a near tie (the README's CUDA install builds AdaSpark's batch-invariant kernels)")
+
+
 #: nvidia-smi's query for the fields the store's device fingerprint keeps.
 NVIDIA_SMI_QUERY = ["nvidia-smi", "--query-gpu=name,compute_cap,driver_version", "--format=csv,noheader"]
 

@@ -9,7 +9,9 @@ all there, so a library directory that moved to another CPU never runs an instru
 lacks (SIGILL); when none fits, the stock libraries stay. If a variant was built for the installed
 llama-cpp-python, it copies llama-cpp-python's libraries into a cache directory with that one in
 place of its own ``libggml-cpu`` and sets ``LLAMA_CPP_LIB_PATH`` there (copies, not links: each
-library finds its siblings through ``$ORIGIN``). Set ``ADASPARK_STOCK_KERNELS=1`` to keep the
+library finds its siblings through ``$ORIGIN``); when the install built the CUDA library too
+(``cuda_exact.py``) and llama-cpp-python has one, ours takes its place the same way, and
+``ADASPARK_CUDA_EXACT`` defaults to 1 (its batch-invariant rows). Set ``ADASPARK_STOCK_KERNELS=1`` to keep the
 stock libraries, ``ADASPARK_KERNEL_VARIANT=NAME`` to force a built variant (refused, with the
 stock libraries kept, if this CPU lacks its flags); a ``LLAMA_CPP_LIB_PATH`` set by the user is
 left alone.
@@ -29,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from . import build as _build
-from .build import LIB_DIR, LIB_NAME
+from .build import CUDA_LIB_NAME, LIB_DIR, LIB_NAME
 
 _status = "stock"
 _variant: str | None = None
@@ -75,12 +77,16 @@ def _stock_lib_dir() -> Path | None:
     return d if d.is_dir() else None
 
 
-def runtime_dir(stock: Path, ours: Path, cache_root: Path) -> Path:
+def runtime_dir(stock: Path, ours: Path, cache_root: Path, cuda: Path | None = None) -> Path:
     """A directory holding copies of ``stock``'s libraries with ``ours`` under every
-    ``libggml-cpu.so*`` name; made once per (stock directory, our library), atomically. When
-    one is made, those of other builds unused for STALE_DAYS are removed."""
+    ``libggml-cpu.so*`` name (and ``cuda`` under every ``libggml-cuda.so*`` name, if given and
+    ``stock`` has one); made once per (stock directory, our libraries), atomically. When one is
+    made, those of other builds unused for STALE_DAYS are removed."""
+    swap = {LIB_NAME: ours}
+    if cuda is not None and any(f.name.startswith(CUDA_LIB_NAME) for f in stock.iterdir()):
+        swap[CUDA_LIB_NAME] = cuda
     h = hashlib.sha256(str(stock.resolve()).encode())
-    for f in sorted(stock.iterdir()) + [ours]:
+    for f in sorted(stock.iterdir()) + list(swap.values()):
         st = f.stat()
         h.update(f"{f.name}:{st.st_size}:{st.st_mtime_ns}".encode())
     target = cache_root / f"lib-{h.hexdigest()[:16]}"
@@ -92,7 +98,8 @@ def runtime_dir(stock: Path, ours: Path, cache_root: Path) -> Path:
     try:
         for f in sorted(stock.iterdir()):
             if f.is_file():
-                shutil.copy2(ours if f.name.startswith(LIB_NAME) else f, tmp / f.name)
+                mine = next((p for name, p in swap.items() if f.name.startswith(name)), f)
+                shutil.copy2(mine, tmp / f.name)
         (tmp / ".complete").write_text("")
         try:
             os.rename(tmp, target)
@@ -117,6 +124,11 @@ def activate() -> str:
     usable; returns ``status()``. Never raises: any problem leaves the stock libraries in use."""
     global _status, _variant
     _variant = None
+    # the CUDA library built with cuda_exact.patch reads this once, at its first use: batch-invariant
+    # rows unless the stock kernels were asked for (a library without the patch ignores it)
+    from .cuda_exact import SWITCH  # here: `python -m adaspark_app.native.cuda_exact` imports this package first
+
+    os.environ.setdefault(SWITCH, "0" if os.environ.get("ADASPARK_STOCK_KERNELS") else "1")
     if "llama_cpp" in sys.modules:
         _status = "stock (llama_cpp was imported before native.activate())"
         return _status
@@ -152,7 +164,10 @@ def activate() -> str:
     try:
         from platformdirs import user_cache_dir
 
-        target = runtime_dir(stock, LIB_DIR / entries[chosen]["file"], Path(user_cache_dir("adaspark")) / "native")
+        cuda = stamp.get("cuda")
+        cuda_lib = LIB_DIR / str(cuda.get("file", "")) if isinstance(cuda, dict) else None
+        target = runtime_dir(stock, LIB_DIR / entries[chosen]["file"], Path(user_cache_dir("adaspark")) / "native",
+                             cuda_lib if cuda_lib is not None and cuda_lib.is_file() else None)
     except OSError as e:
         _status = f"stock (could not prepare the libraries: {e})"
         return _status

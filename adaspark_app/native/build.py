@@ -75,6 +75,10 @@ KERNEL_FA = HERE / "flash_attn_bf16.inc"
 LIB_DIR = HERE / "lib"
 LIB_NAME = "libggml-cpu.so"
 STAMP = LIB_DIR / "stamp.json"
+#: With CUDA (the install's CMAKE_ARGS turn GGML_CUDA on): llama.cpp's CUDA backend with
+#: ``cuda_exact.patch``, whose rows are batch-invariant under ADASPARK_CUDA_EXACT=1 (cuda_exact.py).
+CUDA_LIB_NAME = "libggml-cuda.so"
+CUDA_FILE = f"cuda/{CUDA_LIB_NAME}"
 
 #: ggml's x86 feature switches (GGML_<name>); a variant turns on some and every other one off.
 GGML_FEATURES = ("SSE42", "AVX", "AVX2", "BMI2", "AVX_VNNI", "FMA", "F16C", "AVX512", "AVX512_VBMI",
@@ -243,9 +247,52 @@ def source_key(variant: str | None = None) -> str:
     return h.hexdigest()[:16]
 
 
+def cuda_cmake_flags(cmake_args: str | None = None) -> list[str] | None:
+    """The CUDA build's CMake switches, from CMAKE_ARGS (the same variable that made
+    llama-cpp-python's build a CUDA one): GGML_CUDA on and every CUDA-related switch given there
+    (architectures, toolkit, compiler); None when CMAKE_ARGS does not turn GGML_CUDA on."""
+    import shlex
+
+    args = shlex.split(os.environ.get("CMAKE_ARGS", "") if cmake_args is None else cmake_args)
+    on = [a for a in args if a.upper().replace(" ", "") in ("-DGGML_CUDA=ON", "-DGGML_CUDA=1", "-DGGML_CUDA=TRUE")]
+    if not on:
+        return None
+    keep = [a for a in args if a.startswith(("-DCMAKE_CUDA", "-DCUDAToolkit", "-DGGML_CUDA_")) and a not in on]
+    return ["-DGGML_CUDA=ON", *keep]
+
+
+def _cuda_exact():
+    """native/cuda_exact.py, also where setup.py loads this file alone (no package to import from)."""
+    try:
+        from . import cuda_exact
+    except ImportError:
+        import importlib.util
+
+        spec = importlib.util.spec_from_file_location("_adaspark_cuda_exact", HERE / "cuda_exact.py")
+        cuda_exact = sys.modules.setdefault(spec.name, importlib.util.module_from_spec(spec))
+        spec.loader.exec_module(cuda_exact)  # registered first: its dataclass looks itself up there
+    return cuda_exact
+
+
+def cuda_key(flags: list[str]) -> str:
+    """Identifies what the CUDA library is built from: the pinned version, the patch, its switches."""
+    h = hashlib.sha256(LLAMA_CPP_PYTHON.encode())
+    h.update(_cuda_exact().PATCH.read_bytes())
+    h.update(" ".join(flags).encode())
+    return h.hexdigest()[:16]
+
+
+def built_cuda(flags: list[str] | None = None) -> bool:
+    """Whether the CUDA library is built (from this patch, and with ``flags`` if given)."""
+    e = read_stamp().get("cuda")
+    return (isinstance(e, dict) and (LIB_DIR / CUDA_FILE).is_file()
+            and (flags is None or e.get("key") == cuda_key(flags)))
+
+
 def read_stamp() -> dict:
     """stamp.json: {"llama_cpp_python": version, "variants": {name: {"key", "flags", "file",
-    "built_on"}}}; {} when missing, unreadable or of the one-library layout before variants."""
+    "built_on"}}, and with CUDA "cuda": {"key", "file", "cmake", "build_seconds"}}; {} when
+    missing, unreadable or of the one-library layout before variants."""
     try:
         stamp = json.loads(STAMP.read_text())
     except (OSError, ValueError):
@@ -385,9 +432,12 @@ def variant_cmake_flags(variant: str) -> list[str]:
     return ["-DGGML_NATIVE=OFF"] + [f"-DGGML_{f}={'ON' if f in on else 'OFF'}" for f in GGML_FEATURES]
 
 
-def _write_stamp(variants: dict) -> None:
+def _write_stamp(variants: dict, cuda: dict | None = None) -> None:
     tmp = STAMP.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"llama_cpp_python": LLAMA_CPP_PYTHON, "variants": variants}, indent=1) + "\n")
+    stamp: dict = {"llama_cpp_python": LLAMA_CPP_PYTHON, "variants": variants}
+    if cuda:
+        stamp["cuda"] = cuda
+    tmp.write_text(json.dumps(stamp, indent=1) + "\n")
     os.replace(tmp, STAMP)
 
 
@@ -401,10 +451,13 @@ def _cpu_model() -> str:
     return "unknown"
 
 
-def build(force: bool = False, jobs: int | None = None, say=print, variants: list[str] | None = None) -> Path:
+def build(force: bool = False, jobs: int | None = None, say=print, variants: list[str] | None = None,
+          cuda: list[str] | None = None) -> Path:
     """Build the patched libggml-cpu of each of `variants` not yet built (default: this CPU's best
-    variant and the AVX2 floor); returns LIB_DIR, which holds ``<variant>/libggml-cpu.so`` and the
-    stamp recording each variant's key and required CPU flags."""
+    variant and the AVX2 floor), and with `cuda` (CMake switches; default ``cuda_cmake_flags()``,
+    None without CUDA) the patched libggml-cuda; returns LIB_DIR, which holds
+    ``<variant>/libggml-cpu.so``, ``cuda/libggml-cuda.so`` and the stamp recording each one's key
+    (and a variant's required CPU flags)."""
     import shutil
     import tarfile
     import tempfile
@@ -417,8 +470,10 @@ def build(force: bool = False, jobs: int | None = None, say=print, variants: lis
     unknown = [v for v in variants if v not in VARIANTS]
     if unknown:
         raise BuildError(f"unknown kernel variant(s) {', '.join(unknown)}; known: {', '.join(VARIANTS)}")
+    cuda = cuda_cmake_flags() if cuda is None else cuda
     todo = [v for v in variants if force or v not in built_variants()]
-    if not todo:
+    todo_cuda = bool(cuda) and (force or not built_cuda(cuda))
+    if not todo and not todo_cuda:
         return LIB_DIR
     if sys.platform != "linux":
         raise BuildError("the patched kernels are built on Linux only")
@@ -430,6 +485,7 @@ def build(force: bool = False, jobs: int | None = None, say=print, variants: lis
     log = LIB_DIR / "build.log"
     log.write_text("")
     stamp = {v: e for v, e in read_stamp().get("variants", {}).items() if v in built_variants()}
+    cuda_entry = read_stamp().get("cuda") if built_cuda() else None
     with tempfile.TemporaryDirectory(prefix="adaspark-kernels-") as tmp:
         tmp_path = Path(tmp)
         src = tmp_path / "llama.cpp"
@@ -475,11 +531,44 @@ def build(force: bool = False, jobs: int | None = None, say=print, variants: lis
             stamp[variant] = {"key": source_key(variant), "flags": required_flags(variant),
                               "file": f"{variant}/{LIB_NAME}", "built_on": _cpu_model(),
                               "build_seconds": round(time.monotonic() - t0, 1)}
-            _write_stamp(stamp)  # after each variant: one built survives a failure of the next
+            _write_stamp(stamp, cuda_entry)  # after each variant: one built survives a failure of the next
+        if todo_cuda:
+            cuda_entry = _build_cuda(src, tmp_path / "build-cuda", cmake, jobs, cuda, log, say)
+            _write_stamp(stamp, cuda_entry)
     old = LIB_DIR / LIB_NAME  # the one-library layout before variants (built with -march=native)
     if old.is_file():
         old.unlink()
     return LIB_DIR
+
+
+def _build_cuda(src: Path, out: Path, cmake: str, jobs: int, flags: list[str], log: Path, say) -> dict:
+    """libggml-cuda with cuda_exact.patch, from the source tree `src` (patched in place)."""
+    import shutil
+    import time
+
+    cuda_exact = _cuda_exact()
+    t0 = time.monotonic()
+    try:
+        cuda_exact.apply(src)
+    except cuda_exact.PatchError as e:
+        raise BuildError(str(e)) from None
+    say(f"adaspark: building libggml-cuda with the batch-invariant kernels ({jobs} jobs; as long as "
+        f"llama-cpp-python's own CUDA compile)")
+    with open(log, "a") as fp:
+        fp.write(f"=== cuda: {' '.join(flags)}\n")
+    _run([cmake, "-S", str(src), "-B", str(out), "-DCMAKE_BUILD_TYPE=Release", *flags,
+          "-DBUILD_SHARED_LIBS=ON", "-DLLAMA_CURL=OFF", "-DLLAMA_OPENSSL=OFF", "-DLLAMA_BUILD_TESTS=OFF",
+          "-DLLAMA_BUILD_EXAMPLES=OFF", "-DLLAMA_BUILD_TOOLS=OFF", "-DLLAMA_BUILD_SERVER=OFF"], log)
+    _run([cmake, "--build", str(out), "--target", "ggml-cuda", "-j", str(jobs)], log)
+    built = sorted(p for p in out.rglob(CUDA_LIB_NAME + "*") if p.is_file() and not p.is_symlink())
+    if not built:
+        raise BuildError(f"the CUDA build made no {CUDA_LIB_NAME}; see {log}")
+    dest = LIB_DIR / CUDA_FILE
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(built[-1], dest.with_suffix(".so.tmp"))
+    os.replace(dest.with_suffix(".so.tmp"), dest)
+    return {"key": cuda_key(flags), "file": CUDA_FILE, "cmake": flags,
+            "build_seconds": round(time.monotonic() - t0, 1)}
 
 
 def main() -> int:

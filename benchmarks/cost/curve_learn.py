@@ -1,10 +1,10 @@
 """What the verify-cost model learns of a measured curve, and whether the widths it picks pay.
 
-    python -m benchmarks.cost.curve_learn PROBE.json [--acceptance paste|chat] [--requests 3]
-        [--rounds 200] [--seed 7] [--out FILE.md]
+    python -m benchmarks.cost.curve_learn PROBE.json [--pick SHAPE/MODE] [--acceptance paste|chat]
+        [--requests 3] [--rounds 200] [--seed 7] [--out FILE.md]
 
-PROBE.json is a probe's output (`benchmarks/gpu/run.sh` writes one per model shape, from any
-device): the one-row time and T(n)/T(1) per context for the widths it measured. The true curve
+PROBE.json is a probe's output (`benchmarks/gpu/run.sh` gathers one per model shape and kernel
+mode in probes.json: pick one with ``--pick q7/exact``): the one-row time and T(n)/T(1) per context for the widths it measured. The true curve
 T(n, c) is that table, linear in n between measured widths and in c between the measured
 contexts (held flat outside them). AdaSpark's width scheduler then runs seeded rounds on it
 (``benchmarks/sim/learn_sim.py``: trees with a known acceptance law, verify times with jitter and
@@ -34,9 +34,15 @@ from benchmarks.sim.learn_sim import Acceptance, Machine, interp_table, simulate
 ACCEPTANCE = {"paste": Acceptance(pick=0.7, ngram_share=0.5), "chat": Acceptance(pick=0.6, ngram_share=0.2)}
 
 
-def load_curve(path: str | Path):
-    """(curve(n, c) in seconds, {context: {width: measured seconds}}) from a probe's JSON."""
+def load_curve(path: str | Path, pick: str | None = None):
+    """(curve(n, c) in seconds, {context: {width: measured seconds}}) from a probe's JSON, or with
+    ``pick`` ("SHAPE/MODE", e.g. "q7/exact") from run.sh's probes.json ({shape: {mode: probe}})."""
     probe = json.loads(Path(path).read_text(encoding="utf-8"))
+    if pick:
+        shape, _, mode = pick.partition("/")
+        probe = probe.get(shape, {}).get(mode) if isinstance(probe, dict) else None
+        if probe is None:
+            raise ValueError(f"{path}: no probe {pick!r} in it")
     curves = probe.get("curves") if isinstance(probe, dict) else None
     if not curves:
         raise ValueError(f"{path}: no 'curves' (a probe's output has one per context)")
@@ -60,8 +66,8 @@ def load_curve(path: str | Path):
 
 
 def run(path: str | Path, acceptance: str = "paste", requests: int = 3, rounds: int = 200,
-        seed: int = 7) -> list[str]:
-    curve, table = load_curve(path)
+        seed: int = 7, pick: str | None = None) -> list[str]:
+    curve, table = load_curve(path, pick)
     contexts = sorted(table)
     reqs = [(c, rounds) for c in contexts] * requests
     res = simulate(Machine(curve), ACCEPTANCE[acceptance], reqs, seed=seed)
@@ -96,13 +102,14 @@ def run(path: str | Path, acceptance: str = "paste", requests: int = 3, rounds: 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("probe")
+    ap.add_argument("--pick", default=None, help="SHAPE/MODE of run.sh's probes.json, e.g. q7/exact")
     ap.add_argument("--acceptance", choices=sorted(ACCEPTANCE), default="paste")
     ap.add_argument("--requests", type=int, default=3, help="requests per measured context")
     ap.add_argument("--rounds", type=int, default=200, help="rounds per request")
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--out", type=Path, default=None)
     a = ap.parse_args(argv)
-    emit_report(run(a.probe, a.acceptance, a.requests, a.rounds, a.seed), a.out)
+    emit_report(run(a.probe, a.acceptance, a.requests, a.rounds, a.seed, a.pick), a.out)
 
 
 if __name__ == "__main__":

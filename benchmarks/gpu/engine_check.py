@@ -4,7 +4,8 @@ width and host time per round, in one run (the engine part of `benchmarks/gpu/ru
 For each arm (`ar` first), the first turn of each conversation of SCRIPT is decoded with every
 layer on the GPU (or the CPU on a CPU-only build, which says so). It reports:
 
-- where the model ran (``LlamaBackend.offload``, the KV cache types) and the device line;
+- where the model ran (``LlamaBackend.offload``, the KV cache types), the device line and the
+  kernels (on a GPU: stock, or batch-invariant under ADASPARK_CUDA_EXACT=1);
 - the share of each arm's replies byte-identical to `ar`'s (tokens), per arm;
 - the verify's median ms per width, from the rounds' own timings, over the one-row median;
 - for `adaspark`, host time per tree round by step (``round_host_time --parts``) and the pricing
@@ -25,6 +26,7 @@ import numpy as np
 
 from adaspark_app import native
 from adaspark_app.engine.chat_engine import ChatEngine
+from adaspark_app.engine.offload import cuda_kernels
 from adaspark_app.runner import load_script
 from benchmarks.common import cpu_model
 from benchmarks.cost.round_host_time import KINDS, _cache_table, _capture_pricing, _instrument, _instrument_parts, \
@@ -53,7 +55,9 @@ def run_arm(model: str, arm: str, prompts: list[tuple[str, str]], max_tokens: in
     tokens = []
     try:
         b = eng.backend
-        placement = {"offload": b.offload.describe(), "kv_types": list(b.kv_types), "device": eng.device_label}
+        placement = {"offload": b.offload.describe(), "kv_types": list(b.kv_types), "device": eng.device_label,
+                     "kernels": (f"CUDA: {cuda_kernels(eng.cuda_exact_rows)}" if b.offload.on_gpu
+                                 else f"CPU: {native.status()}")}
         for cid, text in prompts:
             r = eng.generate(cid, [{"role": "user", "content": text}], max_tokens=max_tokens, on_round=on_round)
             tokens.append(list(r.tokens))
@@ -79,7 +83,8 @@ def report(results: list[dict], cmd: str) -> list[str]:
     one = results[0]["verify_ms"].get("1")
     lines = [f"# AdaSpark's engine on {results[0]['placement']['device']}", "", f"`{cmd}`", "",
              f"Machine: {cpu_model()} ({platform.machine()}), Python {platform.python_version()}; "
-             f"{results[0]['placement']['offload']}, KV cache types {results[0]['placement']['kv_types']}.", "",
+             f"{results[0]['placement']['offload']}, KV cache types {results[0]['placement']['kv_types']}, "
+             f"kernels {results[0]['placement'].get('kernels', '?')}.", "",
              "| arm | replies identical to ar | verify ms per width (rounds) | T(n)/T(1) |", "|---|---|---|---|"]
     for r in results:
         same, n = identical_share(base, r["tokens"])

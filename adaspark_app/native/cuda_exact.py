@@ -1,0 +1,151 @@
+"""Batch-invariant rows for llama.cpp's CUDA backend: ``cuda_exact.patch`` and what applies it.
+
+On the CPU a row of a verify computes the same bits as the row alone (``build.py``'s kernels). On
+an NVIDIA GPU stock llama.cpp changes kernels and launch shapes with the batch size (the
+matrix-vector kernel's warp count at 5-8 columns, the tiled MMQ kernel at 9+, the one-column
+fusions, flash attention's kernel and KV split), so rows round differently and replies can leave
+plain decode's after a near tie. The patch (a unified diff against llama-cpp-python 0.3.36's
+``vendor/llama.cpp``, read ``cuda_exact.patch`` itself for the why of each hunk) makes every batch
+of up to ``EXACT_MAX_ROWS`` rows compute each row as a batch of one does, when the process has
+``ADASPARK_CUDA_EXACT=1`` (``native.activate`` sets it unless ``ADASPARK_STOCK_KERNELS`` is set);
+without it the patched library is stock llama.cpp. A library carrying the patch exports
+``adaspark_cuda_exact_rows()``: the widest such batch, 0 when the switch is off.
+
+    python -m adaspark_app.native.cuda_exact SOURCE   # patch an unpacked llama-cpp-python source
+
+Then build it as usual, e.g. ``CMAKE_ARGS="-DGGML_CUDA=on" pip install --no-build-isolation SOURCE``.
+Not yet measured on a GPU: the README says what holds where.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+PATCH = Path(__file__).resolve().parent / "cuda_exact.patch"
+#: The process switch the patched library reads once, at its first use.
+SWITCH = "ADASPARK_CUDA_EXACT"
+#: The widest batch the patch keeps row for row (ADASPARK_EXACT_MAX_ROWS in the patch): the widest verify.
+EXACT_MAX_ROWS = 64
+#: Marks a patched file (each hunk's comments name AdaSpark).
+MARK = "AdaSpark"
+
+
+class PatchError(Exception):
+    """The source is not the one the patch was written for (one line, for the user)."""
+
+
+@dataclass(frozen=True)
+class Hunk:
+    path: str  # relative to vendor/llama.cpp
+    old: str
+    new: str
+
+
+def hunks(text: str | None = None) -> list[Hunk]:
+    """The patch's hunks, each as the exact text it replaces and its replacement (line numbers
+    are not used: each old text must occur exactly once in its file)."""
+    text = PATCH.read_text() if text is None else text
+    out: list[Hunk] = []
+    path: str | None = None
+    old: list[str] = []
+    new: list[str] = []
+    in_hunk = False
+
+    def flush() -> None:
+        if in_hunk and path is not None:
+            out.append(Hunk(path, "".join(old), "".join(new)))
+
+    for line in text.splitlines(keepends=True):
+        if line.startswith("diff ") or line.startswith("--- ") or line.startswith("index "):
+            flush()
+            in_hunk = False
+        elif line.startswith("+++ "):
+            path = line[4:].strip().removeprefix("b/")
+        elif line.startswith("@@"):
+            flush()
+            in_hunk, old, new = True, [], []
+        elif in_hunk:
+            tag, body = line[:1], line[1:]
+            if body == "" and tag not in " +-":  # an empty context line whose leading space was stripped
+                tag, body = " ", line
+            if tag in " -":
+                old.append(body)
+            if tag in " +":
+                new.append(body)
+    flush()
+    return out
+
+
+def apply(root: Path) -> list[str]:
+    """Patch the llama.cpp tree at ``root`` (a ``vendor/llama.cpp``, or an unpacked llama-cpp-python
+    source holding one) in place; returns the files changed. Nothing is written unless every hunk
+    applies; a tree patched before is refused."""
+    root = Path(root)
+    if (root / "vendor" / "llama.cpp").is_dir():
+        root = root / "vendor" / "llama.cpp"
+    texts: dict[str, str] = {}
+    for h in hunks():
+        f = root / h.path
+        if h.path not in texts:
+            if not f.is_file():
+                raise PatchError(f"{f} is missing: not a llama.cpp source with the CUDA backend")
+            texts[h.path] = f.read_text()
+            if "adaspark_cuda_exact" in texts[h.path]:
+                raise PatchError(f"{f} is patched already")
+        n = texts[h.path].count(h.old)
+        if n != 1:
+            raise PatchError(f"{f} does not look like llama-cpp-python 0.3.36's: a hunk of the patch "
+                             f"matches {n} times")
+        texts[h.path] = texts[h.path].replace(h.old, h.new)
+    for rel, text in texts.items():
+        (root / rel).write_text(text)
+    return sorted(texts)
+
+
+def library_rows(lib: str | os.PathLike | None = None) -> int | None:
+    """``adaspark_cuda_exact_rows()`` of the libggml-cuda at ``lib`` (default: the one llama_cpp
+    loads, from LLAMA_CPP_LIB_PATH or its package), or None if there is none or it is stock."""
+    if lib is None:
+        import importlib.util
+
+        d = os.environ.get("LLAMA_CPP_LIB_PATH")
+        if not d:
+            spec = importlib.util.find_spec("llama_cpp")
+            if spec is None or spec.origin is None:
+                return None
+            d = str(Path(spec.origin).parent / "lib")
+        lib = Path(d) / "libggml-cuda.so"
+    if not Path(lib).is_file():
+        return None
+    try:
+        fn = ctypes.CDLL(str(lib)).adaspark_cuda_exact_rows
+    except (OSError, AttributeError):
+        return None
+    fn.restype = ctypes.c_int
+    fn.argtypes = []
+    return int(fn())
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="python -m adaspark_app.native.cuda_exact",
+                                 description="Patch an unpacked llama-cpp-python 0.3.36 source with "
+                                             "AdaSpark's batch-invariant CUDA kernels.")
+    ap.add_argument("source", type=Path, help="the unpacked source (or its vendor/llama.cpp)")
+    args = ap.parse_args(argv)
+    try:
+        changed = apply(args.source)
+    except (PatchError, OSError) as e:
+        print(f"adaspark: {e}", file=sys.stderr)
+        return 2
+    print(f"patched {len(changed)} files: {', '.join(changed)}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,188 @@
+"""The batch-invariant CUDA kernels' patch (native/cuda_exact.patch), its build and its switch,
+without a GPU: the patch applies to a tree holding its anchors (and to the pinned source where a
+copy is at hand), all or nothing; the install builds the CUDA library only when CMAKE_ARGS asks
+for CUDA; activate swaps it in beside the CPU kernels and sets ADASPARK_CUDA_EXACT; the switch is
+read from a library the way the patched one exports it. Row identity itself needs a GPU:
+benchmarks/gpu/run.sh measures it there."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from adaspark_app import native
+from adaspark_app.native import build, cuda_exact
+from test_native import _clean_env
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _tree_of_anchors(root: Path) -> dict[str, str]:
+    """A llama.cpp tree whose patched files hold each hunk's old text between lines of their own."""
+    files: dict[str, list[str]] = {}
+    for h in cuda_exact.hunks():
+        files.setdefault(h.path, ["// stock code before\n"]).extend([h.old, "// stock code between\n"])
+    out = {}
+    for rel, parts in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        out[rel] = "".join(parts)
+        (root / rel).write_text(out[rel])
+    return out
+
+
+def test_every_hunk_applies_once_and_a_tree_patched_before_is_refused(tmp_path):
+    before = _tree_of_anchors(tmp_path)
+    hunks = cuda_exact.hunks()
+    assert {h.path for h in hunks} == set(before) and len(hunks) >= 10
+    changed = cuda_exact.apply(tmp_path)
+    assert changed == sorted(before)
+    for h in hunks:
+        text = (tmp_path / h.path).read_text()
+        assert h.new in text, h.path
+        assert "// stock code between\n" in text
+    with pytest.raises(cuda_exact.PatchError, match="patched already"):
+        cuda_exact.apply(tmp_path)
+
+
+def test_a_source_that_differs_is_refused_and_left_as_it_was(tmp_path):
+    before = _tree_of_anchors(tmp_path)
+    last = cuda_exact.hunks()[-1]
+    f = tmp_path / last.path
+    f.write_text(f.read_text().replace(last.old, last.old.replace("(", "( ", 1)))  # changed upstream
+    edited = {rel: (tmp_path / rel).read_text() for rel in before}
+    with pytest.raises(cuda_exact.PatchError, match="matches 0 times"):
+        cuda_exact.apply(tmp_path)
+    assert {rel: (tmp_path / rel).read_text() for rel in before} == edited, "nothing written"
+
+
+def test_the_command_patches_an_unpacked_source_and_says_one_line_on_failure(tmp_path):
+    _tree_of_anchors(tmp_path / "src" / "vendor" / "llama.cpp")
+    run = [sys.executable, "-m", "adaspark_app.native.cuda_exact", str(tmp_path / "src")]
+    ok = subprocess.run(run, capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert ok.returncode == 0 and "patched 6 files" in ok.stdout, ok.stderr
+    again = subprocess.run(run, capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert again.returncode == 2 and again.stdout == ""
+    assert again.stderr.count("\n") == 1 and "patched already" in again.stderr
+    missing = subprocess.run(run[:-1] + [str(tmp_path / "nowhere")], capture_output=True, text=True, cwd=ROOT,
+                             timeout=60)
+    assert missing.returncode == 2 and missing.stderr.count("\n") == 1 and "Traceback" not in missing.stderr
+
+
+def _pinned_source() -> Path | None:
+    """The pinned llama-cpp-python sdist, if one is at hand: ADASPARK_LLAMA_SDIST, or the trimmed
+    copy the GPU run carries (.gpu/, see benchmarks/gpu/run.sh)."""
+    for p in (os.environ.get("ADASPARK_LLAMA_SDIST"), ROOT / ".gpu" / "llama-cpp-python-0.3.36-src.tar.xz"):
+        if p and Path(p).is_file():
+            return Path(p)
+    return None
+
+
+@pytest.mark.skipif(_pinned_source() is None, reason="no copy of the pinned llama-cpp-python source here "
+                    "(ADASPARK_LLAMA_SDIST, or .gpu/ as benchmarks/gpu/run.sh says)")
+def test_the_patch_applies_to_the_pinned_source(tmp_path):
+    with tarfile.open(_pinned_source()) as tf:
+        members = [m for m in tf.getmembers() if "/ggml/src/ggml-cuda/" in m.name]
+        tf.extractall(tmp_path, members=members, filter="data")
+    cuda_dir = next(tmp_path.rglob("ggml-cuda"))
+    root = cuda_dir.parents[2]  # .../vendor/llama.cpp
+    stock = {p: p.read_text() for p in cuda_dir.iterdir() if p.is_file()}
+    changed = cuda_exact.apply(root)
+    assert len(changed) == 6
+    for p, text in stock.items():
+        now = p.read_text()
+        assert (now != text) == (str(p.relative_to(root)) in changed)
+        if now != text:
+            assert now.count(cuda_exact.MARK) >= 1
+
+
+def test_the_install_builds_the_cuda_library_only_when_cmake_args_ask_for_cuda():
+    assert build.cuda_cmake_flags("-DLLAVA_BUILD=OFF") is None
+    assert build.cuda_cmake_flags("") is None
+    assert build.cuda_cmake_flags("-DGGML_CUDA=off") is None
+    flags = build.cuda_cmake_flags('-DGGML_CUDA=on -DLLAVA_BUILD=OFF -DCMAKE_CUDA_ARCHITECTURES="86;90" '
+                                   '-DGGML_CUDA_FA_ALL_QUANTS=ON')
+    assert flags == ["-DGGML_CUDA=ON", "-DCMAKE_CUDA_ARCHITECTURES=86;90", "-DGGML_CUDA_FA_ALL_QUANTS=ON"]
+    assert build.cuda_key(flags) != build.cuda_key(["-DGGML_CUDA=ON"]), "other switches, another library"
+    # setup.py loads build.py alone, outside its package: the CUDA part must work there too
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("_setup_like_build", Path(build.__file__))
+    alone = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(alone)
+    assert alone.cuda_key(flags) == build.cuda_key(flags)
+
+
+def test_runtime_dir_swaps_the_cuda_library_in_only_where_llama_cpp_has_one(tmp_path):
+    ours, cuda = tmp_path / "ours.so", tmp_path / "cuda.so"
+    ours.write_bytes(b"cpu kernels")
+    cuda.write_bytes(b"cuda kernels")
+    gpu = tmp_path / "gpu"
+    gpu.mkdir()
+    for name in ("libllama.so", "libggml-cpu.so", "libggml-cuda.so", "libggml-cuda.so.0"):
+        (gpu / name).write_bytes(name.encode())
+    d = native.runtime_dir(gpu, ours, tmp_path / "cache", cuda)
+    assert (d / "libggml-cpu.so").read_bytes() == b"cpu kernels"
+    assert (d / "libggml-cuda.so").read_bytes() == (d / "libggml-cuda.so.0").read_bytes() == b"cuda kernels"
+    assert (d / "libllama.so").read_bytes() == b"libllama.so"
+    assert native.runtime_dir(gpu, ours, tmp_path / "cache") != d, "with and without ours: two directories"
+    cpu = tmp_path / "cpu"
+    cpu.mkdir()
+    for name in ("libllama.so", "libggml-cpu.so"):
+        (cpu / name).write_bytes(name.encode())
+    d = native.runtime_dir(cpu, ours, tmp_path / "cache", cuda)
+    assert sorted(p.name for p in d.iterdir() if not p.name.startswith(".")) == ["libggml-cpu.so", "libllama.so"]
+
+
+_SWITCH_PROBE = """
+import os, sys
+from adaspark_app import native
+native.activate()
+print(os.environ.get("ADASPARK_CUDA_EXACT"))
+"""
+
+
+@pytest.mark.parametrize("env,want", [({}, "1"), ({"ADASPARK_STOCK_KERNELS": "1"}, "0"),
+                                      ({"ADASPARK_CUDA_EXACT": "0"}, "0")])
+def test_activate_turns_the_exact_switch_on_unless_stock_kernels_or_the_user_say_otherwise(env, want):
+    base = {k: v for k, v in _clean_env().items() if k != cuda_exact.SWITCH}
+    out = subprocess.run([sys.executable, "-c", _SWITCH_PROBE], env={**base, **env}, capture_output=True,
+                         text=True, cwd=ROOT, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == want
+
+
+# What the patch adds to ggml-cuda.cu, around a stand-in for its switch (the GPU library itself
+# cannot be loaded without a GPU's driver): the same reading of ADASPARK_CUDA_EXACT, once.
+_FAKE_LIB = r"""
+#include <stdlib.h>
+static int on = -1;
+int adaspark_cuda_exact_rows(void) {
+    if (on < 0) { const char * e = getenv("ADASPARK_CUDA_EXACT"); on = e != NULL && atoi(e) != 0; }
+    return on ? 64 : 0;
+}
+"""
+
+
+@pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler")
+def test_library_rows_reads_the_patched_librarys_switch_and_none_from_a_stock_one(tmp_path):
+    src = tmp_path / "fake.c"
+    src.write_text(_FAKE_LIB)
+    lib = tmp_path / "libggml-cuda.so"
+    subprocess.run(["cc", "-shared", "-fPIC", "-o", str(lib), str(src)], check=True, timeout=60)
+    code = f"from adaspark_app.native import cuda_exact; print(cuda_exact.library_rows({str(lib)!r}))"
+    for value, want in (("1", "64"), ("0", "0")):
+        out = subprocess.run([sys.executable, "-c", code], env={**os.environ, cuda_exact.SWITCH: value},
+                             capture_output=True, text=True, cwd=ROOT, timeout=60)
+        assert out.returncode == 0 and out.stdout.strip() == want, out.stderr
+    assert cuda_exact.library_rows(tmp_path / "missing.so") is None
+    import llama_cpp
+
+    stock_cpu = Path(llama_cpp.__file__).parent / "lib" / "libggml-base.so"
+    assert stock_cpu.is_file()
+    assert cuda_exact.library_rows(stock_cpu) is None, "a library without the symbol is stock"
