@@ -186,3 +186,60 @@ def test_library_rows_reads_the_patched_librarys_switch_and_none_from_a_stock_on
     stock_cpu = Path(llama_cpp.__file__).parent / "lib" / "libggml-base.so"
     assert stock_cpu.is_file()
     assert cuda_exact.library_rows(stock_cpu) is None, "a library without the symbol is stock"
+
+
+def test_the_install_builds_the_patched_cuda_library_and_keeps_the_cpu_kernels_stamped(tmp_path, monkeypatch):
+    """build() with CUDA switches, every CPU variant already built: the CUDA compile (cmake stands
+    in: no CUDA toolkit with cuBLAS here) runs on the patched source with GGML_CUDA on and the
+    given switches, for the ggml-cuda target alone; the stamp then holds the library beside the
+    CPU variants. A failed compile is one BuildError and leaves the stamp as it was."""
+    from test_native import _sgemm_like
+
+    lib = tmp_path / "lib"
+    for v in build.VARIANTS:  # every CPU variant "built" from this source
+        (lib / v).mkdir(parents=True)
+        (lib / v / build.LIB_NAME).write_bytes(b"cpu")
+    monkeypatch.setattr(build, "LIB_DIR", lib)
+    monkeypatch.setattr(build, "STAMP", lib / "stamp.json")
+    build._write_stamp({v: {"key": build.source_key(v), "flags": [], "file": f"{v}/{build.LIB_NAME}"}
+                        for v in build.VARIANTS})
+    src = tmp_path / "vendor" / "llama.cpp"
+    _tree_of_anchors(src)
+    for rel, text in ((build.SGEMM, _sgemm_like()), (build.OPS, build._FA_ANCHOR + "}\n")):
+        (src / rel).parent.mkdir(parents=True, exist_ok=True)
+        (src / rel).write_text(text)
+    monkeypatch.setattr(build, "pip_source", lambda *a: src)
+    monkeypatch.delenv("ADASPARK_LLAMA_SDIST", raising=False)
+    calls: list[list[str]] = []
+
+    def fake_run(cmd: list[str], log: Path) -> None:
+        calls.append(cmd)
+        if "--build" in cmd:  # after the configure call, whose -S is the source tree
+            tree = Path(calls[-2][calls[-2].index("-S") + 1])
+            assert "adaspark_cuda_exact" in (tree / "ggml/src/ggml-cuda/common.cuh").read_text(), "built unpatched"
+            out = Path(cmd[cmd.index("--build") + 1])
+            out.mkdir(parents=True, exist_ok=True)
+            (out / build.CUDA_LIB_NAME).write_bytes(b"patched cuda")
+
+    monkeypatch.setattr(build, "_run", fake_run)
+    flags = build.cuda_cmake_flags("-DGGML_CUDA=on -DCMAKE_CUDA_ARCHITECTURES=90")
+    build.build(variants=list(build.VARIANTS), cuda=flags, say=lambda m: None)
+    configure, compile_ = calls
+    assert "-DGGML_CUDA=ON" in configure and "-DCMAKE_CUDA_ARCHITECTURES=90" in configure
+    assert compile_[compile_.index("--target") + 1] == "ggml-cuda"
+    assert (lib / build.CUDA_FILE).read_bytes() == b"patched cuda"
+    stamp = build.read_stamp()
+    assert set(stamp["variants"]) == set(build.VARIANTS) and stamp["cuda"]["key"] == build.cuda_key(flags)
+    assert build.built_cuda(flags) and not build.built_cuda(flags + ["-DGGML_CUDA_FA_ALL_QUANTS=ON"])
+    calls.clear()
+    build.build(variants=list(build.VARIANTS), cuda=flags, say=lambda m: None)
+    assert calls == [], "built already: nothing runs"
+
+    def failing(cmd: list[str], log: Path) -> None:
+        raise build.BuildError("cmake ... failed (exit 1)")
+
+    monkeypatch.setattr(build, "_run", failing)
+    before = (lib / "stamp.json").read_text()
+    with pytest.raises(build.BuildError):
+        build.build(variants=list(build.VARIANTS), cuda=flags + ["-DGGML_CUDA_FA_ALL_QUANTS=ON"], say=lambda m: None)
+    assert (lib / "stamp.json").read_text() == before
