@@ -264,14 +264,15 @@ def cuda_cmake_flags(cmake_args: str | None = None) -> list[str] | None:
 def _cuda_exact():
     """native/cuda_exact.py, also where setup.py loads this file alone (no package to import from)."""
     try:
-        from . import cuda_exact
+        from .cuda_exact import apply
     except ImportError:
         import importlib.util
 
         spec = importlib.util.spec_from_file_location("_adaspark_cuda_exact", HERE / "cuda_exact.py")
-        cuda_exact = sys.modules.setdefault(spec.name, importlib.util.module_from_spec(spec))
-        spec.loader.exec_module(cuda_exact)  # registered first: its dataclass looks itself up there
-    return cuda_exact
+        alone = sys.modules.setdefault(spec.name, importlib.util.module_from_spec(spec))
+        spec.loader.exec_module(alone)  # registered first: its dataclass looks itself up there
+        return alone
+    return sys.modules[apply.__module__]
 
 
 def cuda_key(flags: list[str]) -> str:
