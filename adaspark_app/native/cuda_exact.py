@@ -8,8 +8,9 @@ plain decode's after a near tie. The patch (a unified diff against llama-cpp-pyt
 ``vendor/llama.cpp``, read ``cuda_exact.patch`` itself for the why of each hunk) makes every batch
 of up to ``EXACT_MAX_ROWS`` rows compute each row as a batch of one does, when the process has
 ``ADASPARK_CUDA_EXACT=1`` (``native.activate`` sets it unless ``ADASPARK_STOCK_KERNELS`` is set);
-without it the patched library is stock llama.cpp. A library carrying the patch exports
-``adaspark_cuda_exact_rows()``: the widest such batch, 0 when the switch is off.
+without it the patched library is stock llama.cpp (``ADASPARK_CUDA_EXACT=2``: exact with the stock
+matrix-vector kernel's launches only, to tell its wide copy apart on a GPU). A library carrying the
+patch exports ``adaspark_cuda_exact_rows()``: the widest such batch, 0 when the switch is off.
 
     python -m adaspark_app.native.cuda_exact SOURCE   # patch an unpacked llama-cpp-python source
 

@@ -12,6 +12,8 @@
 #   (what llama_cpp and AdaSpark's engine import that the image lacks; their other needs are on it)
 # benchmarks/gpu/compile_check.sh checks here, without a GPU, that the patched source compiles and links.
 # Then one call:  run(command="bash benchmarks/gpu/run.sh", carry=[".gpu", ".whl"], timeout_s=600)
+# MODES (default "stock exact"): the kernel modes, each ADASPARK_CUDA_EXACT value: stock 0, exact 1, and
+# narrow 2 (exact with the stock kernel's launches of at most 4 columns only, to tell them apart).
 # Here on a CPU (no build, small probe):  STAGE=measure MODELS=q05 CONTEXTS=512 WIDTHS=1,2,4 bash benchmarks/gpu/run.sh
 # and with IMAGE_LIKE=1, this Python lacks what the image lacks, but for the wheels (benchmarks/gpu/image/)
 # Time: the CUDA build took 235-289 s for the llama target alone on 16 cores; the rest shares
@@ -92,8 +94,10 @@ cat "$OUT/placement.txt"; stamp "placement read"
 
 # the engine with the stock kernels, then the batch-invariant ones (one process each: the switch is read once)
 : >"$OUT/engine.md"
-for mode in stock exact; do
-  [ $mode = exact ] && x=1 || x=0
+switch() { case $1 in stock) echo 0;; exact) echo 1;; narrow) echo 2;; esac; }  # ADASPARK_CUDA_EXACT's values
+set -- ${MODES:-stock exact}; modes="$*"
+for mode in $modes; do
+  x=$(switch $mode)
   ADASPARK_CUDA_EXACT=$x timeout $(cap 100 150) python3 -m benchmarks.gpu.engine_check --model "$W/q05.gguf" \
     --script benchmarks/corpora/longpaste.jsonl --limit ${ENGINE_LIMIT:-4} --max-tokens 64 \
     --out-json "$OUT/engine_$mode.json" --out "$W/engine_$mode.md" 2>&1 | tail -n 30
@@ -118,10 +122,11 @@ set -- ${MODELS:-q7 q15 q05}
 while [ $# -gt 0 ]; do
   m=$1; shift
   [ -f "$W/$m.gguf" ] || python3 -c "import sys; sys.path.insert(0, '.gpu'); from probe import build; build('$W/$m', '$W/$m.gguf')"
-  for mode in exact stock; do
-    [ $mode = exact ] && x=1 || x=0
+  k=0; nm=$(echo $modes | wc -w)
+  for mode in $modes; do
+    x=$(switch $mode); k=$(( k + 1 ))
     # the shapes and modes left share what time is left (the 7B first: the GPU users' size)
-    runs=$(( 2 * $# + 1 )); [ $mode = exact ] && runs=$(( runs + 1 ))  # this run and those after it
+    runs=$(( nm * $# + nm - k + 1 ))  # this run and those after it
     ADASPARK_CUDA_EXACT=$x timeout $(( $(left) / runs )) \
       python3 .gpu/probe.py --model "$W/$m.gguf" \
       --contexts ${CONTEXTS:-512,2048,8192} ${WIDTHS:+--widths $WIDTHS} ${WIDTHS:+--ident ${WIDTHS#1,}} \
