@@ -180,6 +180,14 @@ def test_library_rows_reads_the_patched_librarys_switch_and_none_from_a_stock_on
         out = subprocess.run([sys.executable, "-c", code], env={**os.environ, cuda_exact.SWITCH: value},
                              capture_output=True, text=True, cwd=ROOT, timeout=60)
         assert out.returncode == 0 and out.stdout.strip() == want, out.stderr
+    # by default the library llama.cpp has mapped: none before it is loaded, then that very one
+    mapped = ("import ctypes; from adaspark_app.native import cuda_exact\n"
+              "print(cuda_exact.library_rows())\n"
+              f"ctypes.CDLL({str(lib)!r})\n"
+              "print(cuda_exact.library_rows())\n")
+    out = subprocess.run([sys.executable, "-c", mapped], env={**os.environ, cuda_exact.SWITCH: "1"},
+                         capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert out.returncode == 0 and out.stdout.split() == ["None", "64"], out.stderr
     assert cuda_exact.library_rows(tmp_path / "missing.so") is None
     import llama_cpp
 

@@ -192,8 +192,7 @@ def one_row_switch() -> Any:
     """The one-row switch (a ``ctypes.c_int``) in the libggml-cpu that llama.cpp has loaded, or None:
     the stock libraries, a library built before the switch, or llama_cpp not imported yet. Found
     through /proc/self/maps and opened with RTLD_NOLOAD, so it is the mapped library's own
-    variable and never a second copy of the library (the runtime directory holds copies under
-    several names). Set it only between decodes: every thread of a product must read one value."""
+    variable and never a second copy of the library (``mapped.py``). Set it only between decodes: every thread of a product must read one value."""
     global _one_row, _one_row_looked
     if _one_row_looked:
         return _one_row
@@ -202,17 +201,12 @@ def one_row_switch() -> Any:
     _one_row_looked = True
     import ctypes
 
-    try:
-        with open("/proc/self/maps", encoding="utf-8", errors="replace") as f:
-            fields = (line.split(None, 5) for line in f if "libggml-cpu" in line)
-            paths = {x[5].strip() for x in fields if len(x) == 6}
-    except OSError:
-        return None
-    for path in sorted(paths):
+    from .mapped import mapped_libraries
+
+    for lib in mapped_libraries("libggml-cpu"):
         try:
-            lib = ctypes.CDLL(path, mode=os.RTLD_NOLOAD | os.RTLD_NOW)
             _one_row = ctypes.c_int.in_dll(lib, ONE_ROW_SYMBOL)
             return _one_row
-        except (OSError, ValueError):
+        except ValueError:
             continue
     return None

@@ -108,27 +108,26 @@ def apply(root: Path) -> list[str]:
 
 
 def library_rows(lib: str | os.PathLike | None = None) -> int | None:
-    """``adaspark_cuda_exact_rows()`` of the libggml-cuda at ``lib`` (default: the one llama_cpp
-    loads, from LLAMA_CPP_LIB_PATH or its package), or None if there is none or it is stock."""
+    """``adaspark_cuda_exact_rows()`` of the libggml-cuda at ``lib`` (default: the one llama.cpp
+    has mapped, never a second copy: ``mapped.py``), or None if there is none or it is stock."""
     if lib is None:
-        import importlib.util
+        from .mapped import mapped_libraries
 
-        d = os.environ.get("LLAMA_CPP_LIB_PATH")
-        if not d:
-            spec = importlib.util.find_spec("llama_cpp")
-            if spec is None or spec.origin is None:
-                return None
-            d = str(Path(spec.origin).parent / "lib")
-        lib = Path(d) / "libggml-cuda.so"
-    if not Path(lib).is_file():
+        handles = mapped_libraries("libggml-cuda")
+    elif Path(lib).is_file():
+        try:
+            handles = [ctypes.CDLL(str(lib))]
+        except OSError:
+            return None
+    else:
         return None
-    try:
-        fn = ctypes.CDLL(str(lib)).adaspark_cuda_exact_rows
-    except (OSError, AttributeError):
-        return None
-    fn.restype = ctypes.c_int
-    fn.argtypes = []
-    return int(fn())
+    for h in handles:
+        fn = getattr(h, "adaspark_cuda_exact_rows", None)
+        if fn is not None:
+            fn.restype = ctypes.c_int
+            fn.argtypes = []
+            return int(fn())
+    return None
 
 
 def main(argv: list[str] | None = None) -> int:
