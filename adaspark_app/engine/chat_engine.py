@@ -52,7 +52,7 @@ class ChatEngine:
         self.notices: list[str] = [b.offload.notice] if b.offload.notice else []
         self.cuda_exact_rows: int | None = None  # on a GPU: native.cuda_exact.library_rows()
         if b.offload.on_gpu:
-            from adaspark_app.native.cuda_exact import library_rows
+            from ..native.cuda_exact import library_rows
 
             from .offload import cuda_kernels_notice
 

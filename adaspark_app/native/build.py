@@ -516,19 +516,8 @@ def build(force: bool = False, jobs: int | None = None, say=print, variants: lis
             say(f"adaspark: building libggml-cpu with the multi-row kernels (Q4_1, Q4_K, Q6_K, Q4_0/Q5_0/Q8_0) and "
                 f"the attention kernel, variant {variant} ({n} of {len(todo)}, "
                 f"{jobs} jobs, about a minute)")
-            with open(log, "a") as fp:
-                fp.write(f"=== variant {variant}: {' '.join(variant_cmake_flags(variant))}\n")
-            _run([cmake, "-S", str(src), "-B", str(out), "-DCMAKE_BUILD_TYPE=Release", *variant_cmake_flags(variant),
-                  "-DBUILD_SHARED_LIBS=ON", "-DLLAMA_CURL=OFF", "-DLLAMA_OPENSSL=OFF", "-DLLAMA_BUILD_TESTS=OFF",
-                  "-DLLAMA_BUILD_EXAMPLES=OFF", "-DLLAMA_BUILD_TOOLS=OFF", "-DLLAMA_BUILD_SERVER=OFF"], log)
-            _run([cmake, "--build", str(out), "--target", "ggml-cpu", "-j", str(jobs)], log)
-            built = sorted(p for p in out.rglob("libggml-cpu.so*") if p.is_file() and not p.is_symlink())
-            if not built:
-                raise BuildError(f"the build of variant {variant} made no libggml-cpu.so; see {log}")
-            dest = variant_lib(variant)
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(built[-1], dest.with_suffix(".so.tmp"))
-            os.replace(dest.with_suffix(".so.tmp"), dest)
+            _build_library(cmake, src, out, variant_cmake_flags(variant), "ggml-cpu", variant_lib(variant), jobs, log,
+                           f"variant {variant}")
             stamp[variant] = {"key": source_key(variant), "flags": required_flags(variant),
                               "file": f"{variant}/{LIB_NAME}", "built_on": _cpu_model(),
                               "build_seconds": round(time.monotonic() - t0, 1)}
@@ -542,9 +531,29 @@ def build(force: bool = False, jobs: int | None = None, say=print, variants: lis
     return LIB_DIR
 
 
+def _build_library(cmake: str, src: Path, out: Path, flags: list[str], target: str, dest: Path, jobs: int,
+                   log: Path, what: str) -> None:
+    """Configure `src` into `out` with `flags` (tools, tests and network off), build `target` alone
+    and put its library at `dest` (written beside it, then renamed: a reader never sees half)."""
+    import shutil
+
+    with open(log, "a") as fp:
+        fp.write(f"=== {what}: {' '.join(flags)}\n")
+    _run([cmake, "-S", str(src), "-B", str(out), "-DCMAKE_BUILD_TYPE=Release", *flags,
+          "-DBUILD_SHARED_LIBS=ON", "-DLLAMA_CURL=OFF", "-DLLAMA_OPENSSL=OFF", "-DLLAMA_BUILD_TESTS=OFF",
+          "-DLLAMA_BUILD_EXAMPLES=OFF", "-DLLAMA_BUILD_TOOLS=OFF", "-DLLAMA_BUILD_SERVER=OFF"], log)
+    _run([cmake, "--build", str(out), "--target", target, "-j", str(jobs)], log)
+    name = f"lib{target}.so"
+    built = sorted(p for p in out.rglob(name + "*") if p.is_file() and not p.is_symlink())
+    if not built:
+        raise BuildError(f"the build of {what} made no {name}; see {log}")
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(built[-1], dest.with_suffix(".so.tmp"))
+    os.replace(dest.with_suffix(".so.tmp"), dest)
+
+
 def _build_cuda(src: Path, out: Path, cmake: str, jobs: int, flags: list[str], log: Path, say) -> dict:
     """libggml-cuda with cuda_exact.patch, from the source tree `src` (patched in place)."""
-    import shutil
     import time
 
     cuda_exact = _cuda_exact()
@@ -555,19 +564,7 @@ def _build_cuda(src: Path, out: Path, cmake: str, jobs: int, flags: list[str], l
         raise BuildError(str(e)) from None
     say(f"adaspark: building libggml-cuda with the batch-invariant kernels ({jobs} jobs; as long as "
         f"llama-cpp-python's own CUDA compile)")
-    with open(log, "a") as fp:
-        fp.write(f"=== cuda: {' '.join(flags)}\n")
-    _run([cmake, "-S", str(src), "-B", str(out), "-DCMAKE_BUILD_TYPE=Release", *flags,
-          "-DBUILD_SHARED_LIBS=ON", "-DLLAMA_CURL=OFF", "-DLLAMA_OPENSSL=OFF", "-DLLAMA_BUILD_TESTS=OFF",
-          "-DLLAMA_BUILD_EXAMPLES=OFF", "-DLLAMA_BUILD_TOOLS=OFF", "-DLLAMA_BUILD_SERVER=OFF"], log)
-    _run([cmake, "--build", str(out), "--target", "ggml-cuda", "-j", str(jobs)], log)
-    built = sorted(p for p in out.rglob(CUDA_LIB_NAME + "*") if p.is_file() and not p.is_symlink())
-    if not built:
-        raise BuildError(f"the CUDA build made no {CUDA_LIB_NAME}; see {log}")
-    dest = LIB_DIR / CUDA_FILE
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copy2(built[-1], dest.with_suffix(".so.tmp"))
-    os.replace(dest.with_suffix(".so.tmp"), dest)
+    _build_library(cmake, src, out, flags, "ggml-cuda", LIB_DIR / CUDA_FILE, jobs, log, "cuda")
     return {"key": cuda_key(flags), "file": CUDA_FILE, "cmake": flags,
             "build_seconds": round(time.monotonic() - t0, 1)}
 
