@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from typing import Iterator, Sequence
+from typing import Callable, Iterator, Sequence
 
 import pytest
 
@@ -41,8 +41,9 @@ def deterministic_clock() -> Iterator[None]:
     real_verify = LlamaBackend.verify
 
     def verify(self: LlamaBackend, tokens: Sequence[int], positions: Sequence[int],
-               seq_ids: Sequence[Sequence[int]], argmax: bool = True) -> VerifyOutput:
-        out = real_verify(self, tokens, positions, seq_ids, argmax=argmax)
+               seq_ids: Sequence[Sequence[int]], argmax: bool = True,
+               while_computing: Callable[[], None] | None = None) -> VerifyOutput:
+        out = real_verify(self, tokens, positions, seq_ids, argmax=argmax, while_computing=while_computing)
         seconds = verify_seconds(len(tokens), min(positions))
         now[0] += seconds
         return VerifyOutput(out.argmax, seconds)

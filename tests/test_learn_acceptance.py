@@ -643,3 +643,22 @@ def test_learning_after_pricing_equals_learning_alone(pool):
         priced.learn(c, ctx, p, labels)
         plain.learn(c, ctx, p, labels)
         assert json.dumps(priced.state_dict()) == json.dumps(plain.state_dict()), (i, mode)
+
+
+def test_deferred_learning_keeps_its_own_rounds_pricing(pool):
+    """`deferred` (the decoder's learning during the next forward, on a GPU) runs after the next
+    round has been priced, and must learn from its own round's candidates, context and p_src,
+    never the pricing left last: the state equals learning right after pricing."""
+    rng = np.random.default_rng(31)
+    now, later = AcceptanceModel(), AcceptanceModel()
+    for i in range(30):
+        c, nxt = pool[i], pool[i + 1]
+        ctx, p = 600 + 11 * i, 0.45 + 0.004 * i
+        labels = sample_labels(rng, c, TrueModel().q(c, ctx, p))
+        now.q(c, ctx, p)
+        now.learn(c, ctx, p, labels)
+        later.q(c, ctx, p)
+        pending = later.deferred(c, ctx, p, labels)
+        later.q(nxt, ctx + 1, p + 0.01)  # the next round is priced before the forward runs `pending`
+        pending()
+        assert json.dumps(later.state_dict()) == json.dumps(now.state_dict()), i

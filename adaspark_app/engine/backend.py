@@ -166,6 +166,9 @@ class LlamaBackend:
         # Every layer on the GPU where the build can offload, unless `gpu_layers` says otherwise
         # (engine/offload.py); a CPU-only build runs on the CPU, with a notice if GPU layers were asked.
         self.offload = plan_offload(gpu_layers, build_can_offload())
+        # llama_decode returns once a GPU has the forward queued (llama_get_logits waits for it):
+        # the decoder then does host work that can wait, during the forward (Decoder.learn)
+        self.forward_overlaps = self.offload.on_gpu
         self._load_model(model_path, "the model file", use_extra_bufts=False,
                          n_gpu_layers=self.offload.n_gpu_layers)
         L, model = self.llama, self.model
@@ -384,11 +387,15 @@ class LlamaBackend:
         return last
 
     def verify(self, tokens: Sequence[int], positions: Sequence[int],
-               seq_ids: Sequence[Sequence[int]], argmax: bool = True) -> VerifyOutput:
+               seq_ids: Sequence[Sequence[int]], argmax: bool = True,
+               while_computing: Callable[[], None] | None = None) -> VerifyOutput:
         """One target forward over the given rows, logits on every row; argmax per row and time.
 
         argmax=False (a sampled reply): no argmax; the rows' logits are read with `logits_view`
-        and each walked row's processed distribution is computed from them (engine/sampling.py)."""
+        and each walked row's processed distribution is computed from them (engine/sampling.py).
+        ``while_computing`` runs after llama_decode returns and before the logits are read: on a
+        GPU llama_decode only queues the forward (`forward_overlaps`), so the host's work there
+        costs no time; on the CPU the forward is done by then."""
         if positions[-1] >= self.n_ctx or max(positions) >= self.n_ctx:
             raise ContextOverflowError(f"the reply reached the context limit of {self.n_ctx} tokens")
         self._fill_batch(tokens, positions, seq_ids, [True] * len(tokens))
@@ -399,6 +406,8 @@ class LlamaBackend:
         self._decode()
         if one:
             self.one_row.record(time.perf_counter() - t0)
+        if while_computing is not None:
+            while_computing()
         if not argmax:
             return VerifyOutput(np.zeros(0, dtype=np.int32), time.perf_counter() - t0)
         am = self._argmax_rows(len(tokens))

@@ -101,13 +101,15 @@ def tree_candidates(sources: Sources, use_drafter: bool, anchor: int, anchor_pos
 
 
 def candidate_set(c: Candidates) -> CandidateSet:
-    """The candidates as the arrays the acceptance model reads (features per node)."""
-    return CandidateSet(
-        parent=np.asarray(c.parent, dtype=np.int64), kind=np.asarray(c.kind, dtype=np.int64),
-        token=np.asarray(c.token, dtype=np.int64), depth=np.asarray(c.depth, dtype=np.int64),
-        h=np.asarray(c.h, dtype=np.float64), sigma=np.asarray(c.sigma, dtype=np.float64),
-        r=np.asarray(c.r, dtype=np.float64), ng_kind=np.asarray(c.ng_kind, dtype=np.int64),
-        ng_evidence=np.asarray(c.ng_evidence, dtype=np.int64),
-        ng_above=np.asarray(c.ng_above, dtype=np.int64), agreed=np.asarray(c.agreed, dtype=bool),
-        contra_evidence=np.asarray(c.contra_evidence, dtype=np.int64),
-        contra_kind=np.asarray(c.contra_kind, dtype=np.int64))
+    """The candidates as the arrays the acceptance model reads (features per node): the integer
+    columns as rows of one array and the float columns of another, two conversions instead of
+    thirteen (each costs microseconds on a round's few dozen nodes)."""
+    ints = np.array((c.parent, c.kind, c.token, c.depth, c.ng_kind, c.ng_evidence, c.ng_above,
+                     c.contra_evidence, c.contra_kind), dtype=np.int64).reshape(9, len(c))
+    floats = np.array((c.h, c.sigma, c.r), dtype=np.float64).reshape(3, len(c))
+    parent, kind, token, depth, ng_kind, ng_evidence, ng_above, contra_evidence, contra_kind = ints
+    h, sigma, r = floats
+    return CandidateSet(parent=parent, kind=kind, token=token, depth=depth, h=h, sigma=sigma, r=r,
+                        ng_kind=ng_kind, ng_evidence=ng_evidence, ng_above=ng_above,
+                        agreed=np.array(c.agreed, dtype=bool), contra_evidence=contra_evidence,
+                        contra_kind=contra_kind)

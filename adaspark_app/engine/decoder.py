@@ -15,6 +15,7 @@ baseline), and the values passed between the steps are typed records (``rounds.p
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 import numpy as np
 
@@ -52,10 +53,18 @@ class Decoder:
         self.round_index = 0
         self.request_round = 0
         self.counters = RoundCounters()
+        self._pending_learn: Callable[[], None] | None = None  # the last round's, on an overlapping forward
+
+    def _learn_pending(self) -> None:
+        """Run the acceptance learning a round left for the next forward (``learn``), if any."""
+        pending, self._pending_learn = self._pending_learn, None
+        if pending is not None:
+            pending()
 
     # ------------------------------------------------------------------ state
     def state_dict(self) -> dict:
         """The learned state (``learn.learned_state``'s layout)."""
+        self._learn_pending()
         return self.learners.state_dict()
 
     def load_state(self, state: dict) -> None:
@@ -98,6 +107,7 @@ class Decoder:
         Returns (first generated token, tokens prefilled, prefill seconds).
         """
         b = self.backend
+        self._learn_pending()
         if len(prompt) >= b.n_ctx - 1:
             raise ContextOverflowError(
                 f"the prompt has {len(prompt)} tokens but the context holds {b.n_ctx}: "
@@ -126,6 +136,7 @@ class Decoder:
 
     def end_reply(self, keep: int) -> None:
         """Trim the committed state to its first `keep` tokens (a stop inside a round's path)."""
+        self._learn_pending()
         toks = self.committed()[:keep]
         self.kv_tokens = toks[:-1] if toks else []
         self.anchor = toks[-1] if toks else None
@@ -220,7 +231,8 @@ class Decoder:
         b.open_leaf_seqs(lay.leaf_seqs)
         sampler = self.sampler
         out = b.verify([self.anchor] + [cands.token[j] for j in lay.nodes[1:]],
-                       [anchor_pos + d for d in lay.depth], lay.seq_ids, argmax=sampler is None)
+                       [anchor_pos + d for d in lay.depth], lay.seq_ids, argmax=sampler is None,
+                       while_computing=self._learn_pending)
         draws = None
         if sampler is None:
             full_path, bonus, rows = accepted_path(lay, cands, out.argmax)
@@ -258,11 +270,19 @@ class Decoder:
     def learn(self, tree: RoundTree, choice: WidthChoice, selected: list[int], result: Verified,
               r: RoundStart) -> None:
         """The acceptance model learns from every child of every accepted parent (line 17); then the
-        round's D is known and the arm's width learners take the round (lines 15-16)."""
+        round's D is known and the arm's width learners take the round (lines 15-16).
+
+        Where the backend's forward overlaps the host (a GPU: ``LlamaBackend.forward_overlaps``),
+        the acceptance model learns during the next round's forward instead, where it costs no
+        time: the next round is priced one round's labels behind, and D leaves that work out."""
         if self.policy.learns_acceptance:
             # sampled: a candidate is accepted when the draw equals it (labels from the draws)
             labels = child_labels(tree.cands, result.layout, result.targets, result.full_path)
-            self.learners.acceptance.learn(tree.cset, r.context, tree.p_src, labels)
+            acc = self.learners.acceptance
+            if self.backend.forward_overlaps:
+                self._pending_learn = acc.deferred(tree.cset, r.context, tree.p_src, labels)
+            else:
+                acc.learn(tree.cset, r.context, tree.p_src, labels)
         result.fixed_s = (time.perf_counter() - r.t0) - result.verify_s
         self.policy.observe(tree, choice, selected, result, r)
         self.learners.cost.note_round(result.fixed_s, tree.use_drafter)
@@ -274,10 +294,10 @@ class Decoder:
         anchor = self.anchor
         pos = len(self.kv_tokens)
         if self.sampler is None:
-            out = b.verify([anchor], [pos], [(0,)])
+            out = b.verify([anchor], [pos], [(0,)], while_computing=self._learn_pending)
             nxt = int(out.argmax[0])
         else:
-            out = b.verify([anchor], [pos], [(0,)], argmax=False)
+            out = b.verify([anchor], [pos], [(0,)], argmax=False, while_computing=self._learn_pending)
             nxt = self.sampler.draw(b.logits_view(1)[0], pos + 1, self.sampler.history(self._history_tail()))
         self.kv_tokens.append(anchor)
         self.anchor = nxt

@@ -14,7 +14,10 @@ import numpy as np
 
 from ..learn.kinds import NgramKind, NodeKind, Source
 
-KIND_PICK, KIND_SIBLING, KIND_NGRAM = NodeKind.PICK, NodeKind.SIBLING, NodeKind.NGRAM
+# plain int codes: numpy compares an IntEnum member (and converts a list of them) several times
+# slower than an int, and these codes fill and test the round's arrays
+KIND_PICK, KIND_SIBLING, KIND_NGRAM = int(NodeKind.PICK), int(NodeKind.SIBLING), int(NodeKind.NGRAM)
+_NG_NONE = int(NgramKind.NONE)
 
 
 @dataclass
@@ -43,7 +46,7 @@ class Candidates:
         return self.children.get(parent, {}).get(token)
 
     def add(self, parent: int, token: int, kind: int, *, h: float = float("nan"),
-            sigma: float = float("nan"), r: float = float("nan"), ng_kind: int = NgramKind.NONE,
+            sigma: float = float("nan"), r: float = float("nan"), ng_kind: int = _NG_NONE,
             ng_evidence: int = 0) -> int:
         """Append a candidate under `parent` (which must already exist); returns its index."""
         idx = len(self.token)

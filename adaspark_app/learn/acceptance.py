@@ -90,6 +90,7 @@ Pure numpy: no I/O, no timing; ``state_dict``/``load_state`` for the store.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, fields
 
 import numpy as np
@@ -127,8 +128,9 @@ from adaspark_app.learn.state import (
     versioned,
 )
 
-KIND_PICK, KIND_SIBLING, KIND_NGRAM = NodeKind.PICK, NodeKind.SIBLING, NodeKind.NGRAM
-NG_NONE, NG_COPY, NG_FOLLOWER = NgramKind.NONE, NgramKind.COPY, NgramKind.FOLLOWER  # ng_kind / contra_kind codes
+# plain int codes (numpy compares an IntEnum member several times slower than an int)
+KIND_PICK, KIND_SIBLING, KIND_NGRAM = int(NodeKind.PICK), int(NodeKind.SIBLING), int(NodeKind.NGRAM)
+NG_NONE, NG_COPY, NG_FOLLOWER = int(NgramKind.NONE), int(NgramKind.COPY), int(NgramKind.FOLLOWER)  # ng_kind / contra_kind codes
 
 EVIDENCE_EDGES = np.array(_EVIDENCE_EDGES)  # evidence bins: 1, 2-3, 4-7, 8-15, 16-31, 32+
 ABOVE_EDGES = np.array(_ABOVE_EDGES)  # n-gram nodes above: 0, 1, 2-3, 4-7, 8-15, 16+
@@ -191,21 +193,30 @@ class CandidateSet:
     contra_kind: np.ndarray | None = None
 
     def __post_init__(self) -> None:
-        self.parent = np.asarray(self.parent, dtype=np.int64).reshape(-1)
+        self.parent = _column(self.parent, np.int64)
         n = self.parent.shape[0]
         for name in ("kind", "token", "depth"):
-            setattr(self, name, np.asarray(getattr(self, name), dtype=np.int64).reshape(-1))
+            setattr(self, name, _column(getattr(self, name), np.int64))
         for name, (dtype, fill) in _OPTIONAL_COLUMNS.items():
             v = getattr(self, name)
-            setattr(self, name, np.full(n, fill, dtype=dtype) if v is None else np.asarray(v, dtype=dtype).reshape(-1))
+            setattr(self, name, np.full(n, fill, dtype=dtype) if v is None else _column(v, dtype))
         for name in _COLUMNS:
             if getattr(self, name).shape[0] != n:
                 raise ValueError(f"CandidateSet column {name!r} has {getattr(self, name).shape[0]} rows, expected {n}")
         if n and (np.any(self.parent >= np.arange(n)) or np.any(self.parent < -1)):
             raise ValueError("CandidateSet: every parent must precede its children (parent index < own index)")
+        if n and np.any(self.kind.view(np.uint64) > KIND_NGRAM):
+            raise ValueError("CandidateSet: kind must be 0 (pick), 1 (sibling) or 2 (n-gram)")
 
     def __len__(self) -> int:
         return int(self.parent.shape[0])
+
+
+def _column(v, dtype: type) -> np.ndarray:
+    """A 1-D array of `dtype` (an array that already is one is kept as it is)."""
+    if type(v) is np.ndarray and v.dtype == dtype and v.ndim == 1:
+        return v
+    return np.asarray(v, dtype=dtype).reshape(-1)
 
 
 # The optional columns: dtype and "absent" value
@@ -271,14 +282,6 @@ def _bins(values: np.ndarray, edges: np.ndarray) -> np.ndarray:
     return np.minimum(np.maximum(np.searchsorted(edges, values, side="right") - 1, 0), len(edges) - 1)
 
 
-def ngram_bucket(ng_kind: np.ndarray, ng_evidence: np.ndarray, ng_above: np.ndarray) -> np.ndarray:
-    """Bucket index (0..71) of an n-gram proposal: kind x evidence bin x n-gram-nodes-above bin."""
-    k = np.minimum(np.maximum(np.asarray(ng_kind) - 1, 0), 1)
-    ev = _bins(np.asarray(ng_evidence), EVIDENCE_EDGES)
-    ab = _bins(np.asarray(ng_above), ABOVE_EDGES)
-    return (k * _Layout.N_EV + ev) * _Layout.N_ABOVE + ab
-
-
 @dataclass
 class _Design:
     """Sparse design of one round: per candidate, 7 (coordinate, value) slots and a fixed offset."""
@@ -298,7 +301,30 @@ def contradicted(c: CandidateSet) -> np.ndarray:
     return drafter & ~c.agreed & (c.contra_evidence >= 0)
 
 
+# Per node kind (pick, sibling, n-gram): the coordinates of slots 0-4 (an n-gram node's slot 0 adds
+# its bucket to NG0), and whether slots 1-2 (the drafter's logit h and logit sigma) carry a value
+_KIND_IDX = np.array([[_A0, _A1, _A2, _A4, _CTX_D, 0, 0],
+                      [_A3, _A5, _A6, _A4, _CTX_D, 0, 0],
+                      [_LAYOUT.NG0, _A5, _A6, _A4, _CTX_N, 0, 0]], dtype=np.int64)
+_EV_BIN = _bins(np.arange(EVIDENCE_EDGES[-1] + 1), EVIDENCE_EDGES)  # evidence 0..32 -> bin (32+ the last)
+_AB_BIN = _bins(np.arange(ABOVE_EDGES[-1] + 1), ABOVE_EDGES)  # n-gram nodes above 0..16 -> bin
+
+
+def _ev_bin(evidence: np.ndarray) -> np.ndarray:
+    """``_bins(evidence, EVIDENCE_EDGES)`` by table: below 1 the first bin, 32 and above the last."""
+    return _EV_BIN[np.minimum(np.maximum(evidence, 0), EVIDENCE_EDGES[-1])]
+
+
+def ngram_bucket(ng_kind: np.ndarray, ng_evidence: np.ndarray, ng_above: np.ndarray) -> np.ndarray:
+    """Bucket index (0..71) of an n-gram proposal: kind x evidence bin x n-gram-nodes-above bin."""
+    k = np.minimum(np.maximum(np.asarray(ng_kind) - 1, 0), 1)
+    ab = _AB_BIN[np.minimum(np.maximum(np.asarray(ng_above), 0), ABOVE_EDGES[-1])]
+    return (k * _Layout.N_EV + _ev_bin(np.asarray(ng_evidence))) * _Layout.N_ABOVE + ab
+
+
 def _design(c: CandidateSet, context: int, p_src: float) -> _Design:
+    """The round's design in few array operations: each costs microseconds of overhead on a tree of
+    ~32 nodes, and the round's host time is the issue (`benchmarks/cost/round_host_time.py`)."""
     L = _LAYOUT
     n = len(c)
     kind = c.kind
@@ -307,55 +333,47 @@ def _design(c: CandidateSet, context: int, p_src: float) -> _Design:
     ng = kind == KIND_NGRAM
     drafter = pick | sib
 
-    h_nan = np.isnan(c.h)
-    sigma = _fill(c.sigma, 0.5)
-    lh = _logit(_fill(c.h, 0.5))  # neutral h = 0.5 (logit 0) when the drafter has no head
-    ls = _logit(sigma)  # logit 0 when absent
-    r = _fill(c.r, 1.0)
+    # h, sigma and the class precision with their absent values filled (h, sigma 0.5: logit 0;
+    # the precision p_src), their logits in one pass; r filled with 1
+    p_one = float(p_src) if p_src == p_src else 0.5
+    raw = np.array((c.h, c.sigma, c.ng_prec, c.r))
+    filled = np.where(np.isnan(raw), np.array(((0.5,), (0.5,), (p_one,), (1.0,))), raw)
+    lg = _logit(filled[:3])
+    lh, ls, lp = lg
+    sigma, p_node, r = filled[1], filled[2], filled[3]
     lr = np.log(np.minimum(np.maximum(r, 1e-6), 1.0))
     x_ctx = math.log2(1.0 + max(int(context), 0) / ACC_CONTEXT_UNIT) - 1.0
-    p_one = float(p_src) if p_src == p_src else 0.5
-    p_node = np.where(np.isnan(c.ng_prec), p_one, c.ng_prec)  # per candidate (Class precision)
-    lp = _logit(p_node)
     lp_pos = np.maximum(lp, 0.0)
 
-    idx = np.zeros((n, 7), dtype=np.int64)
-    val = np.zeros((n, 7))
     bucket = ngram_bucket(c.ng_kind, c.ng_evidence, c.ng_above)
-    # slot 0: the source's intercept (a0, a3, or the n-gram bucket weight)
-    idx[:, 0] = np.where(pick, _A0, np.where(sib, _A3, L.NG0 + bucket))
-    val[:, 0] = 1.0
-    # slot 1: logit h (a1 | a5)
-    idx[:, 1] = np.where(pick, _A1, _A5)
-    val[:, 1] = np.where(drafter, lh, 0.0)
-    # slot 2: logit sigma (a2 | a6)
-    idx[:, 2] = np.where(pick, _A2, _A6)
-    val[:, 2] = np.where(drafter, ls, 0.0)
-    # slot 3: log r (a4, siblings)
-    idx[:, 3] = _A4
-    val[:, 3] = np.where(sib, lr, 0.0)
-    # slot 4: psi's context term
-    idx[:, 4] = np.where(ng, _CTX_N, _CTX_D)
-    val[:, 4] = x_ctx
+
+    idx = _KIND_IDX[kind]  # slots 0-4 by kind; 5-6 below
+    idx[:, 0] += np.where(ng, bucket, 0)  # an n-gram node's bucket weight
+    val = np.zeros((n, 7))
+    val[:, 0] = 1.0  # the source's intercept (a0, a3, or the n-gram bucket weight)
+    val[:, 1:3] = np.where(drafter[:, None], lg[:2].T, 0.0)  # logit h (a1 | a5), logit sigma (a2 | a6)
+    val[:, 3] = np.where(sib, lr, 0.0)  # log r (a4, siblings)
+    val[:, 4] = x_ctx  # psi's context term
     # slot 5: psi's depth term (drafter candidates, depth >= 2)
     d = np.minimum(np.maximum(c.depth, 1), ACC_DEPTH_MAX)
-    idx[:, 5] = np.where(d >= 2, L.DEPTH0 + d - 2, 0)
-    val[:, 5] = np.where(drafter & (d >= 2), 1.0, 0.0)
+    deep = d >= 2
+    idx[:, 5] = np.where(deep, L.DEPTH0 + d - 2, 0)
+    val[:, 5] = drafter & deep
     # slot 6: agreed / contradicted bucket weights
     agreed = drafter & c.agreed
-    contra = contradicted(c)
+    contra = drafter & ~c.agreed & (c.contra_evidence >= 0)  # contradicted(c)
     ps = sib.astype(np.int64)
     ag_idx = L.AG0 + bucket * 2 + ps
     ck = np.minimum(np.maximum(c.contra_kind - 1, 0), 1)
-    co_idx = L.CO0 + (ck * L.N_EV + _bins(c.contra_evidence, EVIDENCE_EDGES)) * 2 + ps
+    co_idx = L.CO0 + (ck * L.N_EV + _ev_bin(c.contra_evidence)) * 2 + ps
     idx[:, 6] = np.where(agreed, ag_idx, np.where(contra, co_idx, 0))
-    val[:, 6] = (agreed | contra).astype(np.float64)
+    val[:, 6] = agreed | contra
 
     fixed = np.where(ng, lp, 0.0) + np.where(agreed, lp_pos, 0.0) - np.where(contra, lp_pos, 0.0)
 
     # head-based estimate: pick -> h (sigma when there is no head), sibling -> r * (1 - sigma),
     # n-gram -> its class precision (p_src where there is none)
-    h_pick = np.where(h_nan, sigma, c.h)
+    h_pick = np.where(np.isnan(c.h), sigma, c.h)
     sib_share = r * (1.0 - sigma)
     head_base = np.where(pick, h_pick, np.where(sib, sib_share, p_node))
     return _Design(idx=idx, val=val, fixed=fixed, group=c.parent + 1, head_base=head_base, bucket=bucket)
@@ -390,6 +408,7 @@ class AcceptanceModel:
         self._m = np.zeros(L.size)  # updates (rounds) that touched the coordinate
         self._g2sum = np.zeros(L.size)  # gate: squared gradients while at the prior
         self._open = np.zeros(L.size, dtype=bool)
+        self._w: np.ndarray | None = None  # _weights() of the state above
         self._bucket_labels = np.zeros(L.N_NG_BUCKETS, dtype=np.int64)
         self._guard_fit = 0.0  # decayed summed log loss, fitted
         self._guard_head = 0.0  # ... head-based
@@ -422,9 +441,12 @@ class AcceptanceModel:
 
     # ----- coefficients --------------------------------------------------------------------
     def _weights(self) -> np.ndarray:
-        L = _LAYOUT
-        dev = -self._z / ((ACC_FTRL_BETA + np.sqrt(self._n)) / L.alpha + ACC_L2)
-        return L.prior + np.where(self._open, dev, 0.0)
+        """The coefficients (read-only: kept until the FTRL state changes, in ``learn`` or ``load_state``)."""
+        if self._w is None:
+            L = _LAYOUT
+            dev = -self._z / ((ACC_FTRL_BETA + np.sqrt(self._n)) / L.alpha + ACC_L2)
+            self._w = L.prior + np.where(self._open, dev, 0.0)
+        return self._w
 
     def coefficients(self) -> dict[str, float]:
         """Current coefficient per named coordinate (a0..a6, ctx_*, depth*, ngram[b], ...)."""
@@ -505,7 +527,15 @@ class AcceptanceModel:
         return self._req_fit / self._req_nodes, self._req_head / self._req_nodes, self._req_nodes
 
     # ----- learning ------------------------------------------------------------------------
-    def learn(self, cands: CandidateSet, context: int, p_src: float, labels: np.ndarray) -> None:
+    def deferred(self, cands: CandidateSet, context: int, p_src: float, labels: np.ndarray) -> Callable[[], None]:
+        """``learn`` on these labels, to run later (during the next round's forward, on a device that
+        computes it while the host goes on): it keeps the round's pricing, which the next
+        round's ``q_both`` replaces."""
+        priced = self._as_priced(cands, context, p_src)
+        return lambda: self.learn(cands, context, p_src, labels, priced=priced)
+
+    def learn(self, cands: CandidateSet, context: int, p_src: float, labels: np.ndarray,
+              priced: tuple[_Design, np.ndarray, np.ndarray] | None = None) -> None:
         """Fold one round's labels (Algorithm 1 line 17): guard first, then learn.
 
         ``labels`` per candidate: -1 unlabelled (parent not accepted or not verified), 1 = it was
@@ -515,6 +545,7 @@ class AcceptanceModel:
         round's q before either learns; then the coefficients (FTRL-Proximal on the deviation from
         the prior, behind the 3 sqrt(m) gate; one update per round), b_req and the head offset
         (AdaGrad) are updated, and the n-gram buckets' label counts (for exploration).
+        ``priced``: the round's design and estimates (``deferred``), else ``q_both``'s last.
         """
         labels = np.asarray(labels, dtype=np.int64).reshape(-1)
         n = len(cands)
@@ -524,7 +555,7 @@ class AcceptanceModel:
         lab = labels >= 0
         if not lab.any():
             return
-        d, q_fit, q_head = self._as_priced(cands, context, p_src)
+        d, q_fit, q_head = priced if priced is not None else self._as_priced(cands, context, p_src)
 
         sel = np.flatnonzero(lab)
         y = (labels[sel] == 1).astype(np.float64)
@@ -578,6 +609,8 @@ class AcceptanceModel:
         self._z[opening] = 0.0  # FTRL starts from the prior when the gate opens
         self._n[opening] = 0.0
         self._open |= opening
+        if opening.any():
+            self._w = None
 
         ftrl = upd & self._open
         if ftrl.any():
@@ -587,6 +620,7 @@ class AcceptanceModel:
             sig = (np.sqrt(n_new) - np.sqrt(n_old)) / L.alpha[ftrl]
             self._z[ftrl] += grad[ftrl] - sig * w_dev[ftrl]
             self._n[ftrl] = n_new
+        self._w = None
 
         # --- per-request intercept b_req (AdaGrad, capped squared gradients, clamped) --------
         g_req = float((q_fit[sel] - y).sum())
@@ -701,6 +735,7 @@ class AcceptanceModel:
         req = [number(rq[k], f"{where}.request.{k}", lo=0.0) for k in ("b_req_g2", "offset_g2", "fitted", "head")]
         req_nodes = integer(rq["nodes"], f"{where}.request.nodes")
         self._z, self._n, self._gsum, self._g2sum, self._m, self._open = z, n, gs, g2, m, op
+        self._w = None
         self._bucket_labels = bl
         self._guard_fit, self._guard_head, self._guard_nodes = guard
         self._parents, self._rounds = parents, rounds

@@ -23,6 +23,7 @@ STATE_VERSION = 1  # of state_dict's layout (learn/state.py); b9fbe7f's had no "
 _BIN_OF = np.maximum(np.searchsorted(EVIDENCE_EDGES, np.arange(COPY_EVIDENCE_CAP + 1), side="right") - 1, 0)
 _BIN_MATRIX = np.eye(len(EVIDENCE_EDGES), dtype=np.float64)[_BIN_OF]  # (classes, bins) one-hot
 _DECAY = 0.5 ** (1.0 / PRECISION_HALF_LIFE)  # per counted token
+_COPY, _FOLLOWER = int(NgramKind.COPY), int(NgramKind.FOLLOWER)  # ints: numpy compares an IntEnum slowly
 
 
 class Proposal(Protocol):
@@ -93,7 +94,7 @@ class SourcePrecision:
         ev = np.minimum(np.maximum(np.asarray(evidence, dtype=np.int64), 0), COPY_EVIDENCE_CAP)
         overall = self.value
         w = CLASS_PRIOR_WEIGHT
-        ok = (kind == NgramKind.COPY) | (kind == NgramKind.FOLLOWER)
+        ok = (kind == _COPY) | (kind == _FOLLOWER)
         k = np.where(ok, kind, 0)
         # per (kind, evidence bin): sums over the bin's evidence values, shrunk toward overall
         bh = self.class_hits @ _BIN_MATRIX

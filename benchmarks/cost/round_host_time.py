@@ -21,12 +21,21 @@ largest step) is replayed after the run twice: back to back, with the CPU caches
 streaming 100 MB through them, as the target's forward does on the CPU between two rounds. On a
 GPU the forward leaves the CPU's caches alone, so the warm figure is the one a GPU host pays.
 
+With ``--scripted``, the target's forward is replayed (``scripted_target.py``): each arm commits
+the reply a real `ar` run of the same conversation gave (checked), while every forward waits the
+time of a modeled GPU curve (``--curve ROWS:MS,...``; default issue 41's RTX 4090 8B figures)
+spinning on the host. The round's host code then runs with warm caches, as on a GPU host, and
+at the round mix such a curve makes; the host share is of that modeled round time. With
+``--overlap`` a third engine, ``adaspark, overlapped``, runs the forward as a GPU does: llama_decode
+returns at once and the wait is at the logits' read, so the decoder's acceptance learning runs
+during the forward (``Decoder.learn``).
+
 Engines run interleaved per conversation in one process. With ``--no-reuse`` a third engine runs
 `adaspark` with the acceptance model's learning recomputing the round's design and estimates
 instead of reusing the pricing (`AcceptanceModel._as_priced`), i.e. the code before that reuse.
 
     python -m benchmarks.cost.round_host_time SCRIPT.jsonl [--limit 10] [--max-tokens 128] [--no-reuse] [--parts]
-        [--cache] [--out FILE.md]
+        [--cache] [--scripted [--curve 1:6.6,16:8.3,32:9.3,64:11.8]] [--out FILE.md]
 """
 
 from __future__ import annotations
@@ -44,6 +53,7 @@ from adaspark_app.engine.chat_engine import ChatEngine
 from adaspark_app.learn.acceptance import _design
 from adaspark_app.runner import load_script
 from benchmarks.common import cpu_model, emit_report
+from benchmarks.cost.scripted_target import GPU_LIKE_CURVE, ScriptedTarget, parse_curve
 
 KINDS = ("plain", "tree, width 1", "tree, wider")
 
@@ -60,6 +70,31 @@ def _engine(arm: str, reuse: bool = True) -> ChatEngine:
 
         acc._as_priced = recompute
     return eng
+
+
+def _references(convs: list, max_tokens: int) -> list[list[tuple[list[int], str]]]:
+    """Per conversation, per turn: the reply of a real `ar` run (its tokens and text)."""
+    eng = _engine("ar")
+    prompt_len: list[int] = []
+    start = eng.decoder.start_reply
+
+    def start_reply(prompt):
+        prompt_len.append(len(prompt))
+        return start(prompt)
+
+    eng.decoder.start_reply = start_reply
+    refs = []
+    for c in convs:
+        msgs, turns = [], []
+        for t, u in enumerate(c.turns):
+            msgs.append({"role": "user", "content": u})
+            r = eng.generate(c.id, msgs, max_tokens=max_tokens, turn=t)
+            turns.append((eng.decoder.committed()[prompt_len[-1]:], r.text))
+            msgs.append({"role": "assistant", "content": r.text})
+        eng.reset_conversation()
+        refs.append(turns)
+    eng.close()
+    return refs
 
 
 def _instrument(eng: ChatEngine, rec: dict[str, list[tuple[float, float]]]) -> None:
@@ -180,11 +215,27 @@ def main() -> None:
     ap.add_argument("--no-reuse", action="store_true", help="add an engine without the pricing reuse")
     ap.add_argument("--parts", action="store_true", help="split the tree rounds' host time by step")
     ap.add_argument("--cache", action="store_true", help="replay the pricing with warm and with flushed CPU caches")
+    ap.add_argument("--scripted", action="store_true",
+                    help="replay real `ar` replies through a target whose forward takes a modeled GPU time")
+    ap.add_argument("--overlap", action="store_true",
+                    help="with --scripted: add `adaspark` with the forward overlapping the host, as on a GPU")
+    ap.add_argument("--curve", default=",".join(f"{r}:{ms}" for r, ms in GPU_LIKE_CURVE),
+                    help="with --scripted: the modeled forward time, ROWS:MS,... (default %(default)s)")
     ap.add_argument("--out", type=Path, default=None)
     a = ap.parse_args()
+    if a.overlap and not a.scripted:
+        ap.error("--overlap needs --scripted (a real forward overlaps only on a GPU)")
+    try:
+        curve = parse_curve(a.curve)
+    except ValueError as e:
+        ap.error(str(e))
+    convs = list(load_script(a.script))[: a.limit]
+    refs = _references(convs, a.max_tokens) if a.scripted else None
     arms = {"ar": _engine("ar"), "adaspark": _engine("adaspark")}
     if a.no_reuse:
         arms["adaspark, no reuse"] = _engine("adaspark", reuse=False)
+    if a.overlap:
+        arms["adaspark, overlapped"] = _engine("adaspark")
     recs = {name: {k: [] for k in KINDS} for name in arms}
     parts: dict[str, list[dict[str, float]]] = {}
     priced: list[tuple] = []
@@ -195,15 +246,19 @@ def main() -> None:
         _instrument(eng, recs[name])
         if a.cache and name == "adaspark":
             _capture_pricing(eng, priced)
+    scripted = {name: ScriptedTarget(eng.backend, curve, overlap=name.endswith("overlapped")) for name, eng in arms.items()} if a.scripted else {}
     names = list(arms)
-    convs = list(load_script(a.script))[: a.limit]
+    differ = 0
     for i, c in enumerate(convs):
         k = i % len(names)
         for name in names[k:] + names[:k]:
             eng, msgs = arms[name], []
             for t, u in enumerate(c.turns):
                 msgs.append({"role": "user", "content": u})
+                if refs is not None:
+                    scripted[name].expect(refs[i][t][0])
                 r = eng.generate(c.id, msgs, max_tokens=a.max_tokens, turn=t)
+                differ += int(refs is not None and r.text != refs[i][t][1])
                 msgs.append({"role": "assistant", "content": r.text})
             eng.reset_conversation()
         print(f"{i + 1}/{len(convs)} {c.id}", flush=True)
@@ -213,10 +268,19 @@ def main() -> None:
     cmd += " --no-reuse" if a.no_reuse else ""
     cmd += " --parts" if a.parts else ""
     cmd += " --cache" if a.cache else ""
+    cmd += f" --scripted --curve {a.curve}" if a.scripted else ""
+    cmd += " --overlap" if a.overlap else ""
+    how = ("Host time = round wall time less the verify (llama_decode + argmax)." if not a.scripted else
+           f"Scripted target: every forward waits the modeled time of the curve {a.curve} (rows:ms) spinning "
+           "on the host, and each arm commits the reply of a real `ar` run "
+           f"({'every reply the same' if differ == 0 else f'{differ} replies differed: a defect'}); host time = "
+           "round wall time less the forward (its modeled time and the argmax)"
+           + ("; `adaspark, overlapped`: the forward overlapping the host as on a GPU (work done during it is hidden)."
+              if a.overlap else "."))
     lines = [f"# Host time per round on `{a.script}` (first {len(convs)} conversations, {a.max_tokens} tokens)", "",
              f"`{cmd}`", "",
              f"Machine: {cpu_model()} ({platform.machine()}, {len(os.sched_getaffinity(0))} cores), Python {platform.python_version()}. "
-             "Host time = round wall time less the verify (llama_decode + argmax).", "",
+             + how, "",
              "| engine | round kind | rounds | median host us | mean host us | host share of the engine's round time |",
              "|---|---|---|---|---|---|"]
     for name in names:

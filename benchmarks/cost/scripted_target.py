@@ -1,0 +1,114 @@
+"""A target whose forward is replayed: the host's side of a round as a GPU host runs it, on the CPU.
+
+On the CPU the target's forward streams the weights through the caches, so the round's host code
+(the n-gram index, the tree, the acceptance model, the scheduler) runs cold after every verify,
+and its time there is about twice what a GPU host pays (`round_host_time.py --cache`). A
+`ScriptedTarget` keeps a real engine, with its real model's tokenizer, template, batch and KV cache
+bookkeeping, and replaces only what llama.cpp computes:
+
+- every row's argmax is the reference reply's token after the row's position (`expect` sets the
+  reply, a real `ar` reply of the same conversation). Rows off the reference path are never
+  accepted (their parent's argmax is another token), so what they return does not matter, and
+  the engine commits the reference reply exactly, a check the caller makes;
+- a forward of n rows waits `curve` milliseconds, spinning on the host, as llama.cpp's CUDA
+  backend waits on the GPU (a sleeping core may lose its caches). The default curve is the RTX
+  4090 one of issue 41: an 8B Q4_0 at 1, 16, 32 and 64 rows; between the points it is linear.
+- with ``overlap`` the forward runs as on a GPU: llama_decode returns at once and the wait is
+  when the logits are read, so host work in between (``LlamaBackend.verify``'s
+  ``while_computing``) is hidden; the backend says so (``forward_overlaps``) and the decoder
+  defers its acceptance learning there. Without it, as on the CPU, llama_decode itself waits.
+
+So the host code runs with warm caches, at the round mix a GPU's cheap wide verifies make.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from adaspark_app.engine.backend import LlamaBackend
+
+GPU_LIKE_CURVE: tuple[tuple[int, float], ...] = ((1, 6.6), (16, 8.3), (32, 9.3), (64, 11.8))  # rows, ms
+
+
+def parse_curve(text: str) -> tuple[tuple[int, float], ...]:
+    """'1:6.6,16:8.3,...' -> ((1, 6.6), (16, 8.3), ...), rows increasing, times positive."""
+    try:
+        points = tuple((int(r), float(ms)) for r, ms in (p.split(":") for p in text.split(",")))
+    except ValueError:
+        raise ValueError(f"curve {text!r}: give ROWS:MS pairs separated by commas, e.g. 1:6.6,64:11.8") from None
+    rows = [r for r, _ in points]
+    if not points or rows != sorted(set(rows)) or rows[0] < 1 or any(ms <= 0 for _, ms in points):
+        raise ValueError(f"curve {text!r}: rows must increase from 1 or more, and every time be positive")
+    return points
+
+
+def curve_ms(rows: int, curve: Sequence[tuple[int, float]]) -> float:
+    """The modeled forward time of `rows` rows, linear between the curve's points, flat past its ends."""
+    return float(np.interp(rows, [r for r, _ in curve], [ms for _, ms in curve]))
+
+
+def _spin(seconds: float) -> None:
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
+class ScriptedTarget:
+    """Replaces `backend`'s forward (``_decode``, ``_argmax_rows``) by the replay described above."""
+
+    def __init__(self, backend: LlamaBackend, curve: Sequence[tuple[int, float]] = GPU_LIKE_CURVE,
+                 overlap: bool = False) -> None:
+        self.backend = backend
+        self.overlap = overlap
+        backend.forward_overlaps = overlap
+        self._ready = 0.0  # perf_counter time the queued forward is done
+        self.curve = tuple(curve)
+        self.ref: list[int] = []  # the committed text and the expected reply, by position
+        self.reply: list[int] = []
+        self.forwards: list[int] = []  # rows of every modeled forward (prefill chunks not counted)
+        self._out_pos: list[int] = []
+        self._in_prefill = False
+        fill, prefill = backend._fill_batch, backend.prefill
+
+        def fill_batch(tokens: Sequence[int], positions: Sequence[int], seq_ids: Sequence[Sequence[int]],
+                       logits: Sequence[bool]) -> None:
+            fill(tokens, positions, seq_ids, logits)
+            self._out_pos = [p for p, out in zip(positions, logits) if out]
+
+        def scripted_prefill(tokens: Sequence[int], start: int,
+                             on_chunk: Callable[[list[int], list[int]], None] | None = None,
+                             argmax: bool = True) -> int:
+            self.ref = self.ref[:start] + list(tokens) + self.reply + [backend.eos_token]
+            self._in_prefill = True
+            try:
+                return prefill(tokens, start, on_chunk=on_chunk, argmax=argmax)
+            finally:
+                self._in_prefill = False
+
+        backend._fill_batch = fill_batch
+        backend.prefill = scripted_prefill
+        backend._decode = self._decode
+        backend._argmax_rows = self._argmax_rows
+
+    def expect(self, reply: Sequence[int]) -> None:
+        """The next reply's tokens (after the prompt the next prefill completes)."""
+        self.reply = list(reply)
+
+    def _decode(self) -> None:
+        now = time.perf_counter()
+        if self._in_prefill:  # a prefill's cost is outside the rounds
+            self._ready = now
+            return
+        rows = int(self.backend._batch.n_tokens)
+        self.forwards.append(rows)
+        self._ready = now + curve_ms(rows, self.curve) / 1e3
+        if not self.overlap:
+            _spin(self._ready - now)
+
+    def _argmax_rows(self, n_out: int) -> np.ndarray:
+        _spin(self._ready - time.perf_counter())  # llama_get_logits waits for the forward
+        ref, eos = self.ref, self.backend.eos_token
+        return np.array([ref[p + 1] if p + 1 < len(ref) else eos for p in self._out_pos[:n_out]], dtype=np.int32)

@@ -1,0 +1,157 @@
+"""Host work during the forward: on a GPU llama_decode only queues the forward, and the decoder
+learns the last round's acceptance labels before the logits are read (`Decoder.learn`). Checked on
+the real model on the CPU by switching `forward_overlaps` on (the forward is then done before the
+work, so only the order and the outcome can be checked), and through the scripted target of
+`benchmarks/cost/round_host_time.py --scripted`, which replays a real reply at a modeled time."""
+
+from __future__ import annotations
+
+import pytest
+
+from adaspark_app.engine.chat_engine import ChatEngine
+from benchmarks.cost.scripted_target import ScriptedTarget, curve_ms, parse_curve
+from engine_clock import deterministic_clock
+
+MAX_TOKENS = 48
+
+
+def _prompts(public_prompts: list[dict]) -> list[str]:
+    return [c["turns"][0] for c in public_prompts[:4]]
+
+
+def _replies(eng: ChatEngine, prompts: list[str]) -> list[list[int]]:
+    return [eng.generate(f"c{i}", [{"role": "user", "content": p}], max_tokens=MAX_TOKENS).tokens
+            for i, p in enumerate(prompts)]
+
+
+@pytest.fixture(scope="module")
+def ar_replies(model_path, public_prompts) -> list[list[int]]:
+    """`ar`'s replies to the prompts: what every other run must reproduce."""
+    ar = ChatEngine(model_path, arm="ar", n_ctx=2048)
+    try:
+        return _replies(ar, _prompts(public_prompts))
+    finally:
+        ar.close()
+
+
+def _events(eng: ChatEngine, log: list[str]) -> None:
+    """Log the forward's start and the logits' read (the backend) and each acceptance learning."""
+    b, acc = eng.backend, eng.decoder.learners.acceptance
+    for obj, attr, name in ((b, "_decode", "decode"), (b, "_argmax_rows", "logits"), (acc, "learn", "learn")):
+        orig = getattr(obj, attr)
+
+        def logged(*args, _orig=orig, _name=name, **kwargs):
+            log.append(_name)
+            return _orig(*args, **kwargs)
+
+        setattr(obj, attr, logged)
+
+
+def _learns_inside_forward(log: list[str]) -> tuple[int, int]:
+    """(learnings between a forward's start and its logits' read, learnings elsewhere)."""
+    inside = outside = 0
+    open_forward = False
+    for e in log:
+        if e == "decode":
+            open_forward = True
+        elif e == "logits":
+            open_forward = False
+        elif open_forward:
+            inside += 1
+        else:
+            outside += 1
+    return inside, outside
+
+
+@pytest.mark.model
+@pytest.mark.parametrize("overlaps", [False, True])
+def test_acceptance_learns_during_the_next_forward_only_where_it_overlaps(model_path, public_prompts, ar_replies,
+                                                                          overlaps):
+    """Overlapping: every round's labels are learned inside a later forward, except the last
+    round's of a reply (at the reply's end, before the state is read); the model learns every
+    round it would have, and the replies stay byte-identical to `ar`. Not overlapping (the CPU):
+    never inside a forward."""
+    prompts = _prompts(public_prompts)
+    with deterministic_clock():
+        eng = ChatEngine(model_path, arm="adaspark", n_ctx=2048)
+        try:
+            eng.backend.forward_overlaps = overlaps
+            log: list[str] = []
+            _events(eng, log)
+            dec = eng.decoder
+            learned_rounds = []
+            orig_learn = dec.learn
+            dec.learn = lambda *a, **k: (learned_rounds.append(1), orig_learn(*a, **k))[1]
+            got = _replies(eng, prompts)
+            state = dec.state_dict()
+        finally:
+            eng.close()
+    assert got == ar_replies
+    inside, outside = _learns_inside_forward(log)
+    assert len(learned_rounds) > len(prompts)  # tree rounds ran
+    assert state["acceptance"]["counters"]["rounds"] == len(learned_rounds)  # nothing left pending
+    if overlaps:
+        assert inside >= len(learned_rounds) - len(prompts) and outside <= len(prompts)
+    else:
+        assert inside == 0 and outside == len(learned_rounds)
+
+
+@pytest.mark.model
+def test_a_round_left_for_the_next_forward_is_learned_before_the_state_is_read(model_path):
+    """Overlapping, a tree round's labels wait for the next forward; reading the learned state (to
+    save it) or ending the reply learns them first."""
+    text = "Copy this list twice: alpha beta gamma delta epsilon zeta eta theta iota kappa. " * 3
+    with deterministic_clock():
+        eng = ChatEngine(model_path, arm="adaspark", n_ctx=2048)
+        try:
+            eng.backend.forward_overlaps = True
+            dec = eng.decoder
+            learned = []
+            orig_learn = dec.learn
+            dec.learn = lambda *a, **k: (learned.append(1), orig_learn(*a, **k))[1]
+            for _ in range(2):  # the second time the tree rounds run on a learned cost table
+                dec.start_reply(eng.backend.tokenize(text))
+                for _ in range(96):
+                    before = len(learned)
+                    dec.round()
+                    if len(learned) > before:
+                        break
+                waiting = dec.learners.acceptance.state_dict()["counters"]["rounds"]
+                assert dec.state_dict()["acceptance"]["counters"]["rounds"] == len(learned) == waiting + 1
+                dec.end_reply(dec.context)
+            assert len(learned) == 2
+        finally:
+            eng.close()
+
+
+@pytest.mark.model
+@pytest.mark.parametrize("overlap", [False, True])
+def test_scripted_target_commits_the_reference_reply_at_the_modeled_widths(model_path, public_prompts, ar_replies,
+                                                                           overlap):
+    """The scripted target answers each row with the reference reply's next token: `adaspark`
+    through it commits exactly `ar`'s real reply, one modeled forward per round."""
+    prompts, base = _prompts(public_prompts)[:2], ar_replies[:2]
+    eng = ChatEngine(model_path, arm="adaspark", n_ctx=2048)
+    try:
+        st = ScriptedTarget(eng.backend, parse_curve("1:0.2,64:0.4"), overlap=overlap)
+        assert eng.backend.forward_overlaps is overlap
+        got, rounds = [], 0
+        for i, p in enumerate(prompts):
+            st.expect(base[i])
+            r = eng.generate(f"s{i}", [{"role": "user", "content": p}], max_tokens=MAX_TOKENS)
+            got.append(r.tokens)
+            rounds += r.rounds
+    finally:
+        eng.close()
+    assert got == base
+    assert len(st.forwards) == rounds
+
+
+def test_curve_is_read_and_refused_with_one_line():
+    curve = parse_curve("1:6.6,16:8.3,64:11.8")
+    assert curve_ms(1, curve) == 6.6 and curve_ms(64, curve) == 11.8
+    assert curve_ms(8, curve) == pytest.approx(6.6 + (8.3 - 6.6) * 7 / 15)
+    assert curve_ms(100, curve) == 11.8  # flat past the last point
+    for bad in ("", "1:6,1:7", "0:5", "1:-2", "4:x", "16:8,1:6"):
+        with pytest.raises(ValueError, match="curve"):
+            parse_curve(bad)
