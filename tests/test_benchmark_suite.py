@@ -214,11 +214,12 @@ def test_gpu_engine_check_reports_identity_and_cost_per_width_from_the_real_engi
     script.write_text(json.dumps({"id": "copy", "turns": [f"Repeat exactly: {text} {text}"]}) + "\n")
     out_json, out_md = tmp_path / "engine.json", tmp_path / "engine.md"
     main(["--model", model_path, "--script", str(script), "--limit", "1", "--max-tokens", "40",
-          "--arms", "ar,pinned:8", "--out-json", str(out_json), "--out", str(out_md)])
-    ar, tree = json.loads(out_json.read_text())
+          "--arms", "ar,pinned:8,adaspark@serial", "--out-json", str(out_json), "--out", str(out_md)])
+    ar, tree, serial = json.loads(out_json.read_text())
     assert ar["placement"]["offload"] == "CPU" and tree["tokens"] == ar["tokens"] and ar["tokens"][0]
     assert max(int(w) for w in tree["verify_ms"]) > 1 and set(ar["verify_ms"]) == {"1"}
-    assert "| pinned:8 | 1/1 |" in out_md.read_text()
+    assert "| pinned:8 | 1/1 |" in out_md.read_text() and "| adaspark@serial | 1/1 |" in out_md.read_text()
+    assert serial["tokens"] == ar["tokens"] and not serial["forward_overlaps"] and serial["host_parts"]
 
 
 def test_curve_learn_prices_a_stepped_curve_as_measured_and_its_widths_pay(tmp_path):

@@ -9,10 +9,14 @@ layer on the GPU (or the CPU on a CPU-only build, which says so). It reports:
 - the share of each arm's replies byte-identical to `ar`'s (tokens), per arm;
 - the verify's median ms per width, from the rounds' own timings, over the one-row median;
 - for `adaspark`, host time per tree round by step (``round_host_time --parts``) and the pricing
-  replayed with warm and flushed caches (``--cache``).
+  replayed with warm and flushed caches (``--cache``). On a GPU the decoder learns a round's
+  acceptance labels during the next forward (``LlamaBackend.forward_overlaps``); the arm
+  ``adaspark@serial`` runs it with that off, learning after the forward as on the CPU, so the
+  two host-time tables show what the overlap saves.
 
     python -m benchmarks.gpu.engine_check --model M.gguf [--script S.jsonl] [--limit 8]
-        [--max-tokens 64] [--arms ar,pinned:4,pinned:16,adaspark] [--gpu-layers all] [--out-json F] [--out F.md]
+        [--max-tokens 64] [--arms ar,pinned:4,pinned:16,adaspark,adaspark@serial] [--gpu-layers all]
+        [--out-json F] [--out F.md]
 """
 
 from __future__ import annotations
@@ -37,12 +41,16 @@ DEFAULT_SCRIPT = Path(__file__).resolve().parents[2] / "tests" / "data" / "mtben
 
 def run_arm(model: str, arm: str, prompts: list[tuple[str, str]], max_tokens: int, gpu_layers: str | int,
             n_ctx: int) -> dict:
-    """One arm over the prompts: replies' tokens, verify seconds per width, and (adaspark) host time."""
-    eng = ChatEngine(model, arm=arm, n_ctx=n_ctx, gpu_layers=gpu_layers)
+    """One arm over the prompts: replies' tokens, verify seconds per width, and (adaspark) host time.
+    ``ARM@serial``: the arm with the forward not overlapping the host's work."""
+    name, serial = arm.removesuffix("@serial"), arm.endswith("@serial")
+    eng = ChatEngine(model, arm=name, n_ctx=n_ctx, gpu_layers=gpu_layers)
+    if serial:
+        eng.backend.forward_overlaps = False
     rec = {k: [] for k in KINDS}
     parts: list[dict[str, float]] = []
     priced: list[tuple] = []
-    if arm == "adaspark":
+    if name == "adaspark":
         _instrument_parts(eng, parts)
         _instrument(eng, rec)
         _capture_pricing(eng, priced)
@@ -64,10 +72,10 @@ def run_arm(model: str, arm: str, prompts: list[tuple[str, str]], max_tokens: in
             eng.reset_conversation()
     finally:
         eng.close()
-    out = {"arm": arm, "placement": placement, "tokens": tokens,
+    out = {"arm": arm, "placement": placement, "tokens": tokens, "forward_overlaps": b.forward_overlaps,
            "verify_ms": {str(w): float(np.median(v)) for w, v in sorted(verify.items())},
            "verify_rounds": {str(w): len(v) for w, v in sorted(verify.items())}}
-    if arm == "adaspark":
+    if name == "adaspark":
         out["host_parts"] = _parts_table(arm, parts) if parts else []
         out["host_cache"] = _cache_table(priced) if priced else []
     return out
@@ -106,7 +114,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--script", default=str(DEFAULT_SCRIPT))
     ap.add_argument("--limit", type=int, default=8)
     ap.add_argument("--max-tokens", type=int, default=64)
-    ap.add_argument("--arms", default="ar,pinned:4,pinned:16,adaspark")
+    ap.add_argument("--arms", default="ar,pinned:4,pinned:16,adaspark,adaspark@serial")
     ap.add_argument("--gpu-layers", default="all")
     ap.add_argument("--n-ctx", type=int, default=4096)
     ap.add_argument("--out-json", type=Path, default=None)
