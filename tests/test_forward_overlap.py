@@ -35,9 +35,11 @@ def ar_replies(model_path, public_prompts) -> list[list[int]]:
 
 
 def _events(eng: ChatEngine, log: list[str]) -> None:
-    """Log the forward's start and the logits' read (the backend) and each acceptance learning."""
-    b, acc = eng.backend, eng.decoder.learners.acceptance
-    for obj, attr, name in ((b, "_decode", "decode"), (b, "_argmax_rows", "logits"), (acc, "learn", "learn")):
+    """Log the forward's start and the logits' read (the backend), each acceptance learning and
+    each plain step's lesson to the scheduler."""
+    b, acc, sched = eng.backend, eng.decoder.learners.acceptance, eng.decoder.learners.scheduler
+    for obj, attr, name in ((b, "_decode", "decode"), (b, "_argmax_rows", "logits"), (acc, "learn", "learn"),
+                            (sched, "observe_plain", "plain")):
         orig = getattr(obj, attr)
 
         def logged(*args, _orig=orig, _name=name, **kwargs):
@@ -47,8 +49,8 @@ def _events(eng: ChatEngine, log: list[str]) -> None:
         setattr(obj, attr, logged)
 
 
-def _learns_inside_forward(log: list[str]) -> tuple[int, int]:
-    """(learnings between a forward's start and its logits' read, learnings elsewhere)."""
+def _learns_inside_forward(log: list[str], what: str) -> tuple[int, int]:
+    """(`what` events between a forward's start and its logits' read, `what` events elsewhere)."""
     inside = outside = 0
     open_forward = False
     for e in log:
@@ -56,9 +58,9 @@ def _learns_inside_forward(log: list[str]) -> tuple[int, int]:
             open_forward = True
         elif e == "logits":
             open_forward = False
-        elif open_forward:
+        elif e == what and open_forward:
             inside += 1
-        else:
+        elif e == what:
             outside += 1
     return inside, outside
 
@@ -68,9 +70,9 @@ def _learns_inside_forward(log: list[str]) -> tuple[int, int]:
 def test_acceptance_learns_during_the_next_forward_only_where_it_overlaps(model_path, public_prompts, ar_replies,
                                                                           overlaps):
     """Overlapping: every round's labels are learned inside a later forward, except the last
-    round's of a reply (at the reply's end, before the state is read); the model learns every
-    round it would have, and the replies stay byte-identical to `ar`. Not overlapping (the CPU):
-    never inside a forward."""
+    round's of a reply (at the reply's end, before the state is read), and so is every plain
+    step's lesson to the scheduler; the model learns every round it would have, and the replies
+    stay byte-identical to `ar`. Not overlapping (the CPU): never inside a forward."""
     prompts = _prompts(public_prompts)
     with deterministic_clock():
         eng = ChatEngine(model_path, arm="adaspark", n_ctx=2048)
@@ -87,13 +89,15 @@ def test_acceptance_learns_during_the_next_forward_only_where_it_overlaps(model_
         finally:
             eng.close()
     assert got == ar_replies
-    inside, outside = _learns_inside_forward(log)
-    assert len(learned_rounds) > len(prompts)  # tree rounds ran
+    inside, outside = _learns_inside_forward(log, "learn")
+    plain_inside, plain_outside = _learns_inside_forward(log, "plain")
+    assert len(learned_rounds) > len(prompts) and plain_inside + plain_outside > len(prompts)  # both kinds ran
     assert state["acceptance"]["counters"]["rounds"] == len(learned_rounds)  # nothing left pending
     if overlaps:
         assert inside >= len(learned_rounds) - len(prompts) and outside <= len(prompts)
+        assert plain_outside <= len(prompts)
     else:
-        assert inside == 0 and outside == len(learned_rounds)
+        assert inside == 0 and outside == len(learned_rounds) and plain_inside == 0
 
 
 @pytest.mark.model

@@ -19,6 +19,7 @@ never sees the decoder.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -101,8 +102,10 @@ class ArmPolicy:
                 r: RoundStart) -> None:
         """The width learners' update (Algorithm 1 lines 15-16); baselines learn no widths."""
 
-    def observe_plain(self, r: RoundStart, step_s: float) -> None:
-        """A plain step run instead of a tree; baselines learn nothing from it."""
+    def observe_plain(self, r: RoundStart, step_s: float, defer: Callable[[Callable[[], None]], None] | None = None) -> None:
+        """A plain step run instead of a tree; baselines learn nothing from it. ``defer``, where the
+        forward overlaps the host: hands it what may wait for the next forward (the decoder's
+        ``_defer``)."""
 
     def after_round(self, r: RoundStart, gate: DraftDecision, committed: int) -> None:
         """Called after every round that consulted the gates, with the tokens it committed."""
@@ -197,9 +200,17 @@ class AdaSparkPolicy(ArmPolicy):
             tree.Q_commit[sel], tree.is_ng[sel].astype(np.int64), np.array([j in in_path for j in selected], dtype=bool),
             tree.use_drafter)
 
-    def observe_plain(self, r: RoundStart, step_s: float) -> None:
-        self.streak.reset()
-        self.learners.scheduler.observe_plain(r.context, step_s, r.first_round)
+    def observe_plain(self, r: RoundStart, step_s: float, defer: Callable[[Callable[[], None]], None] | None = None) -> None:
+        self.streak.reset()  # now: the next round's width decision reads it
+        sched = self.learners.scheduler
+
+        def learn() -> None:  # width 1's cost and the band rate: the next round may price one behind
+            sched.observe_plain(r.context, step_s, r.first_round)
+
+        if defer is not None:
+            defer(learn)
+        else:
+            learn()
 
     def after_round(self, r: RoundStart, gate: DraftDecision, committed: int) -> None:
         if gate.asked_drafter_gate:

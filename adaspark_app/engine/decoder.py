@@ -53,13 +53,17 @@ class Decoder:
         self.round_index = 0
         self.request_round = 0
         self.counters = RoundCounters()
-        self._pending_learn: Callable[[], None] | None = None  # the last round's, on an overlapping forward
+        self._pending: list[Callable[[], None]] = []  # the last round's learning, on an overlapping forward
+
+    def _defer(self, work: Callable[[], None]) -> None:
+        """Leave `work` for the next forward (``learn``, ``_plain``)."""
+        self._pending.append(work)
 
     def _learn_pending(self) -> None:
-        """Run the acceptance learning a round left for the next forward (``learn``), if any."""
-        pending, self._pending_learn = self._pending_learn, None
-        if pending is not None:
-            pending()
+        """Run, in order, the learning a round left for the next forward, if any."""
+        pending, self._pending = self._pending, []
+        for work in pending:
+            work()
 
     # ------------------------------------------------------------------ state
     def state_dict(self) -> dict:
@@ -274,13 +278,14 @@ class Decoder:
 
         Where the backend's forward overlaps the host (a GPU: ``LlamaBackend.forward_overlaps``),
         the acceptance model learns during the next round's forward instead, where it costs no
-        time: the next round is priced one round's labels behind, and D leaves that work out."""
+        time: the next round is priced one round's labels behind, and D leaves that work out. A
+        plain step's width-1 cost and band rate wait likewise (``_plain``)."""
         if self.policy.learns_acceptance:
             # sampled: a candidate is accepted when the draw equals it (labels from the draws)
             labels = child_labels(tree.cands, result.layout, result.targets, result.full_path)
             acc = self.learners.acceptance
             if self.backend.forward_overlaps:
-                self._pending_learn = acc.deferred(tree.cset, r.context, tree.p_src, labels)
+                self._defer(acc.deferred(tree.cset, r.context, tree.p_src, labels))
             else:
                 acc.learn(tree.cset, r.context, tree.p_src, labels)
         result.fixed_s = (time.perf_counter() - r.t0) - result.verify_s
@@ -305,6 +310,6 @@ class Decoder:
         if fed is not None:
             fed.accept([0], [pos])
         fixed = time.perf_counter() - r.t0 - out.seconds
-        self.policy.observe_plain(r, out.seconds + fixed)
+        self.policy.observe_plain(r, out.seconds + fixed, self._defer if b.forward_overlaps else None)
         return RoundOutcome(new_tokens=[nxt], width=1, verify_s=out.seconds, fixed_s=fixed,
                             decided_by=Decider(decided_by or Decider.ARM).value)
