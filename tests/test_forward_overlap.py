@@ -35,11 +35,12 @@ def ar_replies(model_path, public_prompts) -> list[list[int]]:
 
 
 def _events(eng: ChatEngine, log: list[str]) -> None:
-    """Log the forward's start and the logits' read (the backend), each acceptance learning and
-    each plain step's lesson to the scheduler."""
+    """Log the forward's start and the logits' read (the backend), each acceptance learning, each
+    plain step's lesson to the scheduler, and each tree round's to its gains and to its cost model."""
     b, acc, sched = eng.backend, eng.decoder.learners.acceptance, eng.decoder.learners.scheduler
     for obj, attr, name in ((b, "_decode", "decode"), (b, "_argmax_rows", "logits"), (acc, "learn", "learn"),
-                            (sched, "observe_plain", "plain")):
+                            (sched, "observe_plain", "plain"), (sched.gains, "observe_round", "gains"),
+                            (sched.cost, "note_fixed", "cost")):
         orig = getattr(obj, attr)
 
         def logged(*args, _orig=orig, _name=name, **kwargs):
@@ -70,9 +71,11 @@ def _learns_inside_forward(log: list[str], what: str) -> tuple[int, int]:
 def test_acceptance_learns_during_the_next_forward_only_where_it_overlaps(model_path, public_prompts, ar_replies,
                                                                           overlaps):
     """Overlapping: every round's labels are learned inside a later forward, except the last
-    round's of a reply (at the reply's end, before the state is read), and so is every plain
-    step's lesson to the scheduler; the model learns every round it would have, and the replies
-    stay byte-identical to `ar`. Not overlapping (the CPU): never inside a forward."""
+    round's of a reply (at the reply's end, before the state is read), and so are every plain
+    step's lesson to the scheduler and every tree round's to its gains, while its cost model
+    learns at once (the next round's plan counts its measurement); the model learns every round it
+    would have, and the replies stay byte-identical to `ar`. Not overlapping (the CPU): nothing
+    inside a forward."""
     prompts = _prompts(public_prompts)
     with deterministic_clock():
         eng = ChatEngine(model_path, arm="adaspark", n_ctx=2048)
@@ -91,13 +94,16 @@ def test_acceptance_learns_during_the_next_forward_only_where_it_overlaps(model_
     assert got == ar_replies
     inside, outside = _learns_inside_forward(log, "learn")
     plain_inside, plain_outside = _learns_inside_forward(log, "plain")
+    gains_inside, gains_outside = _learns_inside_forward(log, "gains")
+    cost_inside, cost_outside = _learns_inside_forward(log, "cost")
+    assert cost_inside == 0 and cost_outside > len(prompts)
     assert len(learned_rounds) > len(prompts) and plain_inside + plain_outside > len(prompts)  # both kinds ran
     assert state["acceptance"]["counters"]["rounds"] == len(learned_rounds)  # nothing left pending
     if overlaps:
         assert inside >= len(learned_rounds) - len(prompts) and outside <= len(prompts)
-        assert plain_outside <= len(prompts)
+        assert plain_outside <= len(prompts) and gains_outside <= len(prompts) < gains_inside
     else:
-        assert inside == 0 and outside == len(learned_rounds) and plain_inside == 0
+        assert inside == 0 and outside == len(learned_rounds) and plain_inside == 0 and gains_inside == 0
 
 
 @pytest.mark.model

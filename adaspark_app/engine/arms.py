@@ -99,8 +99,9 @@ class ArmPolicy:
         raise NotImplementedError
 
     def observe(self, tree: RoundTree, choice: WidthChoice, selected: list[int], result: Verified,
-                r: RoundStart) -> None:
-        """The width learners' update (Algorithm 1 lines 15-16); baselines learn no widths."""
+                r: RoundStart, defer: Callable[[Callable[[], None]], None] | None = None) -> None:
+        """The width learners' update (Algorithm 1 lines 15-16); baselines learn no widths. ``defer``
+        as in ``observe_plain``."""
 
     def observe_plain(self, r: RoundStart, step_s: float, defer: Callable[[Callable[[], None]], None] | None = None) -> None:
         """A plain step run instead of a tree; baselines learn nothing from it. ``defer``, where the
@@ -188,7 +189,7 @@ class AdaSparkPolicy(ArmPolicy):
         return decide(plan, self.sources.ngram.long_copy(), self.streak.tokens)
 
     def observe(self, tree: RoundTree, choice: WidthChoice, selected: list[int], result: Verified,
-                r: RoundStart) -> None:
+                r: RoundStart, defer: Callable[[Callable[[], None]], None] | None = None) -> None:
         self.streak.observe(choice.width, len(result.path))
         sel = np.asarray(selected, dtype=np.int64)
         # The gains learn what the round committed against what it priced: the cut path and the
@@ -198,7 +199,7 @@ class AdaSparkPolicy(ArmPolicy):
         self.learners.scheduler.observe(
             choice.plan, r.context, result.verify_s, result.fixed_s, len(result.path) + 1, r.first_round,
             tree.Q_commit[sel], tree.is_ng[sel].astype(np.int64), np.array([j in in_path for j in selected], dtype=bool),
-            tree.use_drafter)
+            tree.use_drafter, defer)
 
     def observe_plain(self, r: RoundStart, step_s: float, defer: Callable[[Callable[[], None]], None] | None = None) -> None:
         self.streak.reset()  # now: the next round's width decision reads it

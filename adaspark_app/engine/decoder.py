@@ -278,8 +278,9 @@ class Decoder:
 
         Where the backend's forward overlaps the host (a GPU: ``LlamaBackend.forward_overlaps``),
         the acceptance model learns during the next round's forward instead, where it costs no
-        time: the next round is priced one round's labels behind, and D leaves that work out. A
-        plain step's width-1 cost and band rate wait likewise (``_plain``)."""
+        time: the next round is priced one round's labels behind, and D leaves that work out. The
+        scheduler's rate, gains and draft gate wait likewise (its cost model learns now), and a
+        plain step's width-1 cost and band rate (``_plain``)."""
         if self.policy.learns_acceptance:
             # sampled: a candidate is accepted when the draw equals it (labels from the draws)
             labels = child_labels(tree.cands, result.layout, result.targets, result.full_path)
@@ -289,7 +290,7 @@ class Decoder:
             else:
                 acc.learn(tree.cset, r.context, tree.p_src, labels)
         result.fixed_s = (time.perf_counter() - r.t0) - result.verify_s
-        self.policy.observe(tree, choice, selected, result, r)
+        self.policy.observe(tree, choice, selected, result, r, self._defer if self.backend.forward_overlaps else None)
         self.learners.cost.note_round(result.fixed_s, tree.use_drafter)
 
     # ------------------------------------------------------------------ plain step

@@ -10,6 +10,7 @@ whether it runs the drafter; this class keeps one of each per context band and p
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -363,6 +364,7 @@ class WidthScheduler:
         src_order: np.ndarray,
         accepted_order: np.ndarray,
         use_drafter: bool = False,
+        defer: Callable[[Callable[[], None]], None] | None = None,
     ) -> None:
         """Learn from a verified round (Algorithm 1 lines 15-16).
 
@@ -373,6 +375,10 @@ class WidthScheduler:
 
         The rate and the draft gate price the round's D as the chooser did (the plan's D, the
         running mean of D of the round's kind): both sides of Eq. (7) on one D.
+
+        ``defer``, where the forward overlaps the host: the rate, the gains and the draft gate
+        learn when it says (during the next forward); the cost model learns now, so that the next
+        round's plan counts this round's measurement.
         """
         rows = len(q_order) + 1
         last = self._last if self._last is not None and self._last[0] is plan else None
@@ -386,15 +392,24 @@ class WidthScheduler:
                 self.cost.observe(rows, context, verify_s)
         self.max_rows = max(self.max_rows, rows)
         d_priced = last[4] if last is not None and last[4] > 0.0 else fixed_s
-        if not plan.measured:
-            t_priced = plan.predicted_verify_s if rows == plan.width else None
-            priced = None if t_priced is None else d_priced + t_priced
-            self.rate.observe(context, committed, fixed_s + verify_s, priced)
         narrowest = last[3] if last is not None else 1
-        self.gains.fade()
-        self.gains.observe_round(context, narrowest, q_order, src_order, accepted_order)
-        if last is not None and last[1] is not None and last[2] is not None:
-            self._gate(context).observe(last[1], last[2] * d_priced)
+        # the round's gate now: the probe class it is kept under is this round's
+        gate = self._gate(context) if last is not None and last[1] is not None and last[2] is not None else None
+
+        def outcome() -> None:
+            if not plan.measured:
+                t_priced = plan.predicted_verify_s if rows == plan.width else None
+                priced = None if t_priced is None else d_priced + t_priced
+                self.rate.observe(context, committed, fixed_s + verify_s, priced)
+            self.gains.fade()
+            self.gains.observe_round(context, narrowest, q_order, src_order, accepted_order)
+            if gate is not None:
+                gate.observe(last[1], last[2] * d_priced)
+
+        if defer is not None:
+            defer(outcome)
+        else:
+            outcome()
 
     def observe_plain(self, context: int, step_s: float, first_round: bool) -> None:
         """A plain one-token step run without drafting: teaches width 1's cost and the band rate."""
