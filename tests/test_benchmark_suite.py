@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib
 import json
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -259,3 +260,25 @@ def test_curve_learn_prices_a_stepped_curve_as_measured_and_its_widths_pay(tmp_p
             assert abs(learned / meas - 1) < 0.10, (w, meas, learned)
             checked += 1
     assert checked >= 3, text
+
+
+@pytest.mark.model
+def test_round_host_time_scripted_replays_ar_and_adds_the_overlapped_engine(tmp_path):
+    """`round_host_time --scripted --overlap`: real `ar` replies replayed through the modeled GPU
+    forward; every arm commits them exactly, and the overlapped engine is reported beside the
+    others. A malformed curve is one line and exit 2."""
+    from benchmarks.common import module_argv
+
+    text = "The quick brown fox jumps over the lazy dog near the river bank at dawn."
+    script = tmp_path / "s.jsonl"
+    script.write_text(json.dumps({"id": "copy", "turns": [f"Repeat exactly: {text} {text}", "Again, please."]}) + "\n")
+    out = tmp_path / "host.md"
+    run = subprocess.run(module_argv("benchmarks.cost.round_host_time", str(script), "--limit", "1", "--max-tokens", "32",
+                                     "--scripted", "--overlap", "--curve", "1:0.5,64:1.0", "--out", str(out)),
+                         cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    report = out.read_text()
+    assert "(every reply the same)" in report and "| adaspark, overlapped | all |" in report and "| ar | all |" in report
+    bad = subprocess.run(module_argv("benchmarks.cost.round_host_time", str(script), "--scripted", "--curve", "16:8,1:6"),
+                         cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "rows must increase" in bad.stderr and "Traceback" not in bad.stderr

@@ -81,7 +81,7 @@ class ScriptedTarget:
         def scripted_prefill(tokens: Sequence[int], start: int,
                              on_chunk: Callable[[list[int], list[int]], None] | None = None,
                              argmax: bool = True) -> int:
-            self.ref = self.ref[:start] + list(tokens) + self.reply + [backend.eos_token]
+            self.ref = self.ref[:start] + list(tokens) + self.reply + [backend.eos_token()]
             self._in_prefill = True
             try:
                 return prefill(tokens, start, on_chunk=on_chunk, argmax=argmax)
@@ -110,5 +110,5 @@ class ScriptedTarget:
 
     def _argmax_rows(self, n_out: int) -> np.ndarray:
         _spin(self._ready - time.perf_counter())  # llama_get_logits waits for the forward
-        ref, eos = self.ref, self.backend.eos_token
+        ref, eos = self.ref, self.backend.eos_token()
         return np.array([ref[p + 1] if p + 1 < len(ref) else eos for p in self._out_pos[:n_out]], dtype=np.int32)
