@@ -264,9 +264,10 @@ def test_curve_learn_prices_a_stepped_curve_as_measured_and_its_widths_pay(tmp_p
 
 @pytest.mark.model
 def test_round_host_time_scripted_replays_ar_and_adds_the_overlapped_engine(tmp_path):
-    """`round_host_time --scripted --overlap`: real `ar` replies replayed through the modeled GPU
-    forward; every arm commits them exactly, and the overlapped engine is reported beside the
-    others. A malformed curve is one line and exit 2."""
+    """`round_host_time --scripted --overlap --events`: real `ar` replies replayed through the
+    modeled GPU forward; every arm commits them exactly, the overlapped engine is reported beside
+    the others, and the time between rounds (the reply's events) for each. A malformed curve is
+    one line and exit 2."""
     from benchmarks.common import module_argv
 
     text = "The quick brown fox jumps over the lazy dog near the river bank at dawn."
@@ -274,11 +275,14 @@ def test_round_host_time_scripted_replays_ar_and_adds_the_overlapped_engine(tmp_
     script.write_text(json.dumps({"id": "copy", "turns": [f"Repeat exactly: {text} {text}", "Again, please."]}) + "\n")
     out = tmp_path / "host.md"
     run = subprocess.run(module_argv("benchmarks.cost.round_host_time", str(script), "--limit", "1", "--max-tokens", "32",
-                                     "--scripted", "--overlap", "--curve", "1:0.5,64:1.0", "--out", str(out)),
+                                     "--scripted", "--overlap", "--events", "--curve", "1:0.5,64:1.0", "--out", str(out)),
                          cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-2000:]
     report = out.read_text()
     assert "(every reply the same)" in report and "| adaspark, overlapped | all |" in report and "| ar | all |" in report
+    between = {line.split("|")[1].strip(): int(line.split("|")[2]) for line in report.splitlines()
+               if line.startswith("| ") and line.count("|") == 5 and line.split("|")[2].strip().isdigit()}
+    assert set(between) == {"ar", "adaspark", "adaspark, overlapped"} and min(between.values()) > 0, report
     bad = subprocess.run(module_argv("benchmarks.cost.round_host_time", str(script), "--scripted", "--curve", "16:8,1:6"),
                          cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "rows must increase" in bad.stderr and "Traceback" not in bad.stderr

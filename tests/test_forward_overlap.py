@@ -165,3 +165,33 @@ def test_curve_is_read_and_refused_with_one_line():
     for bad in ("", "1:6,1:7", "0:5", "1:-2", "4:x", "16:8,1:6"):
         with pytest.raises(ValueError, match="curve"):
             parse_curve(bad)
+
+
+@pytest.mark.model
+def test_work_left_for_a_forward_that_fails_is_raised_once_the_round_is_whole(model_path):
+    """Work left for the next forward runs inside a verify, before the logits are read; if it
+    raises, the round still commits its path and drops its tree rows, and only then raises: the
+    KV cache holds exactly the committed tokens, never half a round, and the next reply runs."""
+    text = "Copy this list twice: alpha beta gamma delta epsilon zeta eta theta iota kappa. " * 3
+    with deterministic_clock():
+        eng = ChatEngine(model_path, arm="pinned:8", n_ctx=2048)
+        try:
+            b, dec = eng.backend, eng.decoder
+            b.forward_overlaps = True
+            dec.start_reply(b.tokenize(text))
+            dec.round()
+
+            def fails() -> None:
+                raise RuntimeError("deferred work failed")
+
+            dec.later(fails)
+            with pytest.raises(RuntimeError, match="deferred work failed"):
+                dec.round()
+            assert b.seq_pos_max(0) == len(dec.kv_tokens) - 1  # the round's path committed, in seq 0 only
+            assert all(b.seq_pos_max(s) == -1 for s in range(1, 8))  # no tree row left in a leaf seq
+            dec.round()  # and the decoder goes on
+            dec.end_reply(dec.context)
+            r = eng.generate("after", [{"role": "user", "content": "Say hello."}], max_tokens=8)
+            assert r.n_tokens > 0
+        finally:
+            eng.close()

@@ -267,6 +267,12 @@ class ChatEngine:
         counters = {"tokens": 0, "t0": time.perf_counter()}
 
         def handle(oc: RoundOutcome, new: list[int]) -> None:
+            # the text and the event are made while the next forward runs where it overlaps the host
+            # (Decoder.later: on a GPU the host would wait), from what the decoder says now
+            at = (dec.round_index, dec.context, time.perf_counter())
+            dec.later(lambda: emit(oc, new, *at))
+
+        def emit(oc: RoundOutcome, new: list[int], round_index: int, context: int, now: float) -> None:
             visible = [t for t in new if not b.is_eog(t)]
             text = stream.push(visible)
             counters["tokens"] += len(new)
@@ -275,7 +281,7 @@ class ChatEngine:
             if oc.prefill:
                 if text:
                     on_round(RoundEvent(
-                        conversation=conversation_id, turn=turn, round_index=0, context=dec.context, width=1,
+                        conversation=conversation_id, turn=turn, round_index=0, context=context, width=1,
                         measured=False, verify_ms_predicted=None, verify_ms=0.0, fixed_ms=0.0,
                         expected_accepted=0.0, accepted=0, committed=1, priced_by="none", text=text,
                         reply_tokens=counters["tokens"], reply_seconds=0.0, prefill=True,
@@ -283,14 +289,14 @@ class ChatEngine:
                 return
             tr = oc.trace
             on_round(RoundEvent(
-                conversation=conversation_id, turn=turn, round_index=dec.round_index, context=dec.context,
+                conversation=conversation_id, turn=turn, round_index=round_index, context=context,
                 width=oc.width, measured=oc.measured,
                 verify_ms_predicted=None if oc.predicted_s is None else oc.predicted_s * 1e3,
                 verify_ms=oc.verify_s * 1e3, fixed_ms=oc.fixed_s * 1e3, expected_accepted=oc.expected_accepted,
                 accepted=oc.accepted, committed=len(new), priced_by=oc.priced_by,
                 rows_by_source=oc.rows_by_source, accepted_by_source=oc.accepted_by_source,
                 offered={w: s * 1e3 for w, s in oc.offered.items()}, band_rate=oc.band_rate, text=text,
-                reply_tokens=counters["tokens"], reply_seconds=time.perf_counter() - counters["t0"],
+                reply_tokens=counters["tokens"], reply_seconds=now - counters["t0"],
                 decided_by=oc.decided_by, incumbent=tr.get("incumbent"), argmax=tr.get("argmax"),
                 mode=tr.get("mode"), values=tr.get("values", {}), rho=tr.get("rho"), D_ms=tr.get("D_ms"),
                 gains=tr.get("gains"), draft_skipped=bool(tr.get("draft_skipped")),

@@ -54,21 +54,48 @@ class Decoder:
         self.request_round = 0
         self.counters = RoundCounters()
         self._pending: list[Callable[[], None]] = []  # the last round's learning, on an overlapping forward
+        self._pending_error: BaseException | None = None  # raised by pending work, raised again by _raise_pending
+
+    def later(self, work: Callable[[], None]) -> None:
+        """Run `work` during the next forward where it overlaps the host (a GPU: the host would
+        otherwise wait), else now. Work runs in the order given, all of it before the reply ends
+        or the learned state is read; what it reads of the decoder it must take now."""
+        if self.backend.forward_overlaps:
+            self._pending.append(work)
+        else:
+            work()
 
     def _defer(self, work: Callable[[], None]) -> None:
         """Leave `work` for the next forward (``learn``, ``_plain``)."""
         self._pending.append(work)
 
     def _learn_pending(self) -> None:
-        """Run, in order, the learning a round left for the next forward, if any."""
+        """Run, in order, the work a round left for the next forward, if any. It runs inside a
+        verify, between the forward's start and its logits' read: an error there waits until the
+        round is whole (``_raise_pending``), so the KV cache never holds half a round."""
         pending, self._pending = self._pending, []
         for work in pending:
-            work()
+            try:
+                work()
+            except BaseException as e:  # noqa: BLE001 - raised again once the round is whole
+                if self._pending_error is None:
+                    self._pending_error = e
+
+    def _raise_pending(self) -> None:
+        """Raise the first error pending work raised, once (``_learn_pending``)."""
+        err, self._pending_error = self._pending_error, None
+        if err is not None:
+            raise err
+
+    def _flush_pending(self) -> None:
+        """Run what waits for a forward now (the reply's end, the state read) and raise its error."""
+        self._learn_pending()
+        self._raise_pending()
 
     # ------------------------------------------------------------------ state
     def state_dict(self) -> dict:
         """The learned state (``learn.learned_state``'s layout)."""
-        self._learn_pending()
+        self._flush_pending()
         return self.learners.state_dict()
 
     def load_state(self, state: dict) -> None:
@@ -111,7 +138,7 @@ class Decoder:
         Returns (first generated token, tokens prefilled, prefill seconds).
         """
         b = self.backend
-        self._learn_pending()
+        self._flush_pending()
         if len(prompt) >= b.n_ctx - 1:
             raise ContextOverflowError(
                 f"the prompt has {len(prompt)} tokens but the context holds {b.n_ctx}: "
@@ -140,7 +167,7 @@ class Decoder:
 
     def end_reply(self, keep: int) -> None:
         """Trim the committed state to its first `keep` tokens (a stop inside a round's path)."""
-        self._learn_pending()
+        self._learn_pending()  # the last round's work (its error after the trim)
         toks = self.committed()[:keep]
         self.kv_tokens = toks[:-1] if toks else []
         self.anchor = toks[-1] if toks else None
@@ -148,6 +175,7 @@ class Decoder:
         if self.sources.drafter is not None:
             self.sources.drafter.truncate(len(self.kv_tokens))
         self.learners.scheduler.end_request()
+        self._raise_pending()
 
     # ------------------------------------------------------------------ one round (Algorithm 1)
     def round(self, budget: int | None = None) -> RoundOutcome:
@@ -181,6 +209,7 @@ class Decoder:
         return r
 
     def _finish(self, r: RoundStart, gate: DraftDecision, out: RoundOutcome) -> RoundOutcome:
+        self._raise_pending()  # the round is whole: committed, learned
         self.policy.after_round(r, gate, len(out.new_tokens))
         if not out.trace:  # a plain round: only the gates' part of the trace (a tree round has it all)
             out.trace = decision_trace(None, gate)

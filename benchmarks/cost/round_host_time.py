@@ -30,18 +30,24 @@ at the round mix such a curve makes; the host share is of that modeled round tim
 returns at once and the wait is at the logits' read, so the decoder's acceptance learning runs
 during the forward (``Decoder.learn``).
 
+With ``--events``, each round's event is handled as in the chat (the reply's handler makes the
+text and the event, ``worker.EventBatcher`` batches them, pickled as for the pipe to the UI), and
+the time between two rounds of a reply is reported: on an overlapping forward that handler runs
+during the next forward (``Decoder.later``).
+
 Engines run interleaved per conversation in one process. With ``--no-reuse`` a third engine runs
 `adaspark` with the acceptance model's learning recomputing the round's design and estimates
 instead of reusing the pricing (`AcceptanceModel._as_priced`), i.e. the code before that reuse.
 
     python -m benchmarks.cost.round_host_time SCRIPT.jsonl [--limit 10] [--max-tokens 128] [--no-reuse] [--parts]
-        [--cache] [--scripted [--curve 1:6.6,16:8.3,32:9.3,64:11.8]] [--out FILE.md]
+        [--cache] [--scripted [--curve 1:6.6,16:8.3,32:9.3,64:11.8] [--overlap]] [--events] [--out FILE.md]
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import pickle
 import platform
 import time
 from pathlib import Path
@@ -50,6 +56,7 @@ import numpy as np
 
 from adaspark_app import native
 from adaspark_app.engine.chat_engine import ChatEngine
+from adaspark_app.engine.worker import EventBatcher
 from adaspark_app.learn.acceptance import _design
 from adaspark_app.runner import load_script
 from benchmarks.common import cpu_model, emit_report
@@ -70,6 +77,12 @@ def _engine(arm: str, reuse: bool = True) -> ChatEngine:
 
         acc._as_priced = recompute
     return eng
+
+
+def _event_batcher() -> EventBatcher:
+    """The chat's engine process's handling of round events (``worker.EventBatcher``), a batch
+    pickled as its pipe would pickle it, and nothing written."""
+    return EventBatcher(lambda events, times: pickle.dumps((events, times)))
 
 
 def _references(convs: list, max_tokens: int) -> list[list[tuple[list[int], str]]]:
@@ -97,14 +110,21 @@ def _references(convs: list, max_tokens: int) -> list[list[tuple[list[int], str]
     return refs
 
 
-def _instrument(eng: ChatEngine, rec: dict[str, list[tuple[float, float]]]) -> None:
+def _instrument(eng: ChatEngine, rec: dict[str, list[tuple[float, float]]],
+                between: list[float] | None = None) -> None:
+    """Time every round (host time, wall time) by kind; with `between`, also the time from one
+    round's end to the next one's start in a reply (the reply loop and the round's event)."""
     dec = eng.decoder
     orig = dec.round
+    last_end = [0.0]
 
     def timed(budget=None):
         t0 = time.perf_counter()
+        if between is not None and dec.request_round > 0:
+            between.append(t0 - last_end[0])
         oc = orig(budget=budget)
-        wall = time.perf_counter() - t0
+        last_end[0] = time.perf_counter()
+        wall = last_end[0] - t0
         kind = "plain" if oc.priced_by == "none" else (
             "tree, width 1" if oc.width == 1 else "tree, wider")
         rec[kind].append((wall - oc.verify_s, wall))
@@ -217,6 +237,8 @@ def main() -> None:
     ap.add_argument("--cache", action="store_true", help="replay the pricing with warm and with flushed CPU caches")
     ap.add_argument("--scripted", action="store_true",
                     help="replay real `ar` replies through a target whose forward takes a modeled GPU time")
+    ap.add_argument("--events", action="store_true",
+                    help="take each round's event as the chat's engine process does, and time the work between rounds")
     ap.add_argument("--overlap", action="store_true",
                     help="with --scripted: add `adaspark` with the forward overlapping the host, as on a GPU")
     ap.add_argument("--curve", default=",".join(f"{r}:{ms}" for r, ms in GPU_LIKE_CURVE),
@@ -237,18 +259,21 @@ def main() -> None:
     if a.overlap:
         arms["adaspark, overlapped"] = _engine("adaspark")
     recs = {name: {k: [] for k in KINDS} for name in arms}
+    between: dict[str, list[float]] = {}
     parts: dict[str, list[dict[str, float]]] = {}
     priced: list[tuple] = []
     for name, eng in arms.items():
         if a.parts and eng.decoder.policy.drafts:
             parts[name] = []
             _instrument_parts(eng, parts[name])  # inside _instrument's timing: both see the same rounds
-        _instrument(eng, recs[name])
+        between[name] = []
+        _instrument(eng, recs[name], between[name])
         if a.cache and name == "adaspark":
             _capture_pricing(eng, priced)
     scripted = {name: ScriptedTarget(eng.backend, curve, overlap=name.endswith("overlapped")) for name, eng in arms.items()} if a.scripted else {}
     names = list(arms)
     differ = 0
+    batcher = _event_batcher() if a.events else None
     for i, c in enumerate(convs):
         k = i % len(names)
         for name in names[k:] + names[:k]:
@@ -257,11 +282,16 @@ def main() -> None:
                 msgs.append({"role": "user", "content": u})
                 if refs is not None:
                     scripted[name].expect(refs[i][t][0])
-                r = eng.generate(c.id, msgs, max_tokens=a.max_tokens, turn=t)
+                r = eng.generate(c.id, msgs, max_tokens=a.max_tokens, turn=t,
+                                 on_round=batcher.add if batcher is not None else None)
+                if batcher is not None:
+                    batcher.flush()
                 differ += int(refs is not None and r.text != refs[i][t][1])
                 msgs.append({"role": "assistant", "content": r.text})
             eng.reset_conversation()
         print(f"{i + 1}/{len(convs)} {c.id}", flush=True)
+    if batcher is not None:
+        batcher.close()
     for eng in arms.values():
         eng.close()
     cmd = f"python -m benchmarks.cost.round_host_time {a.script} --limit {a.limit} --max-tokens {a.max_tokens}"
@@ -270,6 +300,7 @@ def main() -> None:
     cmd += " --cache" if a.cache else ""
     cmd += f" --scripted --curve {a.curve}" if a.scripted else ""
     cmd += " --overlap" if a.overlap else ""
+    cmd += " --events" if a.events else ""
     how = ("Host time = round wall time less the verify (llama_decode + argmax)." if not a.scripted else
            f"Scripted target: every forward waits the modeled time of the curve {a.curve} (rows:ms) spinning "
            "on the host, and each arm commits the reply of a real `ar` run "
@@ -295,6 +326,14 @@ def main() -> None:
         every = np.array([h for k in KINDS for h, _ in recs[name][k]]) * 1e6
         lines.append(f"| {name} | all | {every.size} | {np.median(every):.0f} | {every.mean():.0f} | "
                      f"{every.sum() / 1e6 / total_wall:.2%} |")
+    if a.events:
+        lines += ["", "Between two rounds of a reply (the reply loop, the round's text and event: "
+                  "`ChatEngine._generate`'s handler, the events batched and pickled as the chat's engine process sends them):", "",
+                  "| engine | gaps | median us | mean us |", "|---|---|---|---|"]
+        for name in names:
+            xs = np.array(between[name]) * 1e6
+            if xs.size:
+                lines.append(f"| {name} | {xs.size} | {np.median(xs):.0f} | {xs.mean():.0f} |")
     for name, rows in parts.items():
         if rows:
             lines += ["", *_parts_table(name, rows)]
