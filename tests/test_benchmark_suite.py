@@ -221,6 +221,8 @@ def test_gpu_engine_check_reports_identity_and_cost_per_width_from_the_real_engi
     assert max(int(w) for w in tree["verify_ms"]) > 1 and set(ar["verify_ms"]) == {"1"}
     assert "| pinned:8 | 1/1 |" in out_md.read_text() and "| adaspark@serial | 1/1 |" in out_md.read_text()
     assert serial["tokens"] == ar["tokens"] and not serial["forward_overlaps"] and serial["host_parts"]
+    assert serial["host_us"]["rounds"] > 0 and serial["host_us"]["between_median"] > 0
+    assert "| adaspark@serial | False |" in out_md.read_text()
 
 
 def test_curve_learn_prices_a_stepped_curve_as_measured_and_its_widths_pay(tmp_path):

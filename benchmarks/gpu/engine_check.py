@@ -50,9 +50,10 @@ def run_arm(model: str, arm: str, prompts: list[tuple[str, str]], max_tokens: in
     rec = {k: [] for k in KINDS}
     parts: list[dict[str, float]] = []
     priced: list[tuple] = []
+    between: list[float] = []  # from a round's end to the next one's start: the reply loop and its event
     if name == "adaspark":
         _instrument_parts(eng, parts)
-        _instrument(eng, rec)
+        _instrument(eng, rec, between)
         _capture_pricing(eng, priced)
     verify: dict[int, list[float]] = {}
 
@@ -76,6 +77,10 @@ def run_arm(model: str, arm: str, prompts: list[tuple[str, str]], max_tokens: in
            "verify_ms": {str(w): float(np.median(v)) for w, v in sorted(verify.items())},
            "verify_rounds": {str(w): len(v) for w, v in sorted(verify.items())}}
     if name == "adaspark":
+        host = [h for k in KINDS for h, _ in rec[k]]
+        out["host_us"] = {"rounds": len(host), "round_mean": float(np.mean(host)) * 1e6 if host else None,
+                          "between_median": float(np.median(between)) * 1e6 if between else None,
+                          "between_mean": float(np.mean(between)) * 1e6 if between else None}
         out["host_parts"] = _parts_table(arm, parts) if parts else []
         out["host_cache"] = _cache_table(priced) if priced else []
     return out
@@ -99,6 +104,18 @@ def report(results: list[dict], cmd: str) -> list[str]:
         widths = ", ".join(f"{w}: {ms:.2f} ({r['verify_rounds'][w]})" for w, ms in r["verify_ms"].items())
         ratios = ", ".join(f"{w}: {ms / one:.2f}" for w, ms in r["verify_ms"].items()) if one else ""
         lines.append(f"| {r['arm']} | {same}/{n} | {widths} | {ratios} |")
+    hosts = [r for r in results if r.get("host_us")]
+    if hosts:
+        lines += ["", "Host time per round (outside the forward) and between rounds (the reply loop and the round's "
+                  "event), us:", "", "| arm | forward overlaps | rounds | round, mean | between, median | between, mean |",
+                  "|---|---|---|---|---|---|"]
+        def cell(v: float | None) -> str:
+            return "-" if v is None else f"{v:.0f}"
+
+        for r in hosts:
+            h = r["host_us"]
+            lines.append(f"| {r['arm']} | {r.get('forward_overlaps')} | {h['rounds']} | {cell(h['round_mean'])} | "
+                         f"{cell(h['between_median'])} | {cell(h['between_mean'])} |")
     for r in results:
         if r.get("host_parts"):
             lines += ["", *r["host_parts"]]
