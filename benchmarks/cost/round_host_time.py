@@ -46,6 +46,7 @@ instead of reusing the pricing (`AcceptanceModel._as_priced`), i.e. the code bef
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import pickle
 import platform
@@ -55,6 +56,7 @@ from pathlib import Path
 import numpy as np
 
 from adaspark_app import native
+from adaspark_app.bench.stats import bootstrap_interval, geometric_mean
 from adaspark_app.engine.chat_engine import ChatEngine
 from adaspark_app.engine.worker import EventBatcher
 from adaspark_app.learn.acceptance import _design
@@ -108,6 +110,33 @@ def _references(convs: list, max_tokens: int) -> list[list[tuple[list[int], str]
         refs.append(turns)
     eng.close()
     return refs
+
+
+def _host_so_far(rec: dict[str, list[tuple[float, float]]], between: list[float]) -> tuple[float, int]:
+    """(host seconds of the rounds so far and the time between them, rounds so far)."""
+    return sum(h for k in KINDS for h, _ in rec[k]) + sum(between), sum(len(rec[k]) for k in KINDS)
+
+
+def _ratio_table(per_conv: dict[str, dict[str, float]], events: bool) -> list[str]:
+    """Each `adaspark` variant's host time per round over plain `adaspark`'s: the geometric mean
+    over conversations of the ratio of their means, with a 95% bootstrap interval."""
+    base = per_conv.get("adaspark", {})
+    rows = []
+    for name, conv in per_conv.items():
+        if name in ("ar", "adaspark") or not conv:
+            continue
+        logs = {cid: [math.log(v / base[cid])] for cid, v in conv.items() if cid in base and v > 0 and base[cid] > 0}
+        if not logs:
+            continue
+        gm = geometric_mean(math.exp(v[0]) for v in logs.values())
+        lo, hi = bootstrap_interval(logs)
+        rows.append(f"| {name} / adaspark | {gm:.3f} [{lo:.3f}, {hi:.3f}] | {len(logs)} |")
+    if not rows:
+        return []
+    what = "host time per round, the time between rounds included" if events else "host time per round"
+    return ["", f"The {what}, against `adaspark`'s (geometric mean over conversations of the ratio of "
+            "their means, 95% bootstrap interval over conversations):", "",
+            "| engines | ratio | conversations |", "|---|---|---|", *rows]
 
 
 def _instrument(eng: ChatEngine, rec: dict[str, list[tuple[float, float]]],
@@ -274,10 +303,12 @@ def main() -> None:
     names = list(arms)
     differ = 0
     batcher = _event_batcher() if a.events else None
+    per_conv: dict[str, dict[str, float]] = {name: {} for name in names}
     for i, c in enumerate(convs):
         k = i % len(names)
         for name in names[k:] + names[:k]:
             eng, msgs = arms[name], []
+            before = _host_so_far(recs[name], between[name])
             for t, u in enumerate(c.turns):
                 msgs.append({"role": "user", "content": u})
                 if refs is not None:
@@ -289,6 +320,9 @@ def main() -> None:
                 differ += int(refs is not None and r.text != refs[i][t][1])
                 msgs.append({"role": "assistant", "content": r.text})
             eng.reset_conversation()
+            after = _host_so_far(recs[name], between[name])
+            if after[1] > before[1]:  # host seconds per round, the reply loop between rounds included
+                per_conv[name][c.id] = (after[0] - before[0]) / (after[1] - before[1])
         print(f"{i + 1}/{len(convs)} {c.id}", flush=True)
     if batcher is not None:
         batcher.close()
@@ -334,6 +368,7 @@ def main() -> None:
             xs = np.array(between[name]) * 1e6
             if xs.size:
                 lines.append(f"| {name} | {xs.size} | {np.median(xs):.0f} | {xs.mean():.0f} |")
+    lines += _ratio_table(per_conv, a.events)
     for name, rows in parts.items():
         if rows:
             lines += ["", *_parts_table(name, rows)]
