@@ -106,7 +106,7 @@ class ArmPolicy:
     def observe_plain(self, r: RoundStart, step_s: float, defer: Callable[[Callable[[], None]], None] | None = None) -> None:
         """A plain step run instead of a tree; baselines learn nothing from it. ``defer``, where the
         forward overlaps the host: hands it what may wait for the next forward (the decoder's
-        ``_defer``)."""
+        ``later``; None: now)."""
 
     def after_round(self, r: RoundStart, gate: DraftDecision, committed: int) -> None:
         """Called after every round that consulted the gates, with the tokens it committed."""

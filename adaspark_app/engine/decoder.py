@@ -53,7 +53,7 @@ class Decoder:
         self.round_index = 0
         self.request_round = 0
         self.counters = RoundCounters()
-        self._pending: list[Callable[[], None]] = []  # the last round's learning, on an overlapping forward
+        self._pending: list[Callable[[], None]] = []  # work left for the next forward (``later``)
         self._pending_error: BaseException | None = None  # raised by pending work, raised again by _raise_pending
 
     def later(self, work: Callable[[], None]) -> None:
@@ -65,11 +65,7 @@ class Decoder:
         else:
             work()
 
-    def _defer(self, work: Callable[[], None]) -> None:
-        """Leave `work` for the next forward (``learn``, ``_plain``)."""
-        self._pending.append(work)
-
-    def _learn_pending(self) -> None:
+    def _run_pending(self) -> None:
         """Run, in order, the work a round left for the next forward, if any. It runs inside a
         verify, between the forward's start and its logits' read: an error there waits until the
         round is whole (``_raise_pending``), so the KV cache never holds half a round."""
@@ -82,14 +78,14 @@ class Decoder:
                     self._pending_error = e
 
     def _raise_pending(self) -> None:
-        """Raise the first error pending work raised, once (``_learn_pending``)."""
+        """Raise the first error pending work raised, once (``_run_pending``)."""
         err, self._pending_error = self._pending_error, None
         if err is not None:
             raise err
 
     def _flush_pending(self) -> None:
         """Run what waits for a forward now (the reply's end, the state read) and raise its error."""
-        self._learn_pending()
+        self._run_pending()
         self._raise_pending()
 
     # ------------------------------------------------------------------ state
@@ -167,7 +163,7 @@ class Decoder:
 
     def end_reply(self, keep: int) -> None:
         """Trim the committed state to its first `keep` tokens (a stop inside a round's path)."""
-        self._learn_pending()  # the last round's work (its error after the trim)
+        self._run_pending()  # the last round's work (its error after the trim)
         toks = self.committed()[:keep]
         self.kv_tokens = toks[:-1] if toks else []
         self.anchor = toks[-1] if toks else None
@@ -265,7 +261,7 @@ class Decoder:
         sampler = self.sampler
         out = b.verify([self.anchor] + [cands.token[j] for j in lay.nodes[1:]],
                        [anchor_pos + d for d in lay.depth], lay.seq_ids, argmax=sampler is None,
-                       while_computing=self._learn_pending)
+                       while_computing=self._run_pending)
         draws = None
         if sampler is None:
             full_path, bonus, rows = accepted_path(lay, cands, out.argmax)
@@ -309,17 +305,17 @@ class Decoder:
         the acceptance model learns during the next round's forward instead, where it costs no
         time: the next round is priced one round's labels behind, and D leaves that work out. The
         scheduler's rate, gains and draft gate wait likewise (its cost model learns now), and a
-        plain step's width-1 cost and band rate (``_plain``)."""
+        plain step's width-1 cost and band rate (``_plain``); all through ``later``."""
         if self.policy.learns_acceptance:
             # sampled: a candidate is accepted when the draw equals it (labels from the draws)
             labels = child_labels(tree.cands, result.layout, result.targets, result.full_path)
             acc = self.learners.acceptance
-            if self.backend.forward_overlaps:
-                self._defer(acc.deferred(tree.cset, r.context, tree.p_src, labels))
+            if self.backend.forward_overlaps:  # later, with this round's pricing (the next round's replaces it)
+                self.later(acc.deferred(tree.cset, r.context, tree.p_src, labels))
             else:
                 acc.learn(tree.cset, r.context, tree.p_src, labels)
         result.fixed_s = (time.perf_counter() - r.t0) - result.verify_s
-        self.policy.observe(tree, choice, selected, result, r, self._defer if self.backend.forward_overlaps else None)
+        self.policy.observe(tree, choice, selected, result, r, self.later)
         self.learners.cost.note_round(result.fixed_s, tree.use_drafter)
 
     # ------------------------------------------------------------------ plain step
@@ -329,10 +325,10 @@ class Decoder:
         anchor = self.anchor
         pos = len(self.kv_tokens)
         if self.sampler is None:
-            out = b.verify([anchor], [pos], [(0,)], while_computing=self._learn_pending)
+            out = b.verify([anchor], [pos], [(0,)], while_computing=self._run_pending)
             nxt = int(out.argmax[0])
         else:
-            out = b.verify([anchor], [pos], [(0,)], argmax=False, while_computing=self._learn_pending)
+            out = b.verify([anchor], [pos], [(0,)], argmax=False, while_computing=self._run_pending)
             nxt = self.sampler.draw(b.logits_view(1)[0], pos + 1, self.sampler.history(self._history_tail()))
         self.kv_tokens.append(anchor)
         self.anchor = nxt
@@ -340,6 +336,6 @@ class Decoder:
         if fed is not None:
             fed.accept([0], [pos])
         fixed = time.perf_counter() - r.t0 - out.seconds
-        self.policy.observe_plain(r, out.seconds + fixed, self._defer if b.forward_overlaps else None)
+        self.policy.observe_plain(r, out.seconds + fixed, self.later)
         return RoundOutcome(new_tokens=[nxt], width=1, verify_s=out.seconds, fixed_s=fixed,
                             decided_by=Decider(decided_by or Decider.ARM).value)

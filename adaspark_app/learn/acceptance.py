@@ -361,7 +361,7 @@ def _design(c: CandidateSet, context: int, p_src: float) -> _Design:
     val[:, 5] = drafter & deep
     # slot 6: agreed / contradicted bucket weights
     agreed = drafter & c.agreed
-    contra = drafter & ~c.agreed & (c.contra_evidence >= 0)  # contradicted(c)
+    contra = contradicted(c)
     ps = sib.astype(np.int64)
     ag_idx = L.AG0 + bucket * 2 + ps
     ck = np.minimum(np.maximum(c.contra_kind - 1, 0), 1)
