@@ -25,7 +25,7 @@ def replies(model_path, public_prompts):
             eng = ChatEngine(model_path, arm=arm, n_ctx=2048, self_check=True)
             try:
                 res = []
-                for conv in public_prompts[:8]:
+                for conv in public_prompts[:6]:
                     r = eng.generate(conv["id"], [{"role": "user", "content": conv["turns"][0]}],
                                      max_tokens=MAX_TOKENS)
                     res.append(r)

@@ -35,8 +35,8 @@ def _drafter_rows_verified_and_lossless(arm, drafter_file, model_path, public_pr
             msgs = []
             for turn, user in enumerate(conv["turns"]):
                 msgs.append({"role": "user", "content": user})
-                a = base.generate(conv["id"], msgs, max_tokens=24, turn=turn)
-                r = eng.generate(conv["id"], msgs, max_tokens=24, turn=turn)
+                a = base.generate(conv["id"], msgs, max_tokens=16, turn=turn)
+                r = eng.generate(conv["id"], msgs, max_tokens=16, turn=turn)
                 same += a.tokens == r.tokens
                 rows += r.rows_by_source["drafter"] + r.rows_by_source["agreed"]
                 msgs.append({"role": "assistant", "content": a.text})

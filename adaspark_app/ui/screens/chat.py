@@ -28,7 +28,7 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.message import Message
 from textual.screen import Screen
-from textual.widgets import Footer, Header, Static
+from textual.widgets import Header, Static
 
 from ...errors import AdaSparkError
 from ...store import title_from
@@ -39,7 +39,7 @@ from ..engine_client import EngineDied, EngineDone, EngineLoaded, EngineReplyFai
 from ..export import reply_file_name, write_export
 from ..host import ChatHost, EngineStateChanged
 from ..stats import SpecStats, gauges_from
-from ..widgets import ChatView, ConversationSidebar, PromptInput, SpecPanel
+from ..widgets import ChatView, ConversationSidebar, KeyFooter, PromptInput, SpecPanel
 from ..widgets.chat_view import WARM_LANGUAGES, code_at, warm_up
 from .dialogs import ConfirmScreen, RenameScreen, SaveFileScreen
 from .replies import BUSY, ReplyRunner
@@ -123,7 +123,7 @@ class ChatScreen(Screen):
                 yield Static("", id="status")
                 yield prompt
             yield panel
-        yield Footer()
+        yield KeyFooter()
 
     async def on_mount(self) -> None:
         self.sidebar.store = self.host.store
