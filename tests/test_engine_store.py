@@ -47,7 +47,7 @@ def _serve_now(model_path, store_path, prompts, max_tokens):
 
 def test_restarted_engine_does_not_remeasure_learned_widths(model_path, public_prompts, tmp_path):
     db = tmp_path / "learned.db"
-    copy_heavy = [c for c in public_prompts if c["category"] in ("extraction", "coding", "writing")][:4]
+    copy_heavy = [c for c in public_prompts if c["category"] in ("extraction", "coding", "writing")][:3]
     first, progress1 = _serve(model_path, db, copy_heavy)
     assert sum(first.values()) > 0, "an empty store must measure widths"
     second, progress2 = _serve(model_path, db, copy_heavy)
