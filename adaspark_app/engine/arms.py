@@ -99,14 +99,14 @@ class ArmPolicy:
         raise NotImplementedError
 
     def observe(self, tree: RoundTree, choice: WidthChoice, selected: list[int], result: Verified,
-                r: RoundStart, defer: Callable[[Callable[[], None]], None] | None = None) -> None:
+                r: RoundStart, defer: Callable[[Callable[[], None]], None]) -> None:
         """The width learners' update (Algorithm 1 lines 15-16); baselines learn no widths. ``defer``
         as in ``observe_plain``."""
 
-    def observe_plain(self, r: RoundStart, step_s: float, defer: Callable[[Callable[[], None]], None] | None = None) -> None:
-        """A plain step run instead of a tree; baselines learn nothing from it. ``defer``, where the
-        forward overlaps the host: hands it what may wait for the next forward (the decoder's
-        ``later``; None: now)."""
+    def observe_plain(self, r: RoundStart, step_s: float, defer: Callable[[Callable[[], None]], None]) -> None:
+        """A plain step run instead of a tree; baselines learn nothing from it. ``defer`` (the
+        decoder's ``later``) takes what may wait for the next forward: it runs it then where the
+        forward overlaps the host, else at once."""
 
     def after_round(self, r: RoundStart, gate: DraftDecision, committed: int) -> None:
         """Called after every round that consulted the gates, with the tokens it committed."""
@@ -189,7 +189,7 @@ class AdaSparkPolicy(ArmPolicy):
         return decide(plan, self.sources.ngram.long_copy(), self.streak.tokens)
 
     def observe(self, tree: RoundTree, choice: WidthChoice, selected: list[int], result: Verified,
-                r: RoundStart, defer: Callable[[Callable[[], None]], None] | None = None) -> None:
+                r: RoundStart, defer: Callable[[Callable[[], None]], None]) -> None:
         self.streak.observe(choice.width, len(result.path))
         sel = np.asarray(selected, dtype=np.int64)
         # The gains learn what the round committed against what it priced: the cut path and the
@@ -201,17 +201,11 @@ class AdaSparkPolicy(ArmPolicy):
             tree.Q_commit[sel], tree.is_ng[sel].astype(np.int64), np.array([j in in_path for j in selected], dtype=bool),
             tree.use_drafter, defer)
 
-    def observe_plain(self, r: RoundStart, step_s: float, defer: Callable[[Callable[[], None]], None] | None = None) -> None:
+    def observe_plain(self, r: RoundStart, step_s: float, defer: Callable[[Callable[[], None]], None]) -> None:
         self.streak.reset()  # now: the next round's width decision reads it
         sched = self.learners.scheduler
-
-        def learn() -> None:  # width 1's cost and the band rate: the next round may price one behind
-            sched.observe_plain(r.context, step_s, r.first_round)
-
-        if defer is not None:
-            defer(learn)
-        else:
-            learn()
+        # width 1's cost and the band rate: the next round may price one behind
+        defer(lambda: sched.observe_plain(r.context, step_s, r.first_round))
 
     def after_round(self, r: RoundStart, gate: DraftDecision, committed: int) -> None:
         if gate.asked_drafter_gate:

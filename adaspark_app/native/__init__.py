@@ -192,7 +192,8 @@ def one_row_switch() -> Any:
     """The one-row switch (a ``ctypes.c_int``) in the libggml-cpu that llama.cpp has loaded, or None:
     the stock libraries, a library built before the switch, or llama_cpp not imported yet. Found
     through /proc/self/maps and opened with RTLD_NOLOAD, so it is the mapped library's own
-    variable and never a second copy of the library (``mapped.py``). Set it only between decodes: every thread of a product must read one value."""
+    variable and never a second copy of the library (``mapped.py``). Set it only between decodes:
+    every thread of a product must read one value."""
     global _one_row, _one_row_looked
     if _one_row_looked:
         return _one_row

@@ -125,12 +125,12 @@ def _ratio_table(per_conv: dict[str, dict[str, float]], events: bool) -> list[st
     for name, conv in per_conv.items():
         if name in ("ar", "adaspark") or not conv:
             continue
-        logs = {cid: [math.log(v / base[cid])] for cid, v in conv.items() if cid in base and v > 0 and base[cid] > 0}
-        if not logs:
+        ratios = {cid: v / base[cid] for cid, v in conv.items() if cid in base and v > 0 and base[cid] > 0}
+        if not ratios:
             continue
-        gm = geometric_mean(math.exp(v[0]) for v in logs.values())
-        lo, hi = bootstrap_interval(logs)
-        rows.append(f"| {name} / adaspark | {gm:.3f} [{lo:.3f}, {hi:.3f}] | {len(logs)} |")
+        gm = geometric_mean(ratios.values())
+        lo, hi = bootstrap_interval({cid: [math.log(x)] for cid, x in ratios.items()})
+        rows.append(f"| {name} / adaspark | {gm:.3f} [{lo:.3f}, {hi:.3f}] | {len(ratios)} |")
     if not rows:
         return []
     what = "host time per round, the time between rounds included" if events else "host time per round"

@@ -4,7 +4,7 @@ The footer builds a `FooterKey` per shown binding each time the bindings change 
 a screen pushed): about 30 on the chat screen, several times during start-up. A `FooterKey` starts
 compact and the footer then binds it to its own `compact` (off), so each key was restyled twice on
 the way in: 2.05 of 6.5 s in a profile of four app starts. Here each key starts in the footer's
-style, so the binding changes nothing and no key is restyled (a start-up's CPU about 7% lower).
+style, so the binding changes nothing and no key is restyled (a start-up's CPU about 6% lower).
 """
 
 from __future__ import annotations
