@@ -16,6 +16,17 @@ from adaspark_app import native
 # (child processes inherit LLAMA_CPP_LIB_PATH).
 native.activate()
 
+# Textual's Pilot settles the app after each key press and pause by sleeping in steps of
+# SLEEP_GRANULARITY (20 ms) until a step used next to no CPU (under a twentieth of it): at least one
+# step, usually two, per key. On a worker's one core those sleeps were a fifth of the chat tests'
+# wall time, idle. Steps of 5 ms settle the same way (the same rule, a finer clock) and the tests
+# wait for what they check with `ui_fakes.wait_until` anyway: test_ui_chat and test_ui_conversation
+# ran in 0.85x the time on one core. The app itself never calls wait_for_idle.
+import textual._wait as _textual_wait  # noqa: E402
+
+_textual_wait.SLEEP_GRANULARITY = 0.005
+_textual_wait.SLEEP_IDLE = _textual_wait.SLEEP_GRANULARITY / 20.0
+
 DATA = Path(__file__).parent / "data"
 
 

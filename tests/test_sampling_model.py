@@ -70,7 +70,7 @@ def test_sampled_tokens_follow_the_targets_distribution_deep_in_the_tree(engines
     s = SamplingSettings(temperature=1.0, seed=0)
     msgs = [{"role": "user", "content": COPY}]
     prompt = eng.prompt_tokens(msgs)
-    n_seeds, cap = 150, 9
+    n_seeds, cap = 150, 8  # the least certain prefix reached in the tree is 7 tokens long
     samples = []  # (reply tokens, depth of each token's row in its round)
     for seed in range(n_seeds):
         depth: list[int] = []  # the depth of each reply token's row in its round (0: the anchor's)
@@ -123,7 +123,7 @@ CONVS = [Conversation("copy", [COPY, "Now copy it again, then add one sentence a
          Conversation("chat", ["Write a short poem about a cat who likes the rain.", "Make it funnier."])]
 
 
-@pytest.mark.parametrize("temperature,seed", [(0.3, 11), (0.7, 12), (1.0, 13)])
+@pytest.mark.parametrize("temperature,seed", [(0.3, 11), (1.0, 13)])
 def test_seeded_replies_are_byte_identical_to_ar(engines, temperature, seed):
     """Two-turn conversations, a seed per temperature: every speculative arm's reply equals
     `ar`'s, and the speculative arms did accept drafted tokens (so the equality went through the

@@ -20,7 +20,7 @@ from ui_fakes import panel_text as stats_panel_text
 
 pytestmark = pytest.mark.long  # scheduled first (tests/conftest.py)
 
-SIZE = (160, 48)
+SIZE = (100, 30)
 LONG_REPLY = "\n\n".join(f"Line {i}." for i in range(120))  # two tokens a paragraph: tall quickly
 
 

@@ -11,7 +11,7 @@ from adaspark_app.ui.app import AdaSparkApp
 from adaspark_app.ui.widgets.chat_view import ContextMarker, context_marker_text
 from ui_fakes import wait_until
 
-SIZE = (160, 48)
+SIZE = (100, 30)
 REPLY_TIMEOUT = 300.0  # seconds: a loaded 2-core machine, the model load included
 QUESTIONS = ["Describe a colour.", "Describe a fruit.", "Describe a city.", "Describe an animal.",
              "Describe a tree.", "Describe a river.", "Describe a metal.", "Describe a bird."]

@@ -27,7 +27,7 @@ from ui_fakes import ScriptedEngine, _log, notifications, notified, read_log, sc
 
 pytestmark = pytest.mark.long  # scheduled first (tests/conftest.py)
 
-SIZE = (160, 48)
+SIZE = (100, 30)
 T08 = SamplingSettings(temperature=0.8)
 
 

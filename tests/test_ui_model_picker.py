@@ -19,7 +19,7 @@ from adaspark_app.ui.app import AdaSparkApp, factory_with_model
 from adaspark_app.ui.screens.model_picker import CURRENT_MARK, ModelPickerScreen
 from ui_fakes import read_log, recording, wait_until
 
-SIZE = (160, 48)
+SIZE = (100, 30)
 REPLY_TIMEOUT = 300.0
 PICKED_NAME = b"Pickme2"  # replaces "Smollm2" (same length) in the copy's general.name
 

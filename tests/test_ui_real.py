@@ -27,7 +27,7 @@ from ui_fakes import notifications, notified, panel_text, read_log, recording, w
 
 pytestmark = [pytest.mark.model, pytest.mark.long]
 
-SIZE = (160, 48)
+SIZE = (100, 30)
 MAX_TOKENS = 24
 REPLY_TIMEOUT = 300.0  # seconds; generous for a loaded 2-core machine (model load included)
 STORY = "Write a long story about a dragon who learns to bake bread."
@@ -317,7 +317,7 @@ UI_PROCESS_SCRIPT = textwrap.dedent("""
     async def main():
         store = Store.open(sys.argv[1])
         app = AdaSparkApp(EngineConfig(store_path=sys.argv[1]), store, max_tokens=16, exit_on_load_error=False)
-        async with app.run_test(size=(160, 48)) as pilot:
+        async with app.run_test(size=(100, 30)) as pilot:
             chat = app.chat_screen
             chat.prompt.text = "What is the capital of France?"
             await pilot.press("enter")

@@ -24,7 +24,7 @@ from benchmarks.common import RESULTS, read_jsonl
 from ui_fakes import scripted, spawn_event, wait_until
 
 FENCE = "`" * 3
-SIZE = (160, 48)
+SIZE = (100, 30)
 STREAM = RESULTS / "tui-vs-headless" / "ui-cpu-stream.jsonl.gz"
 
 TRICKY = [

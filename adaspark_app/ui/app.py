@@ -34,6 +34,7 @@ from .engine_client import (EngineClient, EngineDied, EngineDone, EngineLoaded, 
                             EngineReplyFailed, EngineRounds, EngineStopped, lower_ui_priority)
 from .host import EngineStateChanged
 from .screens import ChatScreen, HelpScreen
+from .styles_cache_fix import install as install_styles_cache_fix
 from .widgets.sidebar import ConversationList
 
 QUIT_GRACE_S = 5.0  # how long Ctrl+Q waits for a running reply to stop and be saved
@@ -75,6 +76,7 @@ class AdaSparkApp(App[int]):
         conversation at start (`chat --continue`). sampling_given: the sampling values the user
         set (options, config file); with it, a model switch gives new conversations the new
         model's recommended settings (its GGUF's general.sampling.*) under those values."""
+        install_styles_cache_fix()  # Textual keeps dead widgets' lines alive otherwise (styles_cache_fix.py)
         super().__init__()
         self.engine = EngineClient(engine_factory, self.post_message, log_path=engine_log)
         self.engine_factory = engine_factory  # what the engine process is built from (the picker swaps it)
