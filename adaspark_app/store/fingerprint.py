@@ -18,6 +18,7 @@ from typing import Any, NamedTuple
 
 from adaspark_app.errors import ModelLoadError, StoreError
 from adaspark_app.gguf_file import GGUFError, is_gguf, read_gguf_header
+from adaspark_app.gguf_types import file_type_name, tensor_type_name
 
 ID_HEX_CHARS = 16  # short ids: 64 bits of sha256, plenty for a handful of models and devices
 _ID_RE = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
@@ -32,11 +33,8 @@ def _short_hash(obj: Any) -> str:
 
 
 def _quant_name(file_type: Any) -> str | None:
-    import gguf
-
-    try:
-        name = gguf.LlamaFileType(int(file_type)).name
-    except (ValueError, TypeError):
+    name = file_type_name(file_type)
+    if name is None:
         return None
     for prefix in ("MOSTLY_", "ALL_"):
         if name.startswith(prefix):
@@ -48,13 +46,8 @@ def _dominant_tensor_type(tensor_types: dict[int, int]) -> str | None:
     """The tensor type holding most elements: the quantisation when general.file_type is absent."""
     if not tensor_types:
         return None
-    import gguf
-
     ttype = max(sorted(tensor_types), key=lambda k: tensor_types[k])
-    try:
-        return gguf.GGMLQuantizationType(ttype).name
-    except ValueError:
-        return f"type{ttype}"
+    return tensor_type_name(ttype) or f"type{ttype}"
 
 
 def model_fingerprint(path: str | os.PathLike) -> dict:
