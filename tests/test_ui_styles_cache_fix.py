@@ -3,7 +3,6 @@ that are gone leave no rendered lines behind, and they paint as before."""
 
 from __future__ import annotations
 
-import gc
 import subprocess
 import sys
 import textwrap
@@ -73,4 +72,3 @@ def test_install_is_idempotent_and_keeps_the_colours():
     inner, outer = a.get_inner_outer(base, bg)
     assert (inner, outer) == b.get_inner_outer(base, bg)
     assert outer.background == base and inner.background == base + bg
-    gc.collect()
