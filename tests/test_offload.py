@@ -137,3 +137,35 @@ def test_the_cache_types_follow_where_the_layers_run_and_the_context_size_holds_
     kv = read_gguf_header(model_path).kv
     cpu = kv_bytes_per_token(kv)
     assert cpu and kv_bytes_per_token(kv, *GPU_KV_TYPES) == cpu
+
+
+@pytest.mark.model
+@pytest.mark.parametrize("can_offload, gpu_layers, drafter_layers", [(True, None, ALL_LAYERS), (True, 0, 0),
+                                                                     (False, "all", 0)])
+def test_the_drafter_goes_where_the_targets_layers_go_and_reports_name_the_device(model_path, monkeypatch, can_offload, gpu_layers,
+                                                      drafter_layers):
+    """The DSpark drafter's layers follow the target's offload (llama-server's -ngld does the same):
+    all on a GPU where the target's are, none on the CPU. This CPU-only build is told it can offload
+    (llama.cpp then finds no GPU and runs every layer on the CPU), so the choice is seen here."""
+    from adaspark_app.bench.runner import device_line
+    from adaspark_app.engine import backend
+    from adaspark_app.engine.chat_engine import ChatEngine
+    from adaspark_app.engine.dspark import DSparkDrafter
+
+    monkeypatch.setattr(backend, "build_can_offload", lambda: can_offload)
+    seen = []
+    load = DSparkDrafter._load
+
+    def spy(self, n_threads, n_gpu_layers):
+        seen.append(n_gpu_layers)
+        return load(self, n_threads, n_gpu_layers)
+
+    monkeypatch.setattr(DSparkDrafter, "_load", spy)
+    eng = ChatEngine(model_path, drafter_path="default", n_ctx=512, gpu_layers=gpu_layers)
+    try:
+        assert eng.drafter_name and seen == [drafter_layers]
+        # and a report names the device the arms ran on: here no nvidia-smi and no patched library
+        assert device_line(eng) == ("GPU, all layers on the GPU, CUDA kernels stock" if drafter_layers else "CPU")
+        assert eng.generate("c", [{"role": "user", "content": "Count: one two three"}], max_tokens=4).n_tokens > 0
+    finally:
+        eng.close()

@@ -56,6 +56,8 @@ def render_markdown(report: Mapping[str, Any]) -> str:
                      f"(kernels: {m.get('kernels', 'stock')}), "
                      f"threads {m.get('n_threads') or 'default'}, load average at start "
                      f"{m.get('loadavg_1_5_15')} / at end {m.get('loadavg_at_end')}")
+    if m.get("device"):
+        lines.append(f"- device: {m['device']}")
     if meta.get("one_row"):
         lines.append("- one-row steps on: " + "; ".join(f"`{a}` {v}" for a, v in meta["one_row"].items()))
     if meta.get("store"):

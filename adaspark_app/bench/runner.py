@@ -109,6 +109,19 @@ def machine_info(n_threads: int | None = None) -> dict[str, Any]:
     }
 
 
+def device_line(engine: Any) -> str | None:
+    """Where an engine's arms ran, for a report: ``CPU``, or on a GPU its name, the layers on it
+    and the CUDA kernels (stock, or batch-invariant to N rows); None for an engine without a backend."""
+    offload = getattr(getattr(engine, "backend", None), "offload", None)
+    if offload is None:
+        return None
+    if not offload.on_gpu:
+        return offload.describe()
+    from ..engine.offload import cuda_kernels
+
+    return f"{engine.device_label}, CUDA kernels {cuda_kernels(getattr(engine, 'cuda_exact_rows', None))}"
+
+
 def warm_page_cache(paths: Sequence[str | None], block: int = 1 << 22) -> None:
     """Read model files once so the first arm's first reply does not pay the disk reads that
     every later arm gets for free from the page cache (the engines mmap the same file)."""
@@ -340,9 +353,9 @@ def run_bench(
             threads = getattr(getattr(engine, "backend", None), "n_threads", None)
             if isinstance(threads, int):
                 meta["machine"]["n_threads"] = threads
-            offload = getattr(getattr(engine, "backend", None), "offload", None)
-            if offload is not None:
-                meta["machine"]["device"] = offload.describe()
+            device = device_line(engine)
+            if device is not None:
+                meta["machine"]["device"] = device
             for note in getattr(engine, "notices", None) or ():  # each once, not once per arm
                 if note not in shown:
                     shown.add(note)

@@ -109,7 +109,7 @@ class ChatEngine:
             drafter_path = default_drafter_path()
         self.drafter_path = drafter_path
         b = self.backend
-        return DSparkDrafter(b.model, b.ctx, drafter_path, b.n_threads)
+        return DSparkDrafter(b.model, b.ctx, drafter_path, b.n_threads, b.offload.n_gpu_layers)
 
     def _attach_store(self, store: Any) -> None:
         from ..store import LearnedKey, device_fingerprint, model_fingerprint

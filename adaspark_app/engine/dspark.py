@@ -182,8 +182,9 @@ class DSparkDrafter:
     Not thread-safe: call it from the engine's worker thread only, like the target context.
     """
 
-    def __init__(self, target_model: Any, target_ctx: Any, path: str, n_threads: int) -> None:
-        """Load the drafter at `path` against the target's raw llama_cpp model/context pointers.
+    def __init__(self, target_model: Any, target_ctx: Any, path: str, n_threads: int, n_gpu_layers: int = 0) -> None:
+        """Load the drafter at `path` against the target's raw llama_cpp model/context pointers,
+        with `n_gpu_layers` of its layers on the GPU (the target's: 0 on the CPU).
 
         Raises DrafterError (not a DSpark file, vocabulary differs from the target's, target
         layers the target does not have), ModelLoadError (unreadable file), BindingError
@@ -245,7 +246,7 @@ class DSparkDrafter:
         self._check_target_layers()
 
         try:
-            self._load(n_threads)
+            self._load(n_threads, n_gpu_layers)
         except BaseException:
             self.close()
             raise
@@ -300,10 +301,10 @@ class DSparkDrafter:
                 f"layers) has layer inputs 0..{top} only: it was built for another model"
             )
 
-    def _load(self, n_threads: int) -> None:
+    def _load(self, n_threads: int, n_gpu_layers: int) -> None:
         low, ext = self._low, self._ext
         mparams = low.llama_model_default_params()
-        mparams.n_gpu_layers = 0
+        mparams.n_gpu_layers = n_gpu_layers  # with the target: on a GPU, llama-server's -ngld does the same
         mparams.use_extra_bufts = False  # as the target's (backend.py): no AMX / repack buffers
         self._model = low.llama_model_load_from_file(self.path.encode(), mparams)
         if not self._model:

@@ -10,7 +10,11 @@
 # What this machine lacks is made up without a GPU:
 # - nvcc 13.0 is in /usr/local/cuda-13.0 (NVCC_ROOT), without cuBLAS: its headers and libraries come
 #   from PyPI's nvidia-cublas wheel (the CUDA 13.0 one);
-# - the driver library libcuda.so is only linked against, so an empty stub with its soname stands in.
+# - the driver library libcuda.so is only linked against, so a stub with its soname stands in. It defines
+#   the driver functions ggml-cuda calls (its VMM memory pool, device queries): an empty stub was dropped
+#   from the library's NEEDED (--as-needed), and the library then failed to load (undefined cuMemCreate).
+# The wheel is then imported here, on the stub (CUDA finds no driver, so no GPU): the library loads, and
+# exports the patch's switch. That wheel is what benchmarks/gpu/stage.py carries to the GPU.
 #
 #   bash benchmarks/gpu/compile_check.sh
 set -eu
@@ -29,8 +33,11 @@ for f in "$W"/cublas/nvidia/cu13/lib/*.so.13; do
   b=$(basename "$f" .13); ln -sf "$f" "$T/targets/x86_64-linux/lib/$b.13"; ln -sf "$b.13" "$T/targets/x86_64-linux/lib/$b"
 done
 ln -s targets/x86_64-linux/include "$T/include"; ln -s targets/x86_64-linux/lib "$T/lib64"
-echo 'void adaspark_libcuda_stub(void) {}' >"$W/stub.c"
+DRIVER_FUNCS="cuDeviceGet cuDeviceGetAttribute cuGetErrorString cuMemAddressFree cuMemAddressReserve cuMemCreate
+cuMemGetAllocationGranularity cuMemMap cuMemRelease cuMemSetAccess cuMemUnmap"
+for f in $DRIVER_FUNCS; do echo "int $f(void) { return 999; }"; done >"$W/stub.c"  # 999: CUDA_ERROR_UNKNOWN
 cc -shared -fPIC -o "$T/targets/x86_64-linux/lib/stubs/libcuda.so" -Wl,-soname,libcuda.so.1 "$W/stub.c"
+mkdir -p "$W/driver"; cp "$T/targets/x86_64-linux/lib/stubs/libcuda.so" "$W/driver/libcuda.so.1"
 # the patched source, built as run.sh builds it on the GPU
 rm -rf "$W/src"; mkdir -p "$W/src"; tar -xJf .gpu/llama-cpp-python-0.3.36-src.tar.xz -C "$W/src"
 PYTHONPATH=$REPO python3 -m adaspark_app.native.cuda_exact "$W/src"
@@ -44,3 +51,12 @@ rm -rf "$W/x"; mkdir -p "$W/x"; (cd "$W/x" && python3 -m zipfile -e "$W"/wheel/l
 lib=$W/x/llama_cpp/lib/libggml-cuda.so
 nm -D --defined-only "$lib" | grep adaspark_cuda_exact_rows || { echo "the patched switch is not exported"; exit 1; }
 ls -la "$lib"; readelf -d "$lib" | grep NEEDED
+readelf -d "$lib" | grep -q 'libcuda\.so\.1' || { echo "libggml-cuda does not name libcuda.so.1: it will not load"; exit 1; }
+missing=$(nm -D --undefined-only "$lib" | awk '$2 ~ /^cu[A-Z]/ {print $2}' | while read -r f; do
+  case " $(echo $DRIVER_FUNCS) " in *" $f "*) ;; *) echo "$f";; esac; done)
+[ -z "$missing" ] || echo "driver functions the stub lacks (they link, the GPU's driver has them): $missing"
+LD_LIBRARY_PATH=$T/targets/x86_64-linux/lib:$W/driver PYTHONPATH=$W/x:$REPO python3 -c "
+import llama_cpp
+from adaspark_app.native.cuda_exact import library_rows
+assert library_rows() is not None, 'the switch is not mapped'
+print('the CUDA build loads here (no GPU: CUDA finds no driver) and maps the switch')" || exit 1

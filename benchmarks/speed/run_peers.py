@@ -18,6 +18,12 @@ Peers (names for --peers):
   server-dspark        llama-server --spec-type draft-dspark -md DRAFTER (--drafter; default: ours)
   adaspark             AdaSpark's ChatEngine, arm adaspark, fresh empty store
   adaspark:ARM         AdaSpark's ChatEngine with another arm (e.g. adaspark:ar, its plain decode)
+  PEER+drafter         an adaspark peer with the DSpark drafter (--drafter, default: ours); without
+                       the suffix, adaspark peers take --drafter only where it is given
+
+--gpu-layers N|all|0 puts the layers of every peer on the GPU (llama-server: -ngl); unset, each
+peer keeps its own default. llama-server always runs the stock CUDA kernels
+(ADASPARK_CUDA_EXACT=0 in its environment), whichever kernels AdaSpark's peers run.
 
 llama-server listens on 127.0.0.1 only, one server per peer, started and stopped by this script.
 See README.md beside this file for the build command of llama-server.
@@ -40,7 +46,9 @@ from typing import Any, Iterator
 
 from adaspark_app import native
 from adaspark_app.bench.report import write_report
-from adaspark_app.bench.runner import arm_order, cap_marks, machine_info, one_row_verdict, warm_page_cache
+from adaspark_app.bench.runner import (arm_order, cap_marks, device_line, machine_info, one_row_verdict,
+                                       warm_page_cache)
+from adaspark_app.errors import ArgumentError
 from adaspark_app.options import add_sampling_options
 from adaspark_app.options import check_sampling_options as check_sampling
 from adaspark_app.runner import Conversation, load_script
@@ -98,7 +106,8 @@ def messages_for(conv: Conversation) -> list[dict]:
 class LlamaCppPythonPeer:
     """llama-cpp-python's high-level API, as a Python user would call it."""
 
-    def __init__(self, name: str, model: str, threads: int, n_ctx: int, pld: bool) -> None:
+    def __init__(self, name: str, model: str, threads: int, n_ctx: int, pld: bool,
+                 gpu_layers: str | int | None = None) -> None:
         import llama_cpp
         from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
 
@@ -109,6 +118,8 @@ class LlamaCppPythonPeer:
             # 0.3.36 forces logits_all on with a draft model but sizes its score buffer by the
             # argument (n_batch rows when False), so it crashes past 512 tokens without this.
             kwargs["logits_all"] = True
+        if gpu_layers is not None:
+            kwargs["n_gpu_layers"] = int(server_gpu_layers(gpu_layers))
         self.llm = llama_cpp.Llama(model, n_ctx=n_ctx, n_threads=threads, n_threads_batch=threads,
                                    verbose=False, **kwargs)
 
@@ -129,6 +140,15 @@ class LlamaCppPythonPeer:
         self.llm.close()
 
 
+def server_gpu_layers(gpu_layers: str | int) -> str:
+    """llama-server's -ngl for AdaSpark's --gpu-layers value (checked as `adaspark` checks it):
+    'all' is every layer (999, above any model's block count)."""
+    from adaspark_app.engine.offload import ALL_LAYERS, parse_gpu_layers
+
+    n = parse_gpu_layers(gpu_layers)
+    return "999" if n == ALL_LAYERS else str(n)
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -139,7 +159,7 @@ class ServerPeer:
     """llama.cpp's llama-server on 127.0.0.1, streamed through its OpenAI chat endpoint."""
 
     def __init__(self, name: str, server_bin: str, model: str, threads: int, n_ctx: int,
-                 log_dir: Path, drafter: str | None = None) -> None:
+                 log_dir: Path, drafter: str | None = None, gpu_layers: str | int | None = None) -> None:
         self.name = name
         self.port = _free_port()
         self.cmd = [server_bin, "-m", model, "--host", "127.0.0.1", "--port", str(self.port),
@@ -151,8 +171,15 @@ class ServerPeer:
             self.cmd.append("--no-repack")
         if name == "server-dspark":
             self.cmd += ["-md", str(drafter), "-td", str(threads), "-tbd", str(threads)]
+        if gpu_layers is not None:
+            self.cmd += ["-ngl", server_gpu_layers(gpu_layers)]
+            if name == "server-dspark":
+                self.cmd += ["-ngld", server_gpu_layers(gpu_layers)]
         self.log = open(log_dir / f"{name}.log", "w")
-        self.proc = subprocess.Popen(self.cmd, stdout=self.log, stderr=subprocess.STDOUT)
+        # the peer a GPU user runs: llama.cpp's own kernels, also where the library it loads carries
+        # AdaSpark's batch-invariant ones (adaspark_app/native/cuda_exact.patch)
+        env = {**os.environ, "ADASPARK_CUDA_EXACT": "0"}
+        self.proc = subprocess.Popen(self.cmd, stdout=self.log, stderr=subprocess.STDOUT, env=env)
         deadline = time.time() + 120
         while time.time() < deadline:
             if self.proc.poll() is not None:
@@ -211,14 +238,14 @@ class AdaSparkPeer:
     """AdaSpark's ChatEngine in this process, with a fresh store; timed on the on_round stream."""
 
     def __init__(self, name: str, arm: str, model: str, drafter: str | None, threads: int,
-                 n_ctx: int, store_dir: Path) -> None:
+                 n_ctx: int, store_dir: Path, gpu_layers: str | int | None = None) -> None:
         from adaspark_app.engine.chat_engine import ChatEngine
         from adaspark_app.store import Store
 
         self.name = name
-        self.store = Store.open(str(store_dir / f"{name.replace(':', '_')}.db"))
+        self.store = Store.open(str(store_dir / f"{name.replace(':', '_').replace('+', '_')}.db"))
         self.engine = ChatEngine(model_path=model, drafter_path=drafter, store=self.store, arm=arm,
-                                 n_threads=threads, n_ctx=n_ctx)
+                                 n_threads=threads, n_ctx=n_ctx, gpu_layers=gpu_layers)
 
     def reply_conv(self, conv_id: str, messages: list[dict], max_tokens: int, turn: int,
                    sampling: Any = None):
@@ -280,9 +307,9 @@ def run_one(peer: Any, conv: Conversation, max_tokens: int, tok: Tokenizer,
 
 def make_peer(name: str, args: argparse.Namespace, tmp: Path) -> Any:
     if name == "lcpp-plain":
-        return LlamaCppPythonPeer(name, args.model, args.threads, args.n_ctx, pld=False)
+        return LlamaCppPythonPeer(name, args.model, args.threads, args.n_ctx, pld=False, gpu_layers=args.gpu_layers)
     if name == "lcpp-pld":
-        return LlamaCppPythonPeer(name, args.model, args.threads, args.n_ctx, pld=True)
+        return LlamaCppPythonPeer(name, args.model, args.threads, args.n_ctx, pld=True, gpu_layers=args.gpu_layers)
     if name in SERVER_SPEC:
         if not args.server_bin or not Path(args.server_bin).exists():
             raise SystemExit(f"{name} needs --server-bin (a llama-server binary; see README.md)")
@@ -290,10 +317,13 @@ def make_peer(name: str, args: argparse.Namespace, tmp: Path) -> Any:
         if name == "server-dspark":
             from adaspark_app.engine.default_drafter import default_drafter_path
             drafter = default_drafter_path() if args.drafter in (None, "default") else args.drafter
-        return ServerPeer(name, args.server_bin, args.model, args.threads, args.n_ctx, tmp, drafter)
-    if name == "adaspark" or name.startswith("adaspark:"):
-        arm = name.split(":", 1)[1] if ":" in name else "adaspark"
-        return AdaSparkPeer(name, arm, args.model, args.drafter, args.threads, args.n_ctx, tmp)
+        return ServerPeer(name, args.server_bin, args.model, args.threads, args.n_ctx, Path(args.out), drafter,
+                          args.gpu_layers)
+    base, plus = name.removesuffix("+drafter"), name.endswith("+drafter")
+    if base == "adaspark" or base.startswith("adaspark:"):
+        arm = base.split(":", 1)[1] if ":" in base else "adaspark"
+        drafter = (args.drafter or "default") if plus else args.drafter
+        return AdaSparkPeer(name, arm, args.model, drafter, args.threads, args.n_ctx, tmp, args.gpu_layers)
     raise SystemExit(f"unknown peer {name!r}")
 
 
@@ -310,6 +340,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-tokens", type=int, default=1024)
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--n-ctx", type=int, default=4096)
+    ap.add_argument("--gpu-layers", default=None, metavar="N|all",
+                    help="layers on the GPU for every peer (llama-server: -ngl); default: each peer's own")
     ap.add_argument("--limit", type=int, default=None, help="first N conversations only")
     ap.add_argument("--keep-capped", action="store_true",
                     help="keep replies that reach --max-tokens (a fixed-length comparison)")
@@ -322,6 +354,11 @@ def main(argv: list[str] | None = None) -> int:
     # a TERM (or an INT, ignored by background jobs) unwinds through `finally`, which stops
     # the llama-server processes this script started
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    if args.gpu_layers is not None:
+        try:
+            server_gpu_layers(args.gpu_layers)
+        except ArgumentError as e:
+            ap.error(str(e))
     names = [p.strip() for p in args.peers.split(",") if p.strip()]
     convs = load_script(args.script)[: args.limit]
     out = Path(args.out)
@@ -350,6 +387,7 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             one_row = {n: v for n, p in peers.items()
                        if (v := one_row_verdict(getattr(p, "engine", None))) is not None}
+            device = next((d for p in peers.values() if (d := device_line(getattr(p, "engine", None)))), None)
             for p in peers.values():
                 p.close()
     meta = {
@@ -358,7 +396,8 @@ def main(argv: list[str] | None = None) -> int:
         "sampling": sampling.to_json() if sampling is not None else "greedy",
         "conversations": len(convs), "turns": sum(len(c.turns) for c in convs),
         "store": "adaspark peers: fresh empty store", "order": "interleaved per conversation, alternating",
-        "machine": {**machine0, "loadavg_at_end": [round(x, 2) for x in os.getloadavg()]},
+        "machine": {**machine0, "loadavg_at_end": [round(x, 2) for x in os.getloadavg()],
+                    **({"device": f"{device} (AdaSpark's peers)"} if device else {})},
         "elapsed_s": round(time.time() - started, 1), "one_row": one_row,
         "command": command_line("benchmarks.speed.run_peers", argv),
         "timing": "client clock: first to last streamed text piece; tokens by re-tokenising the reply text",
