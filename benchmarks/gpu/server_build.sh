@@ -20,7 +20,7 @@ fi
 # no CPU-specific code (the GPU host's CPU is another), no network client, shared libraries
 cmake -S "$SDIST/vendor/llama.cpp" -B "$B" -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=ON \
   -DGGML_NATIVE=OFF -DGGML_CUDA=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF \
-  -DLLAMA_BUILD_EXAMPLES=OFF >"$B.configure.log"
+  -DLLAMA_BUILD_EXAMPLES=OFF >"$B.configure.log" 2>&1  # (a warning: no web UI assets; the API needs none)
 cmake --build "$B" --target llama-server -j"$(nproc)" >"$B.build.log"
 readelf -d "$B/bin/llama-server" | grep NEEDED
 echo "$B/bin/llama-server"
