@@ -108,7 +108,7 @@ def test_a_set_runs_as_the_commands_the_shell_steps_ran(capsys, monkeypatch):
     (line,) = capsys.readouterr().out.splitlines()
     assert "--model" not in line and line.endswith("--out benchmarks/results/speed/smollm2-chat/sharegpt-chat-12-f")
     assert run_set.main(["no-such-set", "--dry-run"]) == 2
-    assert run_set.main(["sharegpt-code-8-g", "--dry-run"]) == 2  # drawn, never run: nothing to do
+    assert run_set.main(["sharegpt-chat-12-j", "--dry-run"]) == 2  # drawn, not run yet: nothing to do
 
 
 def _set(path: Path, ids: list[str]) -> None:
@@ -140,6 +140,14 @@ def test_the_sets_that_left_the_tree_stay_held():
         for line in path.read_text(encoding="utf-8").splitlines():
             assert heldout_sets.conversation_key(json.loads(line)["id"]) in held
     assert retired <= held
+
+
+def test_the_tracked_tree_stays_under_30_MB():
+    """Every GPU call carries the checkout within its 64 MiB (benchmarks/gpu/stage.py sizes the
+    model's and the CUDA build's parts by what the checkout leaves), so the tree stays small."""
+    names = subprocess.run(["git", "-C", str(ROOT), "ls-files", "-z"], capture_output=True, check=True).stdout
+    size = sum((ROOT / n).lstat().st_size for n in names.decode().split("\0") if n and (ROOT / n).exists())
+    assert 25_000_000 < size < 30_000_000  # the shipped drafter alone is 25.8 MB
 
 
 def test_the_readme_names_only_paths_that_exist_and_no_file_outside_the_checkout():
