@@ -48,6 +48,7 @@ from adaspark_app import native
 from adaspark_app.bench.report import write_report
 from adaspark_app.bench.runner import (arm_order, cap_marks, device_line, machine_info, one_row_verdict,
                                        warm_page_cache)
+from adaspark_app.engine.offload import ALL_LAYERS, parse_gpu_layers
 from adaspark_app.errors import ArgumentError
 from adaspark_app.options import add_sampling_options
 from adaspark_app.options import check_sampling_options as check_sampling
@@ -119,7 +120,7 @@ class LlamaCppPythonPeer:
             # argument (n_batch rows when False), so it crashes past 512 tokens without this.
             kwargs["logits_all"] = True
         if gpu_layers is not None:
-            kwargs["n_gpu_layers"] = int(server_gpu_layers(gpu_layers))
+            kwargs["n_gpu_layers"] = parse_gpu_layers(gpu_layers)  # ALL_LAYERS (-1): every layer, as here
         self.llm = llama_cpp.Llama(model, n_ctx=n_ctx, n_threads=threads, n_threads_batch=threads,
                                    verbose=False, **kwargs)
 
@@ -143,8 +144,6 @@ class LlamaCppPythonPeer:
 def server_gpu_layers(gpu_layers: str | int) -> str:
     """llama-server's -ngl for AdaSpark's --gpu-layers value (checked as `adaspark` checks it):
     'all' is every layer (999, above any model's block count)."""
-    from adaspark_app.engine.offload import ALL_LAYERS, parse_gpu_layers
-
     n = parse_gpu_layers(gpu_layers)
     return "999" if n == ALL_LAYERS else str(n)
 
@@ -354,11 +353,10 @@ def main(argv: list[str] | None = None) -> int:
     # a TERM (or an INT, ignored by background jobs) unwinds through `finally`, which stops
     # the llama-server processes this script started
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    if args.gpu_layers is not None:
-        try:
-            server_gpu_layers(args.gpu_layers)
-        except ArgumentError as e:
-            ap.error(str(e))
+    try:  # once, as `adaspark` reads it: every peer then gets None, ALL_LAYERS or a count
+        args.gpu_layers = parse_gpu_layers(args.gpu_layers)
+    except ArgumentError as e:
+        ap.error(str(e))
     names = [p.strip() for p in args.peers.split(",") if p.strip()]
     convs = load_script(args.script)[: args.limit]
     out = Path(args.out)
