@@ -1,8 +1,10 @@
 """Install hook: build the Q4_1 multi-row kernels for llama.cpp (adaspark_app/native/build.py),
-and with CUDA (CMAKE_ARGS turning GGML_CUDA on) its batch-invariant CUDA library.
+and with CUDA (CMAKE_ARGS turning GGML_CUDA on) its batch-invariant CUDA library; and the round's
+pricing in C (adaspark_app/native/pricing.py).
 
 Everything else is in pyproject.toml. A failed kernel build does not fail the install: AdaSpark
-then runs on llama-cpp-python's stock libraries (and says so in `adaspark bench` reports).
+then runs on llama-cpp-python's stock libraries (and says so in `adaspark bench` reports); nor
+does a failed pricing build (the numpy code then runs, and the reports say so).
 """
 
 import importlib.util
@@ -34,6 +36,25 @@ class BuildWithKernels(build_py):
         except Exception as e:  # noqa: BLE001 - any failure leaves the stock kernels
             print(f"adaspark: WARNING: Q4_1 kernels not built ({e}); the stock llama.cpp kernels will be used",
                   file=sys.stderr)
+        self.build_pricing()
+
+    def build_pricing(self):
+        """The round's pricing in C (adaspark_app/native/pricing.py); without it the numpy code runs."""
+        sys.path.insert(0, str(ROOT))
+        try:
+            from adaspark_app.native import pricing
+
+            path = pricing.build()
+            print(f"adaspark: the round's pricing in C: {path}", file=sys.stderr)
+            if not getattr(self, "editable_mode", False):
+                dest = Path(self.build_lib) / path.relative_to(ROOT)
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                dest.write_bytes(path.read_bytes())
+        except Exception as e:  # noqa: BLE001 - the numpy pricing stays
+            print(f"adaspark: WARNING: the round's pricing in C not built ({e}); the numpy code will run",
+                  file=sys.stderr)
+        finally:
+            sys.path.remove(str(ROOT))
 
 
 setup(cmdclass={"build_py": BuildWithKernels})

@@ -53,7 +53,7 @@ def render_markdown(report: Mapping[str, Any]) -> str:
     if m:
         lines.append(f"- machine: {m.get('cpu')} ({m.get('cpu_count')} cores), {m.get('platform')}, "
                      f"Python {m.get('python')}, llama-cpp-python {m.get('llama_cpp_python')} "
-                     f"(kernels: {m.get('kernels', 'stock')}), "
+                     f"(kernels: {m.get('kernels', 'stock')}; round pricing: {m.get('pricing', 'numpy')}), "
                      f"threads {m.get('n_threads') or 'default'}, load average at start "
                      f"{m.get('loadavg_1_5_15')} / at end {m.get('loadavg_at_end')}")
     if m.get("device"):

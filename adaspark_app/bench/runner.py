@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from .. import native
+from ..native import pricing
 from ..errors import ArgumentError, ScriptError
 from . import stats
 
@@ -105,6 +106,7 @@ def machine_info(n_threads: int | None = None) -> dict[str, Any]:
         "python": sys.version.split()[0],
         "llama_cpp_python": llama_version,
         "kernels": native.status(),
+        "pricing": pricing.status(),  # the round's pricing: C, or numpy (why)
         "n_threads": n_threads,
     }
 

@@ -92,7 +92,6 @@ class ArmPolicy:
 
     def price(self, tree: RoundTree, r: RoundStart) -> tuple[np.ndarray, str]:
         """Algorithm 1 line 5: q_j by Eq. (6), or the head-based estimate while the guard prefers it."""
-        tree.cset.ng_prec = self.learners.precision.for_nodes(tree.cset)  # only the acceptance model reads it
         return self.learners.acceptance.q(tree.cset, r.context, tree.p_src)
 
     def choose(self, tree: RoundTree, r: RoundStart) -> WidthChoice:

@@ -13,8 +13,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..learn import acceptance
 from ..learn.acceptance import CandidateSet
 from ..learn.constants import NGRAM_MAX_DEPTH, TOP_K, TREE_DRAFT_ROWS
+from ..learn.precision import SourcePrecision
 from .proposers import DrafterSource, NgramSource
 from .tree import KIND_NGRAM, KIND_PICK, KIND_SIBLING, Candidates
 
@@ -100,16 +102,30 @@ def tree_candidates(sources: Sources, use_drafter: bool, anchor: int, anchor_pos
     return cands
 
 
-def candidate_set(c: Candidates) -> CandidateSet:
-    """The candidates as the arrays the acceptance model reads (features per node): the integer
-    columns as rows of one array and the float columns of another, two conversions instead of
-    thirteen (each costs microseconds on a round's few dozen nodes)."""
+def candidate_set(c: Candidates, precision: SourcePrecision | None = None) -> CandidateSet:
+    """The candidates as the arrays the acceptance model reads (features per node); with
+    ``precision``, each node's class precision too (``CandidateSet.ng_prec``, from
+    ``SourcePrecision.for_nodes``). In C where it is built (``acceptance.PRICING``): one call fills
+    the columns as rows of two blocks. Else numpy: the integer columns as rows of one array and
+    the float columns of another, two conversions instead of thirteen (each costs microseconds on
+    a round's few dozen nodes)."""
+    C = acceptance.PRICING
+    n = len(c)
+    if C is not None and precision is not None:
+        ints, floats, agreed = np.empty((9, n), dtype=np.int64), np.empty((4, n)), np.empty(n, dtype=np.bool_)
+        C.columns(c.parent, c.kind, c.token, c.depth, c.ng_kind, c.ng_evidence, c.ng_above, c.contra_evidence,
+                  c.contra_kind, c.h, c.sigma, c.r, c.agreed, precision.class_hits, precision.class_trials,
+                  precision.value, ints, floats, agreed)
+        return CandidateSet.from_blocks(ints, floats, agreed)
     ints = np.array((c.parent, c.kind, c.token, c.depth, c.ng_kind, c.ng_evidence, c.ng_above,
-                     c.contra_evidence, c.contra_kind), dtype=np.int64).reshape(9, len(c))
-    floats = np.array((c.h, c.sigma, c.r), dtype=np.float64).reshape(3, len(c))
+                     c.contra_evidence, c.contra_kind), dtype=np.int64).reshape(9, n)
+    floats = np.array((c.h, c.sigma, c.r), dtype=np.float64).reshape(3, n)
     parent, kind, token, depth, ng_kind, ng_evidence, ng_above, contra_evidence, contra_kind = ints
     h, sigma, r = floats
-    return CandidateSet(parent=parent, kind=kind, token=token, depth=depth, h=h, sigma=sigma, r=r,
+    cset = CandidateSet(parent=parent, kind=kind, token=token, depth=depth, h=h, sigma=sigma, r=r,
                         ng_kind=ng_kind, ng_evidence=ng_evidence, ng_above=ng_above,
                         agreed=np.array(c.agreed, dtype=bool), contra_evidence=contra_evidence,
                         contra_kind=contra_kind)
+    if precision is not None:
+        cset.ng_prec = precision.for_nodes(cset)
+    return cset

@@ -31,8 +31,7 @@ from .rounds import (DraftDecision, RoundCounters, RoundOutcome, RoundStart, Rou
                      tree_outcome)
 from .sampling import GREEDY, Sampler, SamplingSettings
 from .self_check import check_rows
-from .tree import (KIND_NGRAM, Candidates, accepted_path, best_first_order, child_labels, committable,
-                   cut_at_batch_front, expected_accepted, layout, path_products, sampled_path)
+from .tree import Candidates, accepted_path, child_labels, cut_at_batch_front, layout, sampled_path, tree_values
 
 
 class Decoder:
@@ -214,17 +213,13 @@ class Decoder:
     # ------------------------------------------------------------------ lines 5-6: price
     def price(self, cands: Candidates, use_drafter: bool, r: RoundStart) -> RoundTree:
         """q for every candidate, Q along each path, the best-first order and S(n) for every n."""
-        tree = RoundTree(cands=cands, cset=candidate_set(cands), use_drafter=use_drafter,
-                         p_src=self.learners.precision.value)
+        prec = self.learners.precision
+        tree = RoundTree(cands=cands, cset=candidate_set(cands, prec), use_drafter=use_drafter, p_src=prec.value)
         tree.q, tree.priced_by = self.policy.price(tree, r)
-        tree.Q = path_products(tree.q, np.asarray(cands.parent))
         # What the commit can keep (tree.committable): the cut drops every node off the batch's
         # front, so Eq. (1) and the best-first order run on Q where it keeps the node, 0 elsewhere;
         # pricing the uncut Q over-promised accepted tokens on branching trees.
-        tree.Q_commit = committable(tree.Q, np.asarray(cands.parent))
-        tree.order = best_first_order(tree.Q_commit)
-        tree.is_ng = np.array([k == KIND_NGRAM and not a for k, a in zip(cands.kind, cands.agreed)], dtype=bool)
-        tree.s_d, tree.s_n = expected_accepted(tree.Q_commit, tree.order, tree.is_ng)
+        tree.Q, tree.Q_commit, tree.order, tree.is_ng, tree.s_d, tree.s_n = tree_values(tree.q, tree.cset)
         if r.budget is not None and r.budget >= 1:
             tree.s_d, tree.s_n = tree.s_d[:r.budget + 1], tree.s_n[:r.budget + 1]  # widths up to the budget
         return tree

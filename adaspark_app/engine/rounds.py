@@ -43,6 +43,15 @@ class DraftDecision:
     asked_drafter_gate: bool = False  # the drafter gate was consulted: it learns from this round
 
 
+def _frozen(a: np.ndarray) -> np.ndarray:
+    a.flags.writeable = False
+    return a
+
+
+_NONE_F, _NONE_I, _NONE_B = _frozen(np.zeros(0)), _frozen(np.zeros(0, np.int64)), _frozen(np.zeros(0, bool))
+_ZERO_S = _frozen(np.zeros(2))
+
+
 @dataclass
 class RoundTree:
     """The round's candidates, priced and ordered (Algorithm 1 lines 3-6)."""
@@ -51,13 +60,14 @@ class RoundTree:
     cset: CandidateSet
     use_drafter: bool
     p_src: float  # the n-gram source's precision on the committed text (Eq. 6)
-    q: np.ndarray = field(default_factory=lambda: np.zeros(0))  # P(accepted | parent accepted)
-    Q: np.ndarray = field(default_factory=lambda: np.zeros(0))  # path products (Proposition 1)
-    Q_commit: np.ndarray = field(default_factory=lambda: np.zeros(0))  # Q where the cut keeps the node, else 0
-    order: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # best-first order O
-    is_ng: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))  # n-gram rows (not agreed)
-    s_d: np.ndarray = field(default_factory=lambda: np.zeros(2))  # S(n) from the drafter's nodes
-    s_n: np.ndarray = field(default_factory=lambda: np.zeros(2))  # S(n) from the n-gram's nodes
+    # set by Decoder.price (the defaults, shared and read-only, are an unpriced tree's: no allocation)
+    q: np.ndarray = field(default_factory=lambda: _NONE_F)  # P(accepted | parent accepted)
+    Q: np.ndarray = field(default_factory=lambda: _NONE_F)  # path products (Proposition 1)
+    Q_commit: np.ndarray = field(default_factory=lambda: _NONE_F)  # Q where the cut keeps the node, else 0
+    order: np.ndarray = field(default_factory=lambda: _NONE_I)  # best-first order O
+    is_ng: np.ndarray = field(default_factory=lambda: _NONE_B)  # n-gram rows (not agreed)
+    s_d: np.ndarray = field(default_factory=lambda: _ZERO_S)  # S(n) from the drafter's nodes
+    s_n: np.ndarray = field(default_factory=lambda: _ZERO_S)  # S(n) from the n-gram's nodes
     priced_by: str = "none"  # "fitted" | "head" | "none"
 
     def expected_accepted(self, width: int) -> float:

@@ -12,6 +12,8 @@ from typing import Callable
 
 import numpy as np
 
+from ..learn import acceptance
+from ..learn.acceptance import CandidateSet
 from ..learn.kinds import NgramKind, NodeKind, Source
 
 # plain int codes: numpy compares an IntEnum member (and converts a list of them) several times
@@ -132,6 +134,25 @@ def expected_accepted(Q: np.ndarray, order: np.ndarray, is_ngram: np.ndarray) ->
         sd[2:] = np.cumsum(np.where(ng, 0.0, qo))
         sn[2:] = np.cumsum(np.where(ng, qo, 0.0))
     return sd, sn
+
+
+def tree_values(q: np.ndarray, c: CandidateSet) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray,
+                                                           np.ndarray, np.ndarray]:
+    """A priced tree's values: (Q, Q_commit, order, is_ng, S_drafter, S_ngram), i.e.
+    ``path_products``, ``committable``, ``best_first_order`` of the committable Q, the n-gram rows
+    (not agreed) and ``expected_accepted``; in one C call where it is built (``acceptance.PRICING``)."""
+    C = acceptance.PRICING
+    n = len(c)
+    if C is None:
+        Q = path_products(q, c.parent)
+        Qc = committable(Q, c.parent)
+        order = best_first_order(Qc)
+        is_ng = (c.kind == KIND_NGRAM) & ~c.agreed
+        return (Q, Qc, order, is_ng, *expected_accepted(Qc, order, is_ng))
+    ints, _, agreed = c.blocks()
+    out, order, is_ng = np.empty(4 * n + 4), np.empty(n, dtype=np.int64), np.empty(n, dtype=np.bool_)
+    C.tree_values(np.ascontiguousarray(q, dtype=np.float64), ints, agreed, n, out, order, is_ng)
+    return out[:n], out[n:2 * n], order, is_ng, out[2 * n:3 * n + 2], out[3 * n + 2:]
 
 
 @dataclass

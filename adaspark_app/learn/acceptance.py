@@ -98,6 +98,8 @@ import numpy as np
 from adaspark_app.learn.constants import (
     ABOVE_EDGES as _ABOVE_EDGES,
     ACC_CONTEXT_UNIT,
+    CLASS_PRIOR_WEIGHT,
+    COPY_EVIDENCE_CAP,
     ACC_DEPTH_MAX,
     EVIDENCE_EDGES as _EVIDENCE_EDGES,
     ACC_FTRL_ALPHA,
@@ -116,6 +118,7 @@ from adaspark_app.learn.constants import (
 )
 
 from adaspark_app.learn.kinds import NgramKind, NodeKind
+from adaspark_app.native import pricing as _pricing_build
 from adaspark_app.learn.state import (
     StateError,
     boolean,
@@ -210,6 +213,41 @@ class CandidateSet:
 
     def __len__(self) -> int:
         return int(self.parent.shape[0])
+
+    def __setattr__(self, name: str, value) -> None:
+        # a column assigned anew is no longer a row of the blocks the C pricing reads
+        if name in _COLUMN_SET:
+            self.__dict__.pop("_blocks", None)
+        object.__setattr__(self, name, value)
+
+    @classmethod
+    def from_blocks(cls, ints: np.ndarray, floats: np.ndarray, agreed: np.ndarray) -> CandidateSet:
+        """A candidate set whose columns are rows of two blocks, as the C pricing fills them and
+        reads them (``INT_COLUMNS`` in ``ints``, ``FLOAT_COLUMNS`` in ``floats``), already checked
+        there: no copy, no second check."""
+        c = cls.__new__(cls)
+        c.__dict__.update(zip(INT_COLUMNS, ints))
+        c.__dict__.update(zip(FLOAT_COLUMNS, floats))
+        c.__dict__.update(agreed=agreed, _blocks=(ints, floats, agreed))
+        return c
+
+    def blocks(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(ints, floats, agreed): the columns as ``from_blocks`` lays them out, for the C pricing;
+        the blocks themselves while no column was assigned anew, else packed afresh."""
+        b = self.__dict__.get("_blocks")
+        if b is not None:
+            return b
+        ints = np.array([getattr(self, name) for name in INT_COLUMNS], dtype=np.int64).reshape(len(INT_COLUMNS), -1)
+        floats = np.array([getattr(self, name) for name in FLOAT_COLUMNS], dtype=np.float64).reshape(
+            len(FLOAT_COLUMNS), -1)
+        return ints, floats, np.ascontiguousarray(self.agreed, dtype=np.bool_)
+
+
+#: The C pricing's column blocks (pricing.c), in its order: ints, then floats (agreed apart).
+INT_COLUMNS = ("parent", "kind", "token", "depth", "ng_kind", "ng_evidence", "ng_above", "contra_evidence",
+               "contra_kind")
+FLOAT_COLUMNS = ("h", "sigma", "r", "ng_prec")
+_COLUMN_SET = frozenset((*INT_COLUMNS, *FLOAT_COLUMNS, "agreed"))
 
 
 def _column(v, dtype: type) -> np.ndarray:
@@ -310,6 +348,32 @@ _EV_BIN = _bins(np.arange(EVIDENCE_EDGES[-1] + 1), EVIDENCE_EDGES)  # evidence 0
 _AB_BIN = _bins(np.arange(ABOVE_EDGES[-1] + 1), ABOVE_EDGES)  # n-gram nodes above 0..16 -> bin
 
 
+#: a proposal class's evidence 0..COPY_EVIDENCE_CAP -> its evidence bin (precision.py shrinks toward it)
+CLASS_BIN = np.maximum(np.searchsorted(EVIDENCE_EDGES, np.arange(COPY_EVIDENCE_CAP + 1), side="right") - 1, 0)
+
+
+def _native_pricing():
+    """The C twin of this module's pricing and of the tree's values (``native/pricing.py``),
+    given this module's tables; None where the numpy code runs."""
+    mod = _pricing_build.load()
+    if mod is not None:
+        L = _LAYOUT
+        mod.configure(_KIND_IDX.ravel().tolist(), _EV_BIN.tolist(), _AB_BIN.tolist(), CLASS_BIN.tolist(),
+                      L.N_EV, L.N_ABOVE, L.DEPTH0, L.AG0, L.CO0, ACC_DEPTH_MAX, L.size, len(EVIDENCE_EDGES),
+                      float(CLASS_PRIOR_WEIGHT))
+    return mod
+
+
+#: The C pricing in use (``engine/candidates.py`` and ``engine/tree.py`` read it too), or None:
+#: the numpy code. Tests set it to None to run the reference.
+PRICING = _native_pricing()
+
+
+def context_feature(context: int) -> float:
+    """psi's context term: log2(1 + |x| / ACC_CONTEXT_UNIT) - 1 (0 at 1,024 tokens)."""
+    return math.log2(1.0 + max(int(context), 0) / ACC_CONTEXT_UNIT) - 1.0
+
+
 def _ev_bin(evidence: np.ndarray) -> np.ndarray:
     """``_bins(evidence, EVIDENCE_EDGES)`` by table: below 1 the first bin, 32 and above the last."""
     return _EV_BIN[np.minimum(np.maximum(evidence, 0), EVIDENCE_EDGES[-1])]
@@ -342,7 +406,7 @@ def _design(c: CandidateSet, context: int, p_src: float) -> _Design:
     lh, ls, lp = lg
     sigma, p_node, r = filled[1], filled[2], filled[3]
     lr = np.log(np.minimum(np.maximum(r, 1e-6), 1.0))
-    x_ctx = math.log2(1.0 + max(int(context), 0) / ACC_CONTEXT_UNIT) - 1.0
+    x_ctx = context_feature(context)
     lp_pos = np.maximum(lp, 0.0)
 
     bucket = ngram_bucket(c.ng_kind, c.ng_evidence, c.ng_above)
@@ -472,10 +536,24 @@ class AcceptanceModel:
         n = len(cands)
         if n == 0:
             return np.zeros(0), np.zeros(0)
-        d = _design(cands, context, p_src)
-        fitted, head = self._fitted(d, n), self._head(d)
+        d, fitted, head = self._estimates(cands, context, p_src)
         self._priced = (cands, int(context), float(p_src), d, fitted, head)
         return fitted, head
+
+    def _estimates(self, cands: CandidateSet, context: int, p_src: float) -> tuple[_Design, np.ndarray, np.ndarray]:
+        """The round's design and both estimates: in C where it is built (``PRICING``), else numpy."""
+        C = PRICING
+        if C is None:
+            d = _design(cands, context, p_src)
+            return d, self._fitted(d, len(cands)), self._head(d)
+        n = len(cands)
+        ints, floats, agreed = cands.blocks()
+        idx, val = np.empty((n, 7), dtype=np.int64), np.empty((n, 7))
+        per, bucket = np.empty((4, n)), np.empty(n, dtype=np.int64)  # per: fixed, head_base, fitted, head
+        C.eq6(ints, floats, agreed, n, context_feature(context), float(p_src), self._weights(), self._b_req,
+              self._offset, idx, val, per, bucket)
+        d = _Design(idx=idx, val=val, fixed=per[0], group=ints[0] + 1, head_base=per[1], bucket=bucket)
+        return d, per[2], per[3]
 
     def _as_priced(self, cands: CandidateSet, context: int, p_src: float) -> tuple[_Design, np.ndarray, np.ndarray]:
         """The design and both estimates of ``cands`` as ``q_both`` last priced them, if it priced
@@ -486,8 +564,7 @@ class AcceptanceModel:
         if pr is not None and pr[0] is cands and pr[1] == int(context) and (
                 pr[2] == float(p_src) or (pr[2] != pr[2] and p_src != p_src)):
             return pr[3], pr[4], pr[5]
-        d = _design(cands, context, p_src)
-        return d, self._fitted(d, len(cands)), self._head(d)
+        return self._estimates(cands, context, p_src)
 
     def q(self, cands: CandidateSet, context: int, p_src: float) -> tuple[np.ndarray, str]:
         """q per candidate (Algorithm 1 line 5) from whichever estimate the guard prefers.
@@ -640,6 +717,7 @@ class AcceptanceModel:
         ng_sel = sel[cands.kind[sel] == KIND_NGRAM]
         if ng_sel.size:
             self._bucket_labels += np.bincount(d.bucket[ng_sel], minlength=L.N_NG_BUCKETS)
+        self._weights()  # for the next round's pricing: here, where a GPU's forward hides the work
 
     # ----- exploration ---------------------------------------------------------------------
     def bucket_labels(self, cands: CandidateSet) -> np.ndarray:

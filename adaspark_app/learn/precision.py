@@ -12,7 +12,7 @@ from typing import Protocol
 import numpy as np
 
 from .acceptance import EVIDENCE_EDGES  # the per-class counts are shrunk toward the model's evidence bins
-from .acceptance import CandidateSet, contradicted
+from .acceptance import CLASS_BIN, CandidateSet, contradicted
 from .constants import CLASS_PRIOR_WEIGHT, COPY_EVIDENCE_CAP, PRECISION_HALF_LIFE
 from .kinds import NgramKind
 from .state import StateError, number, numbers, sequence, versioned
@@ -20,7 +20,7 @@ from .state import StateError, number, numbers, sequence, versioned
 STATE_VERSION = 1  # of state_dict's layout (learn/state.py); b9fbe7f's had no "version"
 
 # evidence classes 0..COPY_EVIDENCE_CAP -> the acceptance model's evidence bin
-_BIN_OF = np.maximum(np.searchsorted(EVIDENCE_EDGES, np.arange(COPY_EVIDENCE_CAP + 1), side="right") - 1, 0)
+_BIN_OF = CLASS_BIN
 _BIN_MATRIX = np.eye(len(EVIDENCE_EDGES), dtype=np.float64)[_BIN_OF]  # (classes, bins) one-hot
 _DECAY = 0.5 ** (1.0 / PRECISION_HALF_LIFE)  # per counted token
 _COPY, _FOLLOWER = int(NgramKind.COPY), int(NgramKind.FOLLOWER)  # ints: numpy compares an IntEnum slowly

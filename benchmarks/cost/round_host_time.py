@@ -59,7 +59,9 @@ from adaspark_app import native
 from adaspark_app.bench.stats import bootstrap_interval, geometric_mean
 from adaspark_app.engine.chat_engine import ChatEngine
 from adaspark_app.engine.worker import EventBatcher
+from adaspark_app.learn import acceptance
 from adaspark_app.learn.acceptance import _design
+from adaspark_app.native import pricing
 from adaspark_app.runner import load_script
 from benchmarks.common import cpu_model, emit_report
 from benchmarks.cost.scripted_target import GPU_LIKE_CURVE, ScriptedTarget, parse_curve
@@ -117,24 +119,34 @@ def _host_so_far(rec: dict[str, list[tuple[float, float]]], between: list[float]
     return sum(h for k in KINDS for h, _ in rec[k]) + sum(between), sum(len(rec[k]) for k in KINDS)
 
 
+NUMPY_PRICING = ", numpy pricing"
+
+
+def _base_of(name: str) -> str:
+    """The engine a variant is compared with: a numpy-pricing twin with its C-pricing engine,
+    every other variant with plain `adaspark`."""
+    return name[:-len(NUMPY_PRICING)] if name.endswith(NUMPY_PRICING) else "adaspark"
+
+
 def _ratio_table(per_conv: dict[str, dict[str, float]], events: bool) -> list[str]:
-    """Each `adaspark` variant's host time per round over plain `adaspark`'s: the geometric mean
-    over conversations of the ratio of their means, with a 95% bootstrap interval."""
-    base = per_conv.get("adaspark", {})
+    """Each `adaspark` variant's host time per round over its base's (``_base_of``): the geometric
+    mean over conversations of the ratio of their means, with a 95% bootstrap interval."""
     rows = []
     for name, conv in per_conv.items():
         if name in ("ar", "adaspark") or not conv:
             continue
+        base_name = _base_of(name)
+        base = per_conv.get(base_name, {})
         ratios = {cid: v / base[cid] for cid, v in conv.items() if cid in base and v > 0 and base[cid] > 0}
         if not ratios:
             continue
         gm = geometric_mean(ratios.values())
         lo, hi = bootstrap_interval({cid: [math.log(x)] for cid, x in ratios.items()})
-        rows.append(f"| {name} / adaspark | {gm:.3f} [{lo:.3f}, {hi:.3f}] | {len(ratios)} |")
+        rows.append(f"| {name} / {base_name} | {gm:.3f} [{lo:.3f}, {hi:.3f}] | {len(ratios)} |")
     if not rows:
         return []
     what = "host time per round, the time between rounds included" if events else "host time per round"
-    return ["", f"The {what}, against `adaspark`'s (geometric mean over conversations of the ratio of "
+    return ["", f"The {what}, each engine against another (geometric mean over conversations of the ratio of "
             "their means, 95% bootstrap interval over conversations):", "",
             "| engines | ratio | conversations |", "|---|---|---|", *rows]
 
@@ -230,8 +242,7 @@ def _cache_table(seen: list[tuple]) -> list[str]:
             if flush:
                 big.sum()
             t0 = time.perf_counter()
-            cset = candidate_set(cands)
-            cset.ng_prec = prec.for_nodes(cset)
+            cset = candidate_set(cands, prec)
             acc.q_both(cset, context, p_src)
             ts.append(time.perf_counter() - t0)
         medians[label] = float(np.median(ts)) * 1e6
@@ -270,6 +281,8 @@ def main() -> None:
                     help="take each round's event as the chat's engine process does, and time the work between rounds")
     ap.add_argument("--overlap", action="store_true",
                     help="with --scripted: add `adaspark` with the forward overlapping the host, as on a GPU")
+    ap.add_argument("--numpy-pricing", action="store_true",
+                    help="add a twin of each `adaspark` engine that prices its rounds with the numpy code, not C")
     ap.add_argument("--curve", default=",".join(f"{r}:{ms}" for r, ms in GPU_LIKE_CURVE),
                     help="with --scripted: the modeled forward time, ROWS:MS,... (default %(default)s)")
     ap.add_argument("--out", type=Path, default=None)
@@ -287,6 +300,11 @@ def main() -> None:
         arms["adaspark, no reuse"] = _engine("adaspark", reuse=False)
     if a.overlap:
         arms["adaspark, overlapped"] = _engine("adaspark")
+    if a.numpy_pricing:
+        if acceptance.PRICING is None:
+            ap.error(f"--numpy-pricing compares with the C pricing, which is not in use here: {pricing.status()}")
+        for name in [n for n in arms if n.startswith("adaspark")]:
+            arms[name + NUMPY_PRICING] = _engine("adaspark", reuse=not name.endswith("no reuse"))
     recs = {name: {k: [] for k in KINDS} for name in arms}
     between: dict[str, list[float]] = {}
     parts: dict[str, list[dict[str, float]]] = {}
@@ -299,7 +317,8 @@ def main() -> None:
         _instrument(eng, recs[name], between[name])
         if a.cache and name == "adaspark":
             _capture_pricing(eng, priced)
-    scripted = {name: ScriptedTarget(eng.backend, curve, overlap=name.endswith("overlapped")) for name, eng in arms.items()} if a.scripted else {}
+    scripted = {name: ScriptedTarget(eng.backend, curve, overlap="overlapped" in name) for name, eng in arms.items()} if a.scripted else {}
+    c_pricing = acceptance.PRICING
     names = list(arms)
     differ = 0
     batcher = _event_batcher() if a.events else None
@@ -308,6 +327,7 @@ def main() -> None:
         k = i % len(names)
         for name in names[k:] + names[:k]:
             eng, msgs = arms[name], []
+            acceptance.PRICING = None if name.endswith(NUMPY_PRICING) else c_pricing
             before = _host_so_far(recs[name], between[name])
             for t, u in enumerate(c.turns):
                 msgs.append({"role": "user", "content": u})
@@ -335,6 +355,7 @@ def main() -> None:
     cmd += f" --scripted --curve {a.curve}" if a.scripted else ""
     cmd += " --overlap" if a.overlap else ""
     cmd += " --events" if a.events else ""
+    cmd += " --numpy-pricing" if a.numpy_pricing else ""
     how = ("Host time = round wall time less the verify (llama_decode + argmax)." if not a.scripted else
            f"Scripted target: every forward waits the modeled time of the curve {a.curve} (rows:ms) spinning "
            "on the host, and each arm commits the reply of a real `ar` run "
@@ -344,7 +365,8 @@ def main() -> None:
               if a.overlap else "."))
     lines = [f"# Host time per round on `{a.script}` (first {len(convs)} conversations, {a.max_tokens} tokens)", "",
              f"`{cmd}`", "",
-             f"Machine: {cpu_model()} ({platform.machine()}, {len(os.sched_getaffinity(0))} cores), Python {platform.python_version()}. "
+             f"Machine: {cpu_model()} ({platform.machine()}, {len(os.sched_getaffinity(0))} cores), Python {platform.python_version()}, "
+             f"pricing: {pricing.status()}" + (" (and numpy in the engines so named)" if a.numpy_pricing else "") + ". "
              + how, "",
              "| engine | round kind | rounds | median host us | mean host us | host share of the engine's round time |",
              "|---|---|---|---|---|---|"]

@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from adaspark_app import native
+from adaspark_app.native import pricing
 from adaspark_app.engine.chat_engine import ChatEngine
 from adaspark_app.engine.offload import cuda_kernels
 from adaspark_app.runner import load_script
@@ -66,7 +67,7 @@ def run_arm(model: str, arm: str, prompts: list[tuple[str, str]], max_tokens: in
         b = eng.backend
         placement = {"offload": b.offload.describe(), "kv_types": list(b.kv_types), "device": eng.device_label,
                      "kernels": (f"CUDA: {cuda_kernels(eng.cuda_exact_rows)}" if b.offload.on_gpu
-                                 else f"CPU: {native.status()}")}
+                                 else f"CPU: {native.status()}"), "pricing": pricing.status()}
         for cid, text in prompts:
             r = eng.generate(cid, [{"role": "user", "content": text}], max_tokens=max_tokens, on_round=on_round)
             tokens.append(list(r.tokens))
@@ -97,7 +98,8 @@ def report(results: list[dict], cmd: str) -> list[str]:
     lines = [f"# AdaSpark's engine on {results[0]['placement']['device']}", "", f"`{cmd}`", "",
              f"Machine: {cpu_model()} ({platform.machine()}), Python {platform.python_version()}; "
              f"{results[0]['placement']['offload']}, KV cache types {results[0]['placement']['kv_types']}, "
-             f"kernels {results[0]['placement'].get('kernels', '?')}.", "",
+             f"kernels {results[0]['placement'].get('kernels', '?')}, the round's pricing "
+             f"{results[0]['placement'].get('pricing', '?')}.", "",
              "| arm | replies identical to ar | verify ms per width (rounds) | T(n)/T(1) |", "|---|---|---|---|"]
     for r in results:
         same, n = identical_share(base, r["tokens"])

@@ -357,7 +357,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--wheel", default=None, help="llama-cpp-python wheel (or llama_cpp folder) built with CUDA")
     p.add_argument("--server", default=None, help="llama-server binary (a shared-library build)")
     p.add_argument("--out", default=".stage", help="ignored folder of the checkout for the parts (default .stage)")
-    p.add_argument("--final-carry", default=".gpu,.whl", help="what the final call carries besides its part")
+    p.add_argument("--final-carry", default=".gpu,.whl,adaspark_app/native/lib/pricing", help="what the final call carries besides its part")
     q = sub.add_parser("put", help="there: move the carried parts into the stage folder")
     q.add_argument("--stage-dir", default=str(STAGE_DIR))
     q.add_argument("--src", default=".stage")

@@ -1,0 +1,166 @@
+"""The round's pricing in C (``pricing.c``): built once per source, loaded in the numpy code's place.
+
+A round prices its tree before it can choose a width: the candidates' columns and their class
+precision, Eq. (6)'s design and both estimates, then Q, the committable Q, the best-first order
+and S(n). In numpy that is ~40 array operations on a few dozen nodes, each microseconds of
+dispatch, and several times that with the CPU's caches cold between rounds: the largest part of
+a tree round's host time, which a GPU's short step cannot hide (issue 41). ``pricing.c`` computes
+the same values in three calls. The numpy code stays the reference and the fallback
+(``engine/candidates.py``, ``learn/acceptance.py``, ``engine/tree.py``); the callers choose.
+
+The module is built against Python's stable ABI (3.11), so one build serves every later Python
+too. ``pip install`` builds it (setup.py, with the kernels); ``load`` builds it on first use if
+the installed one is missing or was built from another source (a checkout that moved on, the GPU
+run's copy of the tree), into ``native/lib/pricing/<digest>/``. Where it cannot be built (no C
+compiler, no Python headers, a read-only install) the numpy code runs, and ``status`` says why.
+``ADASPARK_NUMPY_PRICING=1`` keeps the numpy code.
+
+    python -m adaspark_app.native.pricing [--force]   # build; print where and the status
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+from types import ModuleType
+
+from .build import LIB_DIR
+
+SOURCE = Path(__file__).resolve().parent / "pricing.c"
+SWITCH = "ADASPARK_NUMPY_PRICING"
+FLAGS = ("-O2", "-shared", "-fPIC", "-std=c11", "-Wall")  # no -ffast-math: the same libm as numpy's fallback
+FAILED = "failed.txt"
+
+_loaded: ModuleType | None = None
+_status = "not loaded"
+
+
+def digest() -> str:
+    """The build's key: the source and the flags."""
+    h = hashlib.sha256(SOURCE.read_bytes())
+    h.update(" ".join(FLAGS).encode())
+    return h.hexdigest()[:16]
+
+
+def target() -> Path:
+    """Where this source's build lives."""
+    return LIB_DIR / "pricing" / digest() / "_pricing.abi3.so"
+
+
+def compiler() -> str | None:
+    """The C compiler: $CC, else cc or gcc on the PATH."""
+    cc = os.environ.get("CC", "").split()
+    if cc and shutil.which(cc[0]):
+        return cc[0]
+    return shutil.which("cc") or shutil.which("gcc")
+
+
+class BuildError(RuntimeError):
+    """The module could not be built (one line: why)."""
+
+
+def build(force: bool = False) -> Path:
+    """Compile ``pricing.c`` into ``target()`` (atomically: processes may race here), removing the
+    builds of earlier sources; BuildError with the compiler's first error line when it cannot."""
+    out = target()
+    if out.exists() and not force:
+        return out
+    cc = compiler()
+    if cc is None:
+        raise BuildError("no C compiler (cc, gcc or $CC)")
+    include = sysconfig.get_paths().get("include") or ""
+    if not Path(include, "Python.h").exists():
+        raise BuildError(f"no Python headers (Python.h) in {include or 'an unknown folder'}")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.{os.getpid()}")
+    cmd = [cc, *FLAGS, f"-I{include}", str(SOURCE), "-o", str(tmp), "-lm"]
+    try:
+        res = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise BuildError(f"{cc} failed to run: {e}") from None
+    if res.returncode != 0:
+        tmp.unlink(missing_ok=True)
+        first = next((ln for ln in res.stderr.splitlines() if "error" in ln), res.stderr.strip()[:200])
+        raise BuildError(f"{cc} failed: {first}")
+    os.replace(tmp, out)
+    (out.parent / FAILED).unlink(missing_ok=True)
+    for old in out.parent.parent.iterdir():  # builds of earlier sources (a process using one keeps its mapping)
+        if old.is_dir() and old != out.parent:
+            shutil.rmtree(old, ignore_errors=True)
+    return out
+
+
+def _import(path: Path) -> ModuleType:
+    import importlib.machinery
+    import importlib.util
+
+    loader = importlib.machinery.ExtensionFileLoader("adaspark_app.native._pricing", str(path))
+    spec = importlib.util.spec_from_file_location("adaspark_app.native._pricing", str(path), loader=loader)
+    mod = importlib.util.module_from_spec(spec)
+    loader.exec_module(mod)
+    return mod
+
+
+def load() -> ModuleType | None:
+    """The C module (built first if need be), or None where the numpy code runs (``status``
+    says why). Once per process."""
+    global _loaded, _status
+    if _status != "not loaded":
+        return _loaded
+    if os.environ.get(SWITCH, "") not in ("", "0"):
+        _status = f"numpy ({SWITCH}={os.environ[SWITCH]})"
+        return None
+    path = target()
+    failed = path.parent / FAILED
+    if not path.exists():
+        if failed.exists():  # a build of this source failed before: not again in every process
+            _status = f"numpy (C pricing not built: {failed.read_text(encoding='utf-8').strip()})"
+            return None
+        try:
+            build()
+        except (BuildError, OSError) as e:
+            why = str(e).splitlines()[0] if str(e) else type(e).__name__
+            try:
+                failed.parent.mkdir(parents=True, exist_ok=True)
+                failed.write_text(why + "\n", encoding="utf-8")
+            except OSError:
+                pass
+            _status = f"numpy (C pricing not built: {why})"
+            return None
+    try:
+        _loaded = _import(path)
+    except (ImportError, OSError) as e:
+        _status = f"numpy (C pricing failed to load: {str(e).splitlines()[0]})"
+        return None
+    _status = "C"
+    return _loaded
+
+
+def status() -> str:
+    """``C``, or ``numpy (why)``; loads the module if no one has yet."""
+    load()
+    return _status
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    ap = argparse.ArgumentParser(description="Build AdaSpark's round pricing in C for this Python.")
+    ap.add_argument("--force", action="store_true", help="rebuild even if this source's build exists")
+    a = ap.parse_args(argv)
+    try:
+        path = build(force=a.force)
+    except (BuildError, OSError) as e:
+        print(f"adaspark: C pricing not built: {e}", file=sys.stderr)
+        return 2
+    print(f"{path} ({status()})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
