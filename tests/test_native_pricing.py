@@ -245,3 +245,40 @@ def test_a_fresh_build_for_another_source_loads_and_prices(monkeypatch, tmp_path
     assert len(built) == 1 and built[0] == pricing.target()
     assert pricing.load().__file__ == str(built[0])  # its own build, from the new folder
     assert pricing.main(["--force"]) == 0
+
+
+LATER_PYTHON_CHECK = r"""
+import array, importlib.machinery, importlib.util, sys
+path = sys.argv[1]
+loader = importlib.machinery.ExtensionFileLoader("_pricing", path)
+mod = importlib.util.module_from_spec(importlib.util.spec_from_file_location("_pricing", path, loader=loader))
+loader.exec_module(mod)
+# a chain of three nodes under the anchor and a sibling of the first: Q, the order and S(n)
+q = array.array("d", [0.5, 0.8, 0.9, 0.25])
+ints = array.array("q", [-1, 0, 1, -1, 2, 2, 2, 2])  # parent row, then kind row (n-gram)
+out, order = array.array("d", [0.0] * 20), array.array("q", [0] * 4)
+mod.tree_values(q, ints, bytearray(4), 4, out, order, bytearray(4))
+print(sys.version_info[:2], list(out[:4]), list(order))
+"""
+
+
+@pytest.mark.skipif(C_MODULE is None, reason=f"C pricing not built: {pricing.status()}")
+@pytest.mark.parametrize("version", ["3.12", "3.13"])
+def test_the_build_serves_a_later_python(version):
+    """The GPU machine's image runs Python 3.12: the build carried there (stable ABI 3.11) loads
+    and computes under a later Python too (where one is installed)."""
+    import shutil
+    import subprocess
+
+    # an installed interpreter (pyenv's own, not its shim, which runs only the selected versions)
+    found = sorted(Path.home().glob(f".pyenv/versions/{version}*/bin/python{version}"))
+    exe = str(found[-1]) if found else shutil.which(f"python{version}")
+    if exe is None or "/shims/" in exe:
+        pytest.skip(f"no python{version} here")
+    res = subprocess.run([exe, "-I", "-c", LATER_PYTHON_CHECK, C_MODULE.__file__], capture_output=True, text=True,
+                         timeout=60)
+    assert res.returncode == 0, res.stderr
+    major_minor = tuple(int(x) for x in version.split("."))
+    assert res.stdout.split(")")[0] + ")" == str(major_minor)
+    # Q: 0.5, 0.4, 0.36 along the chain, 0.25 for the sibling; the order by Q
+    assert res.stdout.strip().endswith("[0.5, 0.4, 0.36000000000000004, 0.25] [0, 1, 2, 3]")

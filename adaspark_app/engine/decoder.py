@@ -233,7 +233,7 @@ class Decoder:
         if width < choice.width:
             choice.decided_by = Decider.CLAMP
         choice.width = width
-        selected = [int(j) for j in tree.order[:width - 1]]
+        selected = tree.order[:width - 1].tolist()
         if self.policy.explores and width > 1 and tree.is_ng.any():
             self.counters.tree_rounds_with_ngram += 1
             placed = np.zeros(len(cands), dtype=bool)

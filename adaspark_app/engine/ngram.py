@@ -30,7 +30,7 @@ is confirmed verifies all of it (``learn.width.long_copy_floor``).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from adaspark_app.learn.constants import (COPY_CONTEXT_LADDER, COPY_EVIDENCE_CAP, LONG_COPY_DEPTH, LONG_COPY_MATCH,
                                           LONG_COPY_MIN, NGRAM_FOLLOWER_CONTEXT, NGRAM_MAX_DEPTH)
@@ -70,9 +70,9 @@ def long_copy_rows(steps: Sequence["NgramStep"]) -> int:
     return 1 + k if k >= LONG_COPY_MIN else 0
 
 
-@dataclass(frozen=True)
-class NgramStep:
-    """One proposed token of an n-gram chain.
+class NgramStep(NamedTuple):
+    """One proposed token of an n-gram chain (a named tuple: a chain makes dozens a round, and a
+    frozen dataclass cost a microsecond each to build).
 
     ``kind`` is ``NgramKind.COPY`` (continues an earlier passage) or ``NgramKind.FOLLOWER`` (the
     most frequent follower of the last 3 tokens). ``evidence`` is, for a copy, the length of the matched

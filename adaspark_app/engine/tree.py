@@ -20,6 +20,7 @@ from ..learn.kinds import NgramKind, NodeKind, Source
 # slower than an int, and these codes fill and test the round's arrays
 KIND_PICK, KIND_SIBLING, KIND_NGRAM = int(NodeKind.PICK), int(NodeKind.SIBLING), int(NodeKind.NGRAM)
 _NG_NONE = int(NgramKind.NONE)
+_AGREED, _NGRAM, _DRAFTER = Source.AGREED.value, Source.NGRAM.value, Source.DRAFTER.value  # an enum's .value is a property call
 
 
 @dataclass
@@ -73,8 +74,8 @@ class Candidates:
     def source(self, i: int) -> str:
         """The row class by source (``Source``): a drafter candidate, an n-gram node, or one both proposed."""
         if self.agreed[i]:
-            return Source.AGREED.value
-        return Source.NGRAM.value if self.kind[i] == KIND_NGRAM else Source.DRAFTER.value
+            return _AGREED
+        return _NGRAM if self.kind[i] == KIND_NGRAM else _DRAFTER
 
 
 def best_first_order(Q: np.ndarray) -> np.ndarray:
