@@ -27,16 +27,17 @@ class BuildWithKernels(build_py):
             path = mod.build(say=lambda m: print(m, file=sys.stderr, flush=True))
             cuda = ", and the batch-invariant CUDA library" if mod.built_cuda() else ""
             print(f"adaspark: Q4_1 kernels ({', '.join(mod.built_variants())}){cuda} in {path}", file=sys.stderr)
-            if not getattr(self, "editable_mode", False):  # a wheel: ship the libraries (one per variant) in it
-                dest = Path(self.build_lib) / "adaspark_app" / "native" / "lib"
-                for f in path.rglob("*"):
-                    if f.is_file() and f.name != "build.log":
-                        (dest / f.relative_to(path)).parent.mkdir(parents=True, exist_ok=True)
-                        (dest / f.relative_to(path)).write_bytes(f.read_bytes())
         except Exception as e:  # noqa: BLE001 - any failure leaves the stock kernels
             print(f"adaspark: WARNING: Q4_1 kernels not built ({e}); the stock llama.cpp kernels will be used",
                   file=sys.stderr)
         self.build_pricing()
+        if not getattr(self, "editable_mode", False):  # a wheel: ship what was built (kernels per variant, pricing)
+            lib = mod.LIB_DIR
+            dest = Path(self.build_lib) / "adaspark_app" / "native" / "lib"
+            for f in lib.rglob("*") if lib.is_dir() else ():
+                if f.is_file() and f.name not in ("build.log", "failed.txt"):
+                    (dest / f.relative_to(lib)).parent.mkdir(parents=True, exist_ok=True)
+                    (dest / f.relative_to(lib)).write_bytes(f.read_bytes())
 
     def build_pricing(self):
         """The round's pricing in C (adaspark_app/native/pricing.py); without it the numpy code runs."""
@@ -44,12 +45,7 @@ class BuildWithKernels(build_py):
         try:
             from adaspark_app.native import pricing
 
-            path = pricing.build()
-            print(f"adaspark: the round's pricing in C: {path}", file=sys.stderr)
-            if not getattr(self, "editable_mode", False):
-                dest = Path(self.build_lib) / path.relative_to(ROOT)
-                dest.parent.mkdir(parents=True, exist_ok=True)
-                dest.write_bytes(path.read_bytes())
+            print(f"adaspark: the round's pricing in C: {pricing.build()}", file=sys.stderr)
         except Exception as e:  # noqa: BLE001 - the numpy pricing stays
             print(f"adaspark: WARNING: the round's pricing in C not built ({e}); the numpy code will run",
                   file=sys.stderr)

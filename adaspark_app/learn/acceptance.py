@@ -349,7 +349,7 @@ _AB_BIN = _bins(np.arange(ABOVE_EDGES[-1] + 1), ABOVE_EDGES)  # n-gram nodes abo
 
 
 #: a proposal class's evidence 0..COPY_EVIDENCE_CAP -> its evidence bin (precision.py shrinks toward it)
-CLASS_BIN = np.maximum(np.searchsorted(EVIDENCE_EDGES, np.arange(COPY_EVIDENCE_CAP + 1), side="right") - 1, 0)
+CLASS_BIN = _bins(np.arange(COPY_EVIDENCE_CAP + 1), EVIDENCE_EDGES)
 
 
 def _native_pricing():
