@@ -151,10 +151,14 @@ def test_scripted_target_commits_the_reference_reply_at_the_modeled_widths(model
             r = eng.generate(f"s{i}", [{"role": "user", "content": p}], max_tokens=MAX_TOKENS)
             got.append(r.tokens)
             rounds += r.rounds
+        # D without the drafter is the host's alone where the forward overlaps it (a GPU): the
+        # decoder keeps it from scaling the verify prices there, and only there
+        host_clock = eng.decoder.learners.cost.host_clock
     finally:
         eng.close()
     assert got == base
     assert len(st.forwards) == rounds
+    assert host_clock is (not overlap)
 
 
 def test_curve_is_read_and_refused_with_one_line():

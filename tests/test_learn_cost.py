@@ -350,6 +350,27 @@ def test_level_follows_a_slower_machine_within_8_verifies_and_d_clock_scales_idl
     assert cost.raw_price(16, 500) == pytest.approx(0.030 * 1.3, rel=0.01), "the idle class follows the D clock"
 
 
+def test_on_a_gpu_the_host_clock_leaves_verify_prices_alone_but_the_drafter_clock_still_scales():
+    """Where the forward runs on a GPU (``host_clock`` False) D without the drafter is host time:
+    a class measured beside small trees (D 0.3 ms) keeps its measured price beside large ones
+    (D 0.8 ms). Rounds with the drafter keep the paper's clock (its forward runs on the device)."""
+    def model(host_clock: bool, drafter: bool) -> VerifyCostModel:
+        cost = VerifyCostModel()
+        cost.host_clock = host_clock
+        for _ in range(8):
+            cost.note_fixed(0.0003, drafter)
+        for _ in range(3):
+            cost.observe(16, 500, 0.0096)
+        for _ in range(8):  # larger trees: more host time a round, the device unchanged
+            cost.note_fixed(0.0008, drafter)
+        return cost
+
+    assert model(False, False).raw_price(16, 500) == pytest.approx(0.0096)
+    assert model(False, False).prices(500)[16] == pytest.approx(0.0096)
+    assert model(True, False).raw_price(16, 500) == pytest.approx(0.0096 * 2.0), "the CPU's clock (clamped at 2)"
+    assert model(False, True).raw_price(16, 500) == pytest.approx(0.0096 * 2.0), "the drafter's clock stays"
+
+
 def test_before_its_law_a_width_is_priced_at_its_lowest_time_on_the_d_clock():
     cls = RowClass(4)
     cls.observe(500, 0.012, 0.004)

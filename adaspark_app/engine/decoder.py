@@ -134,6 +134,8 @@ class Decoder:
         """
         b = self.backend
         self._flush_pending()
+        # D without the drafter is host time alone where the forward runs on a GPU: not a clock there
+        self.learners.cost.host_clock = not b.forward_overlaps
         if len(prompt) >= b.n_ctx - 1:
             raise ContextOverflowError(
                 f"the prompt has {len(prompt)} tokens but the context holds {b.n_ctx}: "

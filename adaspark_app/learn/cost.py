@@ -469,6 +469,13 @@ class VerifyCostModel:
         self.d_windows: dict[bool, deque[float]] = {False: deque(maxlen=LEVEL_WINDOW),
                                                     True: deque(maxlen=LEVEL_WINDOW)}
         self.last_drafter = False  # kind of the latest drafted round: the clock its verify is measured on
+        # Whether the clock of rounds without the drafter scales verify prices. On the CPU the verify
+        # and the round's host work share the cores, so D follows the machine's speed. On a GPU
+        # (the decoder sets this from LlamaBackend.forward_overlaps each request) D without the
+        # drafter is host time alone, which says nothing of the device's speed and grows with the
+        # tree: scaled by it, a class measured beside small trees was priced up to 2x its time
+        # beside large ones. There the level alone follows the device. Not persisted.
+        self.host_clock = True
         # D's running mean per kind of drafted round (``note_round``): what prices the next round's D
         # in Eq. (7) before it is timed. Not persisted: a load starts it afresh.
         self.d_mean: dict[bool, float] = {}
@@ -565,7 +572,11 @@ class VerifyCostModel:
         return self.d_mean.get(drafter)
 
     def _clock_for(self, cls: RowClass) -> float:
-        """D now on the clock the class was measured on (Eq. 5's D_now / D_k of one kind)."""
+        """D now on the clock the class was measured on (Eq. 5's D_now / D_k of one kind); 0 (no
+        clock: ``RowClass.price`` scales by 1) for rounds without the drafter where D is the host's
+        alone (``host_clock`` False)."""
+        if not cls.d_drafter and not self.host_clock:
+            return 0.0
         return self.d_clock(cls.d_drafter)
 
     def _set_reach(self, reach: int) -> None:

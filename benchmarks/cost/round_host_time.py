@@ -64,7 +64,7 @@ from adaspark_app.learn.acceptance import _design
 from adaspark_app.native import pricing
 from adaspark_app.runner import load_script
 from benchmarks.common import cpu_model, emit_report
-from benchmarks.cost.scripted_target import GPU_LIKE_CURVE, ScriptedTarget, parse_curve
+from benchmarks.cost.scripted_target import ScriptedTarget, add_run_arguments, parse_curve, reference_replies
 
 KINDS = ("plain", "tree, width 1", "tree, wider")
 
@@ -87,31 +87,6 @@ def _event_batcher() -> EventBatcher:
     """The chat's engine process's handling of round events (``worker.EventBatcher``), a batch
     pickled as its pipe would pickle it, and nothing written."""
     return EventBatcher(lambda events, times: pickle.dumps((events, times)))
-
-
-def _references(convs: list, max_tokens: int) -> list[list[tuple[list[int], str]]]:
-    """Per conversation, per turn: the reply of a real `ar` run (its tokens and text)."""
-    eng = _engine("ar")
-    prompt_len: list[int] = []
-    start = eng.decoder.start_reply
-
-    def start_reply(prompt):
-        prompt_len.append(len(prompt))
-        return start(prompt)
-
-    eng.decoder.start_reply = start_reply
-    refs = []
-    for c in convs:
-        msgs, turns = [], []
-        for t, u in enumerate(c.turns):
-            msgs.append({"role": "user", "content": u})
-            r = eng.generate(c.id, msgs, max_tokens=max_tokens, turn=t)
-            turns.append((eng.decoder.committed()[prompt_len[-1]:], r.text))
-            msgs.append({"role": "assistant", "content": r.text})
-        eng.reset_conversation()
-        refs.append(turns)
-    eng.close()
-    return refs
 
 
 def _host_so_far(rec: dict[str, list[tuple[float, float]]], between: list[float]) -> tuple[float, int]:
@@ -269,9 +244,7 @@ def _parts_table(name: str, rows: list[dict[str, float]]) -> list[str]:
 def main() -> None:
     native.activate()  # the Q4_1 kernels, if built, before anything imports llama_cpp
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("script")
-    ap.add_argument("--limit", type=int, default=10, help="conversations (first N)")
-    ap.add_argument("--max-tokens", type=int, default=128)
+    add_run_arguments(ap, 10, "with --scripted: the modeled forward time, ROWS:MS,...")
     ap.add_argument("--no-reuse", action="store_true", help="add an engine without the pricing reuse")
     ap.add_argument("--parts", action="store_true", help="split the tree rounds' host time by step")
     ap.add_argument("--cache", action="store_true", help="replay the pricing with warm and with flushed CPU caches")
@@ -283,8 +256,6 @@ def main() -> None:
                     help="with --scripted: add `adaspark` with the forward overlapping the host, as on a GPU")
     ap.add_argument("--numpy-pricing", action="store_true",
                     help="add a twin of each `adaspark` engine that prices its rounds with the numpy code, not C")
-    ap.add_argument("--curve", default=",".join(f"{r}:{ms}" for r, ms in GPU_LIKE_CURVE),
-                    help="with --scripted: the modeled forward time, ROWS:MS,... (default %(default)s)")
     ap.add_argument("--out", type=Path, default=None)
     a = ap.parse_args()
     if a.overlap and not a.scripted:
@@ -294,7 +265,7 @@ def main() -> None:
     except ValueError as e:
         ap.error(str(e))
     convs = list(load_script(a.script))[: a.limit]
-    refs = _references(convs, a.max_tokens) if a.scripted else None
+    refs = reference_replies(convs, a.max_tokens) if a.scripted else None
     arms = {"ar": _engine("ar"), "adaspark": _engine("adaspark")}
     if a.no_reuse:
         arms["adaspark, no reuse"] = _engine("adaspark", reuse=False)
@@ -332,12 +303,12 @@ def main() -> None:
             for t, u in enumerate(c.turns):
                 msgs.append({"role": "user", "content": u})
                 if refs is not None:
-                    scripted[name].expect(refs[i][t][0])
+                    scripted[name].expect(refs[i][t].reply)
                 r = eng.generate(c.id, msgs, max_tokens=a.max_tokens, turn=t,
                                  on_round=batcher.add if batcher is not None else None)
                 if batcher is not None:
                     batcher.flush()
-                differ += int(refs is not None and r.text != refs[i][t][1])
+                differ += int(refs is not None and r.text != refs[i][t].text)
                 msgs.append({"role": "assistant", "content": r.text})
             eng.reset_conversation()
             after = _host_so_far(recs[name], between[name])

@@ -23,14 +23,65 @@ So the host code runs with warm caches, at the round mix a GPU's cheap wide veri
 
 from __future__ import annotations
 
+import argparse
 import time
 from collections.abc import Callable, Sequence
+from typing import NamedTuple
 
 import numpy as np
 
 from adaspark_app.engine.backend import LlamaBackend
+from adaspark_app.engine.chat_engine import ChatEngine
+
+
+class Reference(NamedTuple):
+    """One turn of a real `ar` run: what a scripted target replays, and what an oracle prices."""
+
+    prompt: list[int]  # the turn's prompt tokens (the conversation so far, templated)
+    reply: list[int]  # the reply's tokens: the prefill's first token, then the rounds' (eog included)
+    text: str
+    capped: bool  # the reply reached max_tokens without ending
+
+
+def reference_replies(convs: Sequence, max_tokens: int, n_ctx: int = 4096) -> list[list[Reference]]:
+    """Per conversation, per turn: the reply of a real `ar` run on the bundled model (CPU), each
+    turn's history the replies before it."""
+    eng = ChatEngine(None, arm="ar", n_ctx=n_ctx, n_threads=2)
+    prompts: list[list[int]] = []
+    start = eng.decoder.start_reply
+
+    def start_reply(prompt):
+        prompts.append(list(prompt))
+        return start(prompt)
+
+    eng.decoder.start_reply = start_reply
+    refs = []
+    try:
+        for c in convs:
+            msgs, turns = [], []
+            for t, u in enumerate(c.turns):
+                msgs.append({"role": "user", "content": u})
+                r = eng.generate(c.id, msgs, max_tokens=max_tokens, turn=t)
+                turns.append(Reference(prompts[-1], eng.decoder.committed()[len(prompts[-1]):], r.text, r.looped))
+                msgs.append({"role": "assistant", "content": r.text})
+            eng.reset_conversation()
+            refs.append(turns)
+    finally:
+        eng.close()
+    return refs
+
 
 GPU_LIKE_CURVE: tuple[tuple[int, float], ...] = ((1, 6.6), (16, 8.3), (32, 9.3), (64, 11.8))  # rows, ms
+
+
+def add_run_arguments(ap: argparse.ArgumentParser, limit: int, curve_help: str) -> None:
+    """The arguments the scripted runs share: the script, its first ``--limit`` conversations, the
+    reply cap, and ``--curve`` (default GPU_LIKE_CURVE)."""
+    ap.add_argument("script")
+    ap.add_argument("--limit", type=int, default=limit, help="first N conversations" + (" (0: all)" if limit == 0 else ""))
+    ap.add_argument("--max-tokens", type=int, default=128)
+    ap.add_argument("--curve", default=",".join(f"{r}:{ms}" for r, ms in GPU_LIKE_CURVE),
+                    help=curve_help + " (default %(default)s)")
 
 
 def parse_curve(text: str) -> tuple[tuple[int, float], ...]:

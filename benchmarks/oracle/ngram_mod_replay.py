@@ -42,6 +42,7 @@ import argparse
 import math
 import sys
 from collections import defaultdict
+from collections.abc import Callable
 
 import numpy as np
 
@@ -158,6 +159,16 @@ def positions(prompt: list[int], reply: list[int], stop=None):
     return seq
 
 
+def oracle_width(chain: list[int], reply: list[int], pos: int, cost: Callable[[int], float], d: float,
+                 capped: bool) -> int:
+    """The oracle's width at ``pos``: it knows how far ``chain`` runs along the reply and picks the
+    width of the best tokens per cost (a drafted round pays ``d`` more), up to 64 rows; a reply cut at
+    max_tokens (``capped``) verifies no more rows than tokens are left."""
+    run = run_of(chain, reply, pos)
+    widths = range(1, 65) if not capped else range(1, min(64, len(reply) - pos) + 1)
+    return max(widths, key=lambda w: (min(run, w - 1) + 1) / (cost(w) + (d if w > 1 else 0.0)))
+
+
 def simulate(seq, reply, choose, cost, d: float, capped: bool) -> tuple[float, int, int, int]:
     """Speed over plain, rounds drafted, rows verified, tokens accepted from drafts. A reply cut
     at max_tokens (``capped``) clamps each verify to the tokens left, as the engine's budget does
@@ -204,10 +215,7 @@ def main() -> None:
     capped_now = [False]  # whether the reply being simulated was cut at max_tokens (the oracle's budget)
 
     def oracle(p, reply, pos, prev):
-        chain = p[2]
-        run = run_of(chain, reply, pos)
-        widths = range(1, 65) if not capped_now[0] else range(1, min(64, len(reply) - pos) + 1)
-        return max(widths, key=lambda w: (min(run, w - 1) + 1) / (cost(w) + (d if w > 1 else 0.0))), chain
+        return oracle_width(p[2], reply, pos, cost, d, capped_now[0]), p[2]
 
     def ngram_mod(p, reply, pos, prev):
         return len(p[4]) + 1, p[4]

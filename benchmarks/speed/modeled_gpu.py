@@ -1,0 +1,277 @@
+"""Speed on a modeled GPU: the engine's real host code, the target's forward at a GPU's cost curve.
+
+No GPU has been lent to a session yet, so issue 41's speed bars (`adaspark` at least 2.0x its own
+`ar` on paste-and-ask and 1.4x on multi-turn chat, at least 60% of the n-gram oracle's gain) are
+estimated here, on this CPU, with the scripted target (``benchmarks/cost/scripted_target.py``):
+
+- every arm commits the reply a real `ar` run of the bundled model gave (checked, reply by reply);
+- each forward of n rows takes the curve's time (``--curve``, default issue 41's RTX 4090 8B
+  figures), spinning on the host, overlapped as on a GPU: llama_decode returns at once and the
+  wait is at the logits' read, so the engine's deferred learning runs during it;
+- everything else is the engine as it ships: the n-gram index, the tree, the acceptance model,
+  the cost model learning the modeled curve from its own timings, the chooser, the batch.
+
+Arms run interleaved per conversation (the order rotates), each engine on a fresh in-memory store
+that learns over the whole set, as a new user's would. Replies reaching ``--max-tokens`` are kept
+(a fixed-length comparison) and counted. Beside the arms, on the same `ar` replies and the same
+curve (no host time): the n-gram oracle (it knows how far each copy of the conversation's own text
+runs, 64 rows at most, and pays nothing for misses) and llama.cpp's ``ngram-mod`` rule
+(``benchmarks/oracle/ngram_mod_replay.py``). `adaspark`'s share of the oracle's gain is
+(adaspark/ar - 1) / (oracle - 1).
+
+With ``--host-clock`` an arm `adaspark@host-clock` runs beside them: `adaspark` whose cost model
+scales the verify prices of rounds without the drafter by D, the round's host time, as it does on
+the CPU (``VerifyCostModel.host_clock``); on a GPU that clock says nothing of the device.
+
+What this cannot say: how a real GPU's curve steps (the learner's job; ``benchmarks/gpu/run.sh``
+measures it), the GPU host's own speed, and a 7B model's text (the replies are the bundled
+model's).
+
+    python -m benchmarks.speed.modeled_gpu SET.jsonl [--limit N] [--max-tokens 128]
+        [--arms ar,adaspark,pinned:4,pinned:16] [--curve 1:6.6,16:8.3,32:9.3,64:11.8] [--host-clock] [--out FILE.md]
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import platform
+import sys
+import time
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from adaspark_app import native
+from adaspark_app.bench.stats import ReplyRecord, bootstrap_interval, compare, geometric_mean, merge_repeats
+from adaspark_app.engine.arms import parse_arm
+from adaspark_app.engine.chat_engine import ChatEngine
+from adaspark_app.errors import AdaSparkError
+from adaspark_app.runner import load_script
+from benchmarks.common import cpu_model, emit_report
+from benchmarks.cost.scripted_target import Reference, ScriptedTarget, add_run_arguments, curve_ms, parse_curve, \
+    reference_replies
+from benchmarks.oracle.ngram_mod_replay import group_of, oracle_width, positions, simulate
+
+DEFAULT_ARMS = "ar,adaspark,pinned:4,pinned:16"
+HOST_CLOCK_ARM = "adaspark@host-clock"
+GROUPS = ("paste-and-ask", "multi-turn chat")
+WIDTH_BINS = ((4, "2-4"), (8, "5-8"), (16, "9-16"), (32, "17-32"), (64, "33-64"))
+
+
+def _engine(arm: str) -> ChatEngine:
+    """The arm's engine; ``HOST_CLOCK_ARM`` is `adaspark` whose cost model keeps scaling the verify
+    prices of rounds without the drafter by their D (host time), as on the CPU, where the forward
+    runs on the (modeled) GPU."""
+    eng = ChatEngine(None, arm="adaspark" if arm == HOST_CLOCK_ARM else arm, n_ctx=4096, n_threads=2)
+    if arm == HOST_CLOCK_ARM:
+        dec = eng.decoder
+        start = dec.start_reply
+
+        def start_reply(prompt):
+            out = start(prompt)
+            dec.learners.cost.host_clock = True
+            return out
+
+        dec.start_reply = start_reply
+    return eng
+
+
+def curve_cost(curve: Sequence[tuple[int, float]]) -> Callable[[int], float]:
+    """A width's modeled forward time over one row's."""
+    one = curve_ms(1, curve)
+    return lambda w: curve_ms(w, curve) / one
+
+
+def headroom(ref: Reference, cost: Callable[[int], float], stop: Callable[[int], bool]) -> tuple[float, float]:
+    """(oracle, ngram-mod) speed over plain decode on one reply at the curve's costs: the rounds
+    after the prefill's first token, priced by ``cost`` with no host time."""
+    prompt, reply = ref.prompt + ref.reply[:1], ref.reply[1:]
+    if not reply:
+        return 1.0, 1.0
+    seq = positions(prompt, reply, stop)
+    oracle = simulate(seq, reply, lambda p, r, pos, prev: (oracle_width(p[2], r, pos, cost, 0.0, ref.capped), p[2]),
+                      cost, 0.0, ref.capped)[0]
+    mod = simulate(seq, reply, lambda p, r, pos, prev: (len(p[4]) + 1, p[4]), cost, 0.0, ref.capped)[0]
+    return oracle, mod
+
+
+def calibration_table(events: list) -> list[str]:
+    """`adaspark`'s tree rounds by verified width: the draft tokens the acceptance model expected
+    (S(n) of the verified nodes) against those accepted; cold and split measurements left out."""
+    bins: dict[str, list[float]] = {}
+    for e in events:
+        if e.prefill or e.width <= 1 or e.measured:
+            continue
+        key = next(label for top, label in WIDTH_BINS if e.width <= top)
+        b = bins.setdefault(key, [0, 0.0, 0])
+        b[0] += 1
+        b[1] += e.expected_accepted
+        b[2] += e.accepted
+    if not bins:
+        return []
+    lines = ["", "`adaspark`'s tree rounds: draft tokens the acceptance model expected against those accepted "
+             "(below 1: it underprices the tree):", "", "| verified rows | rounds | expected | accepted | expected / accepted |",
+             "|---|---|---|---|---|"]
+    for _, label in WIDTH_BINS:
+        if label in bins:
+            n, e, acc = bins[label]
+            lines.append(f"| {label} | {n} | {e:.0f} | {acc} | {e / acc:.2f} |" if acc else f"| {label} | {n} | {e:.0f} | 0 | - |")
+    return lines
+
+
+def prices_table(cost, curve: Sequence[tuple[int, float]], prompts: list[list[int]]) -> list[str]:
+    """What `adaspark`'s cost model learned by the end of the run, beside the modeled curve: each
+    priced width's verify price at the median prompt's context over its modeled time."""
+    context = int(sorted(len(p) for p in prompts)[len(prompts) // 2]) if prompts else 512
+    priced = cost.prices(context)
+    if not priced:
+        return []
+    lines = ["", f"What `adaspark` learned, at the median prompt's context ({context} tokens): each offered width's "
+             "price (Proposition 2: a wider class that costs less prices the narrower ones) beside the curve:", "",
+             "| rows | learned ms | modeled ms | learned / modeled |", "|---|---|---|---|"]
+    for w, sec in priced.items():
+        ms = curve_ms(w, curve)
+        lines.append(f"| {w} | {sec * 1e3:.2f} | {ms:.2f} | {sec * 1e3 / ms:.3f} |")
+    return lines
+
+
+def _gm_interval(by_conv: dict[str, list[float]]) -> tuple[float, float, float]:
+    """Geometric mean of per-reply values and its 95% bootstrap interval over conversations."""
+    vals = [v for vs in by_conv.values() for v in vs]
+    lo, hi = bootstrap_interval({c: [math.log(v) for v in vs] for c, vs in by_conv.items()})
+    return geometric_mean(vals), lo, hi
+
+
+def main() -> None:
+    native.activate()  # the CPU kernels, if built, before anything imports llama_cpp
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_run_arguments(ap, 0, "the modeled forward time, ROWS:MS,... linear between")
+    ap.add_argument("--arms", default=DEFAULT_ARMS, help="comma-separated arms; `ar` is the base (default %(default)s)")
+    ap.add_argument("--host-clock", action="store_true",
+                    help=f"add `{HOST_CLOCK_ARM}`: `adaspark` with D's host clock scaling its verify prices, as on the CPU")
+    ap.add_argument("--out", type=Path, default=None)
+    a = ap.parse_args()
+    try:
+        curve = parse_curve(a.curve)
+        arms = [a.strip() for a in a.arms.split(",") if a.strip()]
+        for arm in arms:
+            if arm != HOST_CLOCK_ARM:
+                parse_arm(arm)
+        convs = load_script(a.script)
+    except (ValueError, AdaSparkError) as e:
+        print(f"modeled_gpu: {e}", file=sys.stderr)
+        sys.exit(2)
+    if "ar" not in arms:
+        print("modeled_gpu: --arms must include ar, the base of every ratio", file=sys.stderr)
+        sys.exit(2)
+    if a.max_tokens < 2:
+        print("modeled_gpu: --max-tokens must be at least 2", file=sys.stderr)
+        sys.exit(2)
+    convs = convs[: a.limit] if a.limit > 0 else convs
+    t0 = time.time()
+    print(f"reference `ar` replies of {len(convs)} conversations ...", flush=True)
+    refs = reference_replies(convs, a.max_tokens)
+    if a.host_clock and HOST_CLOCK_ARM not in arms:
+        arms.append(HOST_CLOCK_ARM)
+    engines = {arm: _engine(arm) for arm in arms}
+    targets = {arm: ScriptedTarget(eng.backend, curve, overlap=True) for arm, eng in engines.items()}
+    records: list[ReplyRecord] = []
+    priced: dict[str, list] = {"adaspark": []}  # `adaspark`'s round events: priced against accepted
+    differ = 0
+    for i, c in enumerate(convs):
+        k = i % len(arms)
+        for arm in arms[k:] + arms[:k]:
+            eng, msgs = engines[arm], []
+            for t, u in enumerate(c.turns):
+                msgs.append({"role": "user", "content": u})
+                targets[arm].expect(refs[i][t].reply)
+                r = eng.generate(c.id, msgs, max_tokens=a.max_tokens, turn=t,
+                                 on_round=priced[arm].append if arm == "adaspark" else None)
+                differ += int(r.text != refs[i][t].text)
+                records.append(ReplyRecord(arm=arm, conversation=c.id, turn=t, n_tokens=r.n_tokens,
+                                           decode_s=r.decode_s, category=c.category, text=r.text, rounds=r.rounds,
+                                           widths=dict(r.widths)))
+                msgs.append({"role": "assistant", "content": r.text})
+            eng.reset_conversation()
+        print(f"{i + 1}/{len(convs)} {c.id}", flush=True)
+    stop = engines["ar"].backend.is_control
+    cost = curve_cost(curve)
+    room: dict[str, dict[str, dict[str, list[float]]]] = {g: {"oracle": defaultdict(list), "ngram-mod": defaultdict(list)}
+                                                          for g in (*GROUPS, "all")}
+    for c, turns in zip(convs, refs):
+        for ref in turns:
+            o, m = headroom(ref, cost, stop)
+            for g in (group_of(c.category or ""), "all"):
+                room[g]["oracle"][c.id].append(o)
+                room[g]["ngram-mod"][c.id].append(m)
+    learned = engines["adaspark"].decoder.learners.cost if "adaspark" in engines else None
+    price_lines = prices_table(learned, curve, [ref.prompt for turns in refs for ref in turns]) if learned else []
+    for eng in engines.values():
+        eng.close()
+
+    cmd = f"python -m benchmarks.speed.modeled_gpu {a.script} --max-tokens {a.max_tokens} --arms {','.join(arms)} --curve {a.curve}"
+    cmd += f" --limit {a.limit}" if a.limit > 0 else ""
+    capped = sum(ref.capped for turns in refs for ref in turns)
+    n_replies = sum(len(turns) for turns in refs)
+    lines = [f"# Speed on a modeled GPU: `{a.script}` ({len(convs)} conversations, {n_replies} replies, {a.max_tokens} tokens)",
+             "", f"`{cmd}`", "",
+             f"Machine: {cpu_model()} ({platform.machine()}, {len(os.sched_getaffinity(0))} cores), Python "
+             f"{platform.python_version()}. The bundled model's `ar` replies replayed; every forward takes the modeled "
+             f"time of the curve {a.curve} (rows:ms), overlapped as on a GPU; the host code is the engine's own. "
+             f"Replies that differ from `ar`'s: {differ} (a defect if not 0). Replies that reached the cap: {capped} of "
+             f"{n_replies} (kept). Wall time {time.time() - t0:.0f} s.", "",
+             "Speed over `ar` (geometric mean of per-reply ratios, 95% bootstrap interval over conversations); the "
+             "oracle and ngram-mod on the same replies at the curve's costs, with no host time; share: the arm's gain "
+             "over the oracle's.", "",
+             "| group | replies | arm | over `ar` | oracle | share of the oracle's gain | ngram-mod (modeled) |",
+             "|---|---|---|---|---|---|---|"]
+    by_group = {g: [r for r in records if group_of(r.category or "") == g] for g in GROUPS}
+    if sum(1 for g in GROUPS if by_group[g]) > 1:
+        by_group["all"] = records
+    for g, recs in by_group.items():
+        if not recs:
+            continue
+        merged = merge_repeats(recs)
+        o, olo, ohi = _gm_interval(room[g]["oracle"])
+        m, mlo, mhi = _gm_interval(room[g]["ngram-mod"])
+        for arm in arms:
+            if arm == "ar":
+                continue
+            cmp = compare(merged, arm, "ar")
+            if cmp.ratio is None:
+                continue
+            share = (cmp.ratio - 1.0) / (o - 1.0) if o > 1.0 else float("nan")
+            lines.append(f"| {g} | {cmp.replies} | `{arm}` | {cmp.ratio:.3f} [{cmp.ci_low:.3f}, {cmp.ci_high:.3f}] | "
+                         f"{o:.3f} [{olo:.3f}, {ohi:.3f}] | {share:.0%} | {m:.3f} [{mlo:.3f}, {mhi:.3f}] |")
+    others = [arm for arm in arms if arm not in ("ar", "adaspark")]
+    if "adaspark" in arms and others:
+        lines += ["", "Each other arm over `adaspark`, paired per reply (geometric mean, 95% bootstrap interval over "
+                  "conversations):", "", "| group | arm | over `adaspark` |", "|---|---|---|"]
+        for g, recs in by_group.items():
+            merged = merge_repeats(recs)
+            for arm in others:
+                cmp = compare(merged, arm, "adaspark")
+                if cmp.ratio is not None:
+                    lines.append(f"| {g} | `{arm}` | {cmp.ratio:.3f} [{cmp.ci_low:.3f}, {cmp.ci_high:.3f}] |")
+    lines += calibration_table(priced["adaspark"])
+    lines += ["", "Rounds by verified width (every reply):", "", "| arm | tokens per round | widths (share of rounds) |",
+              "|---|---|---|"]
+    for arm in arms:
+        rs = [r for r in records if r.arm == arm]
+        widths: dict[int, int] = defaultdict(int)
+        for r in rs:
+            for w, n in r.widths.items():
+                widths[w] += n
+        rounds = sum(widths.values())
+        tokens = sum(r.n_tokens for r in rs)
+        top = sorted(widths.items(), key=lambda kv: -kv[1])[:6]
+        lines.append(f"| `{arm}` | {tokens / max(rounds, 1):.2f} | "
+                     + ", ".join(f"{w}: {n / rounds:.0%}" for w, n in sorted(top)) + " |")
+    lines += price_lines
+    emit_report(lines, a.out)
+
+
+if __name__ == "__main__":
+    main()
