@@ -52,11 +52,13 @@ def test_modeled_gpu_runs_the_arms_on_the_replayed_replies_and_refuses_bad_input
     script.write_text(json.dumps({"id": "copy", "turns": [f"Repeat exactly: {text} {text}", "Again, please."]}) + "\n")
     out = tmp_path / "gpu.md"
     run = subprocess.run(module_argv("benchmarks.speed.modeled_gpu", str(script), "--max-tokens", "32",
-                                     "--arms", "ar,adaspark,pinned:4", "--curve", "1:0.5,64:1.0", "--out", str(out)),
+                                     "--arms", "ar,adaspark,pinned:4", "--curve", "1:0.5,64:1.0", "--warm-up", str(script),
+                                     "--out", str(out)),
                          cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-2000:]
     report = out.read_text()
     assert "Replies that differ from `ar`'s: 0 " in report, report
+    assert f"Each engine first served `{script}` (1 conversations, untimed)" in report, report
     found = {m.group(2): m for m in re.finditer(
         r"^\| multi-turn chat \| (\d+) \| `(adaspark|pinned:4)` \| ([\d.]+) \[([\d.]+), ([\d.]+)\] \| ([\d.]+) ",
         report, re.M)}
@@ -69,7 +71,8 @@ def test_modeled_gpu_runs_the_arms_on_the_replayed_replies_and_refuses_bad_input
     one = re.search(r"^\| 1 \| ([\d.]+) \| ([\d.]+) \| ([\d.]+) \|$", report, re.M)
     assert one is not None and float(one.group(2)) == 0.5 and 0.9 < float(one.group(3)) < 1.5, report
     for argv, said in ((("--arms", "adaspark"), "must include ar"), (("--arms", "ar,nonsense"), "nonsense"),
-                       (("--curve", "16:8,1:6"), "rows must increase")):
+                       (("--curve", "16:8,1:6"), "rows must increase"),
+                       (("--warm-up", str(tmp_path / "missing.jsonl")), "missing.jsonl")):
         bad = subprocess.run(module_argv("benchmarks.speed.modeled_gpu", str(script), *argv),
                              cwd=ROOT, capture_output=True, text=True, timeout=60)
         assert bad.returncode == 2 and said in bad.stderr and "Traceback" not in bad.stderr, (argv, bad.stderr)

@@ -37,6 +37,34 @@ def test_summarise_reports_known_shares_and_ratios():
     assert "| | all | 3 | 10.0 | 8 | 1.250 |" in text
 
 
+def test_summarise_bins_nodes_by_depth_in_the_tree():
+    # depth 1: 4 nodes at 0.5, 2 accepted; depth 2-3: 2 at 0.8, both; depth 16+: 2 at 0.9 (depths 16 and 40), 1
+    nodes = [{"cls": "copy, matched 4-7", "q": 0.5, "y": int(i < 2), "depth": 1} for i in range(4)]
+    nodes += [{"cls": "copy, matched 8-15", "q": 0.8, "y": 1, "depth": d} for d in (2, 3)]
+    nodes += [{"cls": "copy, matched 32+", "q": 0.9, "y": int(d == 16), "depth": d} for d in (16, 40)]
+    text = node_calibration.summarise(nodes, [])
+    assert "| 1 | 4 | 0.500 | 0.500 | 1.000 |" in text
+    assert "| 2-3 | 2 | 0.800 | 1.000 | 0.800 |" in text
+    assert "| 16+ | 2 | 0.900 | 0.500 | 1.800 |" in text
+    assert "| 4-7 |" not in text and "| 8-15 |" not in text  # no nodes there: no row
+
+
+@pytest.mark.model
+def test_scripted_recording_replays_the_reference_replies_and_records_depths(tmp_path):
+    """`--scripted`: the bundled model's `ar` replies replayed at a modeled curve; every recorded
+    node carries its depth, and the report has the depth table."""
+    import json
+
+    script = tmp_path / "s.jsonl"
+    text = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron pi rho"
+    script.write_text(json.dumps({"id": "copy", "turns": [f"Repeat exactly, twice: {text}"]}) + "\n")
+    out = tmp_path / "calib.md"
+    assert node_calibration.main([str(script), "--max-tokens", "48", "--scripted", "1:0.3,64:0.6",
+                                  "--out", str(out)]) == 0
+    report = out.read_text()
+    assert "the forward replayed at 1:0.3,64:0.6" in report and "| depth | nodes |" in report, report
+
+
 @pytest.mark.model
 def test_recording_on_the_bundled_model_matches_the_bench_rule():
     """The recorded tree rounds are the bench's priced rounds: their count and expected and accepted

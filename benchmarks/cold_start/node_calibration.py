@@ -11,11 +11,17 @@ round, and every tree round's expected and accepted draft tokens. It reports:
 - per node: mean priced q against the share accepted, by proposal class (n-gram copies by the
   acceptance model's evidence bins, followers by count, drafter picks and siblings) and by
   quarter of the run (a fresh store's first replies price from few counts);
+- per node, by depth in the tree (where nodes recorded one): a price a few points low at every
+  depth compounds down a chain, so a long copy is priced at a fraction of what it accepts;
 - per tree round: expected over accepted, by conversation in run order (the bench's rule:
   priced rounds of more than one row, measurement rounds left out).
 
+With ``--scripted CURVE`` the rounds are a GPU's (``benchmarks/cost/scripted_target.py``): the
+bundled model's real `ar` replies replayed, each forward at the curve's modeled time and
+overlapped, so the trees are as wide as cheap rows make them (``benchmarks/speed/modeled_gpu.py``).
+
     python -m benchmarks.cold_start.node_calibration SCRIPT.jsonl [--model GGUF] [--drafter PATH]
-        [--max-tokens 128] [--out FILE.md]
+        [--max-tokens 128] [--scripted 1:6.6,16:8.3,32:9.3,64:11.8] [--out FILE.md]
 """
 
 from __future__ import annotations
@@ -32,6 +38,8 @@ import numpy as np
 from adaspark_app.bench.runner import CalibrationTally
 from adaspark_app.learn.acceptance import EVIDENCE_EDGES, _bins
 from adaspark_app.learn.kinds import NgramKind, NodeKind
+
+DEPTH_BINS = (1, 2, 4, 8, 16)  # depth in the tree: 1, 2-3, 4-7, 8-15, 16+
 
 
 def node_class(kind: int, ng_kind: int, evidence: int) -> str:
@@ -72,6 +80,17 @@ def summarise(nodes: list[dict], rounds: list[dict]) -> str:
             part = nodes[k * n // 4:(k + 1) * n // 4]
             if part:
                 out.append(f"| {k + 1} | {_row(part)} |")
+    deep = [n for n in nodes if "depth" in n]
+    if deep:
+        out += ["", "| depth | nodes | mean q | accepted | q / accepted |", "|---|---|---|---|---|"]
+        by_depth: dict[int, list[dict]] = defaultdict(list)
+        for n in deep:
+            by_depth[min(int(n["depth"]), DEPTH_BINS[-1])].append(n)
+        for lo, hi in zip(DEPTH_BINS, (*DEPTH_BINS[1:], None)):
+            part = [n for d, ns in by_depth.items() if d >= lo and (hi is None or d < hi) for n in ns]
+            if part:
+                span = f"{lo}+" if hi is None else (f"{lo}" if hi == lo + 1 else f"{lo}-{hi - 1}")
+                out.append(f"| {span} | {_row(part)} |")
     out += ["", "## Per tree round: expected over accepted draft tokens, by conversation in run order", "",
             "| # | conversation | rounds | expected | accepted | expected / accepted |", "|---|---|---|---|---|---|"]
     order: list[str] = []
@@ -90,36 +109,58 @@ def summarise(nodes: list[dict], rounds: list[dict]) -> str:
     return "\n".join(out) + "\n"
 
 
-def record(engine: Any, convs: list, max_tokens: int) -> tuple[list[dict], list[dict]]:
+def record(engine: Any, convs: list, max_tokens: int, scripted: tuple[Any, list] | None = None
+           ) -> tuple[list[dict], list[dict]]:
     """Run ``convs`` through ``engine`` (runner.run_conversation), recording labelled nodes through
     a wrapper on the decoder's acceptance model, and priced tree rounds from the engine's round
-    events by the bench's rule (``CalibrationTally.counts``)."""
+    events by the bench's rule (``CalibrationTally.counts``). ``scripted``: (a ScriptedTarget on
+    the engine's backend, the conversations' reference replies), each turn expecting its reply."""
     from adaspark_app.runner import run_conversation
 
     acc = engine.decoder.learners.acceptance
     nodes: list[dict] = []
     rounds: list[dict] = []
     current = [""]
-    acc_learn = acc.learn
+    acc_learn, acc_deferred = acc.learn, acc.deferred
 
-    def learn_nodes(cands, context, p_src, labels):
-        fit, head = acc.q_both(cands, context, p_src)  # what q() priced (cached for learn itself)
+    def note(cands, context, p_src, labels) -> None:
+        fit, head = acc.q_both(cands, context, p_src)  # what q() priced this round (cached)
         q = fit if acc.priced_by == "fitted" else head
         lab = np.asarray(labels)
         for j in np.flatnonzero(lab >= 0):
             nodes.append({"cls": node_class(int(cands.kind[j]), int(cands.ng_kind[j]), int(cands.ng_evidence[j])),
-                          "q": float(q[j]), "y": int(lab[j] == 1), "conversation": current[0]})
-        return acc_learn(cands, context, p_src, labels)
+                          "q": float(q[j]), "y": int(lab[j] == 1), "conversation": current[0],
+                          "depth": int(cands.depth[j])})
+
+    def learn_nodes(cands, context, p_src, labels, priced=None):
+        if priced is None:  # learnt at once (the CPU); a deferred round was noted when deferred
+            note(cands, context, p_src, labels)
+        return acc_learn(cands, context, p_src, labels, priced=priced)
+
+    def deferred_nodes(cands, context, p_src, labels):
+        # where the forward overlaps the host the round learns during the next forward, after the
+        # next round's pricing: its own pricing is read now, as ``deferred`` keeps it
+        note(cands, context, p_src, labels)
+        return acc_deferred(cands, context, p_src, labels)
 
     def on_round(ev) -> None:
         if CalibrationTally.counts(ev):
             rounds.append({"conversation": current[0], "expected": float(ev.expected_accepted),
                            "accepted": int(ev.accepted)})
 
-    acc.learn = learn_nodes
-    for conv in convs:
+    acc.learn, acc.deferred = learn_nodes, deferred_nodes
+    for i, conv in enumerate(convs):
         current[0] = conv.id
-        run_conversation(engine, conv, max_tokens, on_round=on_round)
+        if scripted is None:
+            run_conversation(engine, conv, max_tokens, on_round=on_round)
+        else:
+            target, refs = scripted
+            msgs = []
+            for t, u in enumerate(conv.turns):
+                msgs.append({"role": "user", "content": u})
+                target.expect(refs[i][t].reply)
+                r = engine.generate(conv.id, msgs, max_tokens=max_tokens, turn=t, on_round=on_round)
+                msgs.append({"role": "assistant", "content": r.text})
         engine.reset_conversation()
     return nodes, rounds
 
@@ -130,8 +171,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--model")
     ap.add_argument("--drafter")
     ap.add_argument("--max-tokens", type=int, default=128)
+    ap.add_argument("--scripted", metavar="CURVE", default=None,
+                    help="replay the bundled model's `ar` replies with each forward at CURVE (ROWS:MS,...), overlapped")
     ap.add_argument("--out")
     args = ap.parse_args(argv)
+    if args.scripted is not None and (args.model or args.drafter):
+        sys.stderr.write("node_calibration: error: --scripted replays the bundled model's replies, without a drafter\n")
+        return 2
     from adaspark_app import native
 
     native.activate()  # the patched kernels, as the CLI has them, before llama_cpp loads
@@ -139,18 +185,23 @@ def main(argv: list[str] | None = None) -> int:
     from adaspark_app.errors import AdaSparkError
     from adaspark_app.runner import load_script
     from adaspark_app.store import Store
+    from benchmarks.cost.scripted_target import ScriptedTarget, parse_curve, reference_replies
 
     try:
+        curve = parse_curve(args.scripted) if args.scripted is not None else None
         convs = list(load_script(args.script))
+        refs = reference_replies(convs, args.max_tokens) if curve is not None else None
         with tempfile.TemporaryDirectory(prefix="adaspark-calib-") as tmp, \
                 Store.open(str(Path(tmp) / "fresh.db")) as store, \
                 ChatEngine(args.model, args.drafter, store=store, arm="adaspark") as engine:
-            nodes, rounds = record(engine, convs, args.max_tokens)
-    except AdaSparkError as err:  # a bad script, model or drafter: one line, exit 2, as the CLI
+            scripted = (ScriptedTarget(engine.backend, curve, overlap=True), refs) if curve is not None else None
+            nodes, rounds = record(engine, convs, args.max_tokens, scripted)
+    except (AdaSparkError, ValueError) as err:  # a bad script, model, drafter or curve: one line, exit 2, as the CLI
         sys.stderr.write(f"node_calibration: error: {err}\n")
         return 2
+    how = f", the forward replayed at {args.scripted} (rows:ms), overlapped" if curve is not None else ""
     text = (f"# Node calibration: `{args.script}`, model `{args.model or 'bundled'}`, "
-            f"drafter `{args.drafter or 'none'}`, {args.max_tokens} tokens, fresh store\n\n" + summarise(nodes, rounds))
+            f"drafter `{args.drafter or 'none'}`, {args.max_tokens} tokens, fresh store{how}\n\n" + summarise(nodes, rounds))
     if args.out:
         Path(args.out).write_text(text)
     sys.stdout.write(text)

@@ -12,7 +12,8 @@ estimated here, on this CPU, with the scripted target (``benchmarks/cost/scripte
   the cost model learning the modeled curve from its own timings, the chooser, the batch.
 
 Arms run interleaved per conversation (the order rotates), each engine on a fresh in-memory store
-that learns over the whole set, as a new user's would. Replies reaching ``--max-tokens`` are kept
+that learns over the whole set, as a new user's would; with ``--warm-up SCRIPT`` each engine first
+serves another script untimed, as a user's store that has learned. Replies reaching ``--max-tokens`` are kept
 (a fixed-length comparison) and counted. Beside the arms, on the same `ar` replies and the same
 curve (no host time): the n-gram oracle (it knows how far each copy of the conversation's own text
 runs, 64 rows at most, and pays nothing for misses) and llama.cpp's ``ngram-mod`` rule
@@ -28,7 +29,8 @@ measures it), the GPU host's own speed, and a 7B model's text (the replies are t
 model's).
 
     python -m benchmarks.speed.modeled_gpu SET.jsonl [--limit N] [--max-tokens 128]
-        [--arms ar,adaspark,pinned:4,pinned:16] [--curve 1:6.6,16:8.3,32:9.3,64:11.8] [--host-clock] [--out FILE.md]
+        [--arms ar,adaspark,pinned:4,pinned:16] [--curve 1:6.6,16:8.3,32:9.3,64:11.8] [--host-clock]
+        [--warm-up SCRIPT] [--out FILE.md]
 """
 
 from __future__ import annotations
@@ -151,6 +153,9 @@ def main() -> None:
     ap.add_argument("--arms", default=DEFAULT_ARMS, help="comma-separated arms; `ar` is the base (default %(default)s)")
     ap.add_argument("--host-clock", action="store_true",
                     help=f"add `{HOST_CLOCK_ARM}`: `adaspark` with D's host clock scaling its verify prices, as on the CPU")
+    ap.add_argument("--warm-up", metavar="SCRIPT", default=None,
+                    help="each engine first serves SCRIPT, untimed: the measured set then runs on a store that has "
+                         "learned (a user's), not a fresh one")
     ap.add_argument("--out", type=Path, default=None)
     a = ap.parse_args()
     try:
@@ -160,6 +165,7 @@ def main() -> None:
             if arm != HOST_CLOCK_ARM:
                 parse_arm(arm)
         convs = load_script(a.script)
+        warm = load_script(a.warm_up) if a.warm_up else []
     except (ValueError, AdaSparkError) as e:
         print(f"modeled_gpu: {e}", file=sys.stderr)
         sys.exit(2)
@@ -177,6 +183,18 @@ def main() -> None:
         arms.append(HOST_CLOCK_ARM)
     engines = {arm: _engine(arm) for arm in arms}
     targets = {arm: ScriptedTarget(eng.backend, curve, overlap=True) for arm, eng in engines.items()}
+    if warm:
+        print(f"warm-up: `ar` replies of {len(warm)} conversations, then each arm serves them untimed ...", flush=True)
+        warm_refs = reference_replies(warm, a.max_tokens)
+        for arm, eng in engines.items():
+            for c, turns in zip(warm, warm_refs):
+                msgs = []
+                for t, u in enumerate(c.turns):
+                    msgs.append({"role": "user", "content": u})
+                    targets[arm].expect(turns[t].reply)
+                    msgs.append({"role": "assistant", "content": eng.generate(c.id, msgs, max_tokens=a.max_tokens,
+                                                                              turn=t).text})
+                eng.reset_conversation()
     records: list[ReplyRecord] = []
     priced: dict[str, list] = {"adaspark": []}  # `adaspark`'s round events: priced against accepted
     differ = 0
@@ -211,8 +229,10 @@ def main() -> None:
     for eng in engines.values():
         eng.close()
 
-    cmd = f"python -m benchmarks.speed.modeled_gpu {a.script} --max-tokens {a.max_tokens} --arms {','.join(arms)} --curve {a.curve}"
+    cmd = f"python -m benchmarks.speed.modeled_gpu {a.script} --max-tokens {a.max_tokens} --arms {','.join(x for x in arms if x != HOST_CLOCK_ARM)} --curve {a.curve}"
     cmd += f" --limit {a.limit}" if a.limit > 0 else ""
+    cmd += " --host-clock" if a.host_clock else ""
+    cmd += f" --warm-up {a.warm_up}" if a.warm_up else ""
     capped = sum(ref.capped for turns in refs for ref in turns)
     n_replies = sum(len(turns) for turns in refs)
     lines = [f"# Speed on a modeled GPU: `{a.script}` ({len(convs)} conversations, {n_replies} replies, {a.max_tokens} tokens)",
@@ -221,7 +241,10 @@ def main() -> None:
              f"{platform.python_version()}. The bundled model's `ar` replies replayed; every forward takes the modeled "
              f"time of the curve {a.curve} (rows:ms), overlapped as on a GPU; the host code is the engine's own. "
              f"Replies that differ from `ar`'s: {differ} (a defect if not 0). Replies that reached the cap: {capped} of "
-             f"{n_replies} (kept). Wall time {time.time() - t0:.0f} s.", "",
+             f"{n_replies} (kept). "
+             + (f"Each engine first served `{a.warm_up}` ({len(warm)} conversations, untimed), so the stores had "
+                "learned. " if warm else "Fresh stores. ")
+             + f"Wall time {time.time() - t0:.0f} s.", "",
              "Speed over `ar` (geometric mean of per-reply ratios, 95% bootstrap interval over conversations); the "
              "oracle and ngram-mod on the same replies at the curve's costs, with no host time; share: the arm's gain "
              "over the oracle's.", "",
