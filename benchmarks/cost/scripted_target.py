@@ -32,6 +32,7 @@ import numpy as np
 
 from adaspark_app.engine.backend import LlamaBackend
 from adaspark_app.engine.chat_engine import ChatEngine
+from adaspark_app.runner import Conversation
 
 
 class Reference(NamedTuple):
@@ -43,14 +44,14 @@ class Reference(NamedTuple):
     capped: bool  # the reply reached max_tokens without ending
 
 
-def reference_replies(convs: Sequence, max_tokens: int, n_ctx: int = 4096) -> list[list[Reference]]:
+def reference_replies(convs: Sequence[Conversation], max_tokens: int, n_ctx: int = 4096) -> list[list[Reference]]:
     """Per conversation, per turn: the reply of a real `ar` run on the bundled model (CPU), each
     turn's history the replies before it."""
     eng = ChatEngine(None, arm="ar", n_ctx=n_ctx, n_threads=2)
     prompts: list[list[int]] = []
     start = eng.decoder.start_reply
 
-    def start_reply(prompt):
+    def start_reply(prompt: list[int]) -> tuple[int, int, float]:
         prompts.append(list(prompt))
         return start(prompt)
 

@@ -49,7 +49,9 @@ from adaspark_app import native
 from adaspark_app.bench.stats import ReplyRecord, bootstrap_interval, compare, geometric_mean, merge_repeats
 from adaspark_app.engine.arms import parse_arm
 from adaspark_app.engine.chat_engine import ChatEngine
+from adaspark_app.engine.events import RoundEvent
 from adaspark_app.errors import AdaSparkError
+from adaspark_app.learn.cost import VerifyCostModel
 from adaspark_app.runner import load_script
 from benchmarks.common import cpu_model, emit_report
 from benchmarks.cost.scripted_target import Reference, ScriptedTarget, add_run_arguments, curve_ms, parse_curve, \
@@ -99,7 +101,7 @@ def headroom(ref: Reference, cost: Callable[[int], float], stop: Callable[[int],
     return oracle, mod
 
 
-def calibration_table(events: list) -> list[str]:
+def calibration_table(events: list[RoundEvent]) -> list[str]:
     """`adaspark`'s tree rounds by verified width: the draft tokens the acceptance model expected
     (S(n) of the verified nodes) against those accepted; cold and split measurements left out."""
     bins: dict[str, list[float]] = {}
@@ -123,7 +125,7 @@ def calibration_table(events: list) -> list[str]:
     return lines
 
 
-def prices_table(cost, curve: Sequence[tuple[int, float]], prompts: list[list[int]]) -> list[str]:
+def prices_table(cost: VerifyCostModel, curve: Sequence[tuple[int, float]], prompts: list[list[int]]) -> list[str]:
     """What `adaspark`'s cost model learned by the end of the run, beside the modeled curve: each
     priced width's verify price at the median prompt's context over its modeled time."""
     context = int(sorted(len(p) for p in prompts)[len(prompts) // 2]) if prompts else 512
@@ -196,7 +198,7 @@ def main() -> None:
                                                                               turn=t).text})
                 eng.reset_conversation()
     records: list[ReplyRecord] = []
-    priced: dict[str, list] = {"adaspark": []}  # `adaspark`'s round events: priced against accepted
+    priced: dict[str, list[RoundEvent]] = {"adaspark": []}  # `adaspark`'s round events: priced against accepted
     differ = 0
     for i, c in enumerate(convs):
         k = i % len(arms)
