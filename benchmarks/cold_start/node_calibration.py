@@ -116,6 +116,7 @@ def record(engine: Any, convs: list, max_tokens: int, scripted: tuple[Any, list]
     events by the bench's rule (``CalibrationTally.counts``). ``scripted``: (a ScriptedTarget on
     the engine's backend, the conversations' reference replies), each turn expecting its reply."""
     from adaspark_app.runner import run_conversation
+    from benchmarks.cost.scripted_target import replay_conversation
 
     acc = engine.decoder.learners.acceptance
     nodes: list[dict] = []
@@ -155,12 +156,7 @@ def record(engine: Any, convs: list, max_tokens: int, scripted: tuple[Any, list]
             run_conversation(engine, conv, max_tokens, on_round=on_round)
         else:
             target, refs = scripted
-            msgs = []
-            for t, u in enumerate(conv.turns):
-                msgs.append({"role": "user", "content": u})
-                target.expect(refs[i][t].reply)
-                r = engine.generate(conv.id, msgs, max_tokens=max_tokens, turn=t, on_round=on_round)
-                msgs.append({"role": "assistant", "content": r.text})
+            replay_conversation(engine, target, conv, refs[i], max_tokens, on_round=on_round)
         engine.reset_conversation()
     return nodes, rounds
 

@@ -62,9 +62,10 @@ from adaspark_app.engine.worker import EventBatcher
 from adaspark_app.learn import acceptance
 from adaspark_app.learn.acceptance import _design
 from adaspark_app.native import pricing
-from adaspark_app.runner import load_script
+from adaspark_app.runner import load_script, run_conversation
 from benchmarks.common import cpu_model, emit_report
-from benchmarks.cost.scripted_target import ScriptedTarget, add_run_arguments, parse_curve, reference_replies
+from benchmarks.cost.scripted_target import ScriptedTarget, add_run_arguments, parse_curve, reference_replies, \
+    replay_conversation
 
 KINDS = ("plain", "tree, width 1", "tree, wider")
 
@@ -297,19 +298,16 @@ def main() -> None:
     for i, c in enumerate(convs):
         k = i % len(names)
         for name in names[k:] + names[:k]:
-            eng, msgs = arms[name], []
+            eng = arms[name]
             acceptance.PRICING = None if name.endswith(NUMPY_PRICING) else c_pricing
             before = _host_so_far(recs[name], between[name])
-            for t, u in enumerate(c.turns):
-                msgs.append({"role": "user", "content": u})
-                if refs is not None:
-                    scripted[name].expect(refs[i][t].reply)
-                r = eng.generate(c.id, msgs, max_tokens=a.max_tokens, turn=t,
-                                 on_round=batcher.add if batcher is not None else None)
-                if batcher is not None:
-                    batcher.flush()
-                differ += int(refs is not None and r.text != refs[i][t].text)
-                msgs.append({"role": "assistant", "content": r.text})
+            on_round = batcher.add if batcher is not None else None
+            on_reply = (lambda _: batcher.flush()) if batcher is not None else None
+            if refs is None:
+                run_conversation(eng, c, a.max_tokens, on_round=on_round, on_reply=on_reply)
+            else:
+                replies = replay_conversation(eng, scripted[name], c, refs[i], a.max_tokens, on_round, on_reply)
+                differ += sum(r.text != ref.text for r, ref in zip(replies, refs[i]))
             eng.reset_conversation()
             after = _host_so_far(recs[name], between[name])
             if after[1] > before[1]:  # host seconds per round, the reply loop between rounds included

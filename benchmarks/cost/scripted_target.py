@@ -32,7 +32,8 @@ import numpy as np
 
 from adaspark_app.engine.backend import LlamaBackend
 from adaspark_app.engine.chat_engine import ChatEngine
-from adaspark_app.runner import Conversation
+from adaspark_app.engine.events import ReplyResult, RoundEvent
+from adaspark_app.runner import Conversation, run_conversation
 
 
 class Reference(NamedTuple):
@@ -46,7 +47,7 @@ class Reference(NamedTuple):
 
 def reference_replies(convs: Sequence[Conversation], max_tokens: int, n_ctx: int = 4096) -> list[list[Reference]]:
     """Per conversation, per turn: the reply of a real `ar` run on the bundled model (CPU), each
-    turn's history the replies before it."""
+    turn's history the replies before it (``runner.run_conversation``)."""
     eng = ChatEngine(None, arm="ar", n_ctx=n_ctx, n_threads=2)
     prompts: list[list[int]] = []
     start = eng.decoder.start_reply
@@ -59,17 +60,34 @@ def reference_replies(convs: Sequence[Conversation], max_tokens: int, n_ctx: int
     refs = []
     try:
         for c in convs:
-            msgs, turns = [], []
-            for t, u in enumerate(c.turns):
-                msgs.append({"role": "user", "content": u})
-                r = eng.generate(c.id, msgs, max_tokens=max_tokens, turn=t)
-                turns.append(Reference(prompts[-1], eng.decoder.committed()[len(prompts[-1]):], r.text, r.looped))
-                msgs.append({"role": "assistant", "content": r.text})
+            turns: list[Reference] = []
+            run_conversation(eng, c, max_tokens, on_reply=lambda r: turns.append(
+                Reference(prompts[-1], eng.decoder.committed()[len(prompts[-1]):], r.text, r.looped)))
             eng.reset_conversation()
             refs.append(turns)
     finally:
         eng.close()
     return refs
+
+
+def replay_conversation(engine: ChatEngine, target: "ScriptedTarget", conv: Conversation, refs: Sequence[Reference],
+                        max_tokens: int, on_round: Callable[[RoundEvent], None] | None = None,
+                        on_reply: Callable[[ReplyResult], None] | None = None) -> list[ReplyResult]:
+    """Every turn of ``conv`` through ``engine`` (``runner.run_conversation``, ``on_round`` and
+    ``on_reply`` as there), ``target`` expecting each turn's reference reply (``reference_replies``)
+    before the turn runs."""
+    ahead = iter(refs[1:])
+    if refs:
+        target.expect(refs[0].reply)
+
+    def next_turn(res: ReplyResult) -> None:
+        if on_reply is not None:
+            on_reply(res)
+        ref = next(ahead, None)
+        if ref is not None:
+            target.expect(ref.reply)
+
+    return run_conversation(engine, conv, max_tokens, on_round=on_round, on_reply=next_turn)
 
 
 GPU_LIKE_CURVE: tuple[tuple[int, float], ...] = ((1, 6.6), (16, 8.3), (32, 9.3), (64, 11.8))  # rows, ms

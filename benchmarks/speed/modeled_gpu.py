@@ -55,7 +55,7 @@ from adaspark_app.learn.cost import VerifyCostModel
 from adaspark_app.runner import load_script
 from benchmarks.common import cpu_model, emit_report
 from benchmarks.cost.scripted_target import Reference, ScriptedTarget, add_run_arguments, curve_ms, parse_curve, \
-    reference_replies
+    reference_replies, replay_conversation
 from benchmarks.oracle.ngram_mod_replay import group_of, oracle_width, positions, simulate
 
 DEFAULT_ARMS = "ar,adaspark,pinned:4,pinned:16"
@@ -162,7 +162,7 @@ def main() -> None:
     a = ap.parse_args()
     try:
         curve = parse_curve(a.curve)
-        arms = [a.strip() for a in a.arms.split(",") if a.strip()]
+        arms = [x.strip() for x in a.arms.split(",") if x.strip()]
         for arm in arms:
             if arm != HOST_CLOCK_ARM:
                 parse_arm(arm)
@@ -190,12 +190,7 @@ def main() -> None:
         warm_refs = reference_replies(warm, a.max_tokens)
         for arm, eng in engines.items():
             for c, turns in zip(warm, warm_refs):
-                msgs = []
-                for t, u in enumerate(c.turns):
-                    msgs.append({"role": "user", "content": u})
-                    targets[arm].expect(turns[t].reply)
-                    msgs.append({"role": "assistant", "content": eng.generate(c.id, msgs, max_tokens=a.max_tokens,
-                                                                              turn=t).text})
+                replay_conversation(eng, targets[arm], c, turns, a.max_tokens)
                 eng.reset_conversation()
     records: list[ReplyRecord] = []
     priced: dict[str, list[RoundEvent]] = {"adaspark": []}  # `adaspark`'s round events: priced against accepted
@@ -203,17 +198,14 @@ def main() -> None:
     for i, c in enumerate(convs):
         k = i % len(arms)
         for arm in arms[k:] + arms[:k]:
-            eng, msgs = engines[arm], []
-            for t, u in enumerate(c.turns):
-                msgs.append({"role": "user", "content": u})
-                targets[arm].expect(refs[i][t].reply)
-                r = eng.generate(c.id, msgs, max_tokens=a.max_tokens, turn=t,
-                                 on_round=priced[arm].append if arm == "adaspark" else None)
+            eng = engines[arm]
+            replies = replay_conversation(eng, targets[arm], c, refs[i], a.max_tokens,
+                                          on_round=priced[arm].append if arm == "adaspark" else None)
+            for t, r in enumerate(replies):
                 differ += int(r.text != refs[i][t].text)
                 records.append(ReplyRecord(arm=arm, conversation=c.id, turn=t, n_tokens=r.n_tokens,
                                            decode_s=r.decode_s, category=c.category, text=r.text, rounds=r.rounds,
                                            widths=dict(r.widths)))
-                msgs.append({"role": "assistant", "content": r.text})
             eng.reset_conversation()
         print(f"{i + 1}/{len(convs)} {c.id}", flush=True)
     stop = engines["ar"].backend.is_control
