@@ -11,7 +11,7 @@ import pytest
 
 from benchmarks.common import ROOT, module_argv
 from benchmarks.cost.scripted_target import Reference, parse_curve
-from benchmarks.speed.modeled_gpu import curve_cost, headroom
+from benchmarks.speed.modeled_gpu import curve_cost, gap_table, headroom
 
 BLOCK = list(range(100, 140))
 
@@ -43,6 +43,30 @@ def test_oracle_takes_a_whole_copy_in_one_round_where_rows_are_free_and_none_whe
 def test_a_reply_of_the_first_token_alone_has_no_rounds_to_price():
     ref = Reference(prompt=[1, 2, 3], reply=[7], text="", capped=True)
     assert headroom(ref, curve_cost(parse_curve("1:1,64:2")), _never) == (1.0, 1.0)
+
+
+def _reply(arm: str, conv: str, speed: float, rounds: int, tokens: int = 30):
+    from adaspark_app.bench.stats import MergedReply
+
+    return MergedReply(arm=arm, conversation=conv, turn=0, category=None, speed=speed, looped=False, text="",
+                       n_tokens=tokens, decode_s=tokens / speed, rounds=rounds, widths={}, measure_rounds=0)
+
+
+def test_gap_table_finds_the_replies_that_carry_an_arms_lead():
+    # pinned:32 leads on two of four replies (2x and 1.5x, in 2 rounds where adaspark took 3 and 4),
+    # is even on one and 5% slower on the last: alone the two make (2 x 1.5)^(1/4), in all (2 x 1.5 x 0.95)^(1/4)
+    merged = {}
+    for conv, base, other, b_rounds, o_rounds in (("a", 10.0, 20.0, 3, 2), ("b", 10.0, 15.0, 4, 2),
+                                                  ("c", 10.0, 10.0, 9, 9), ("d", 10.0, 9.5, 9, 10)):
+        merged[("adaspark", conv, 0)] = _reply("adaspark", conv, base, b_rounds)
+        merged[("pinned:32", conv, 0)] = _reply("pinned:32", conv, other, o_rounds)
+        merged[("ar", conv, 0)] = _reply("ar", conv, 5.0, 30)
+    lines = gap_table(merged, ["ar", "adaspark", "pinned:32"])
+    assert f"| `pinned:32` | 2 of 4 | {3.0 ** 0.25:.3f} | {2.85 ** 0.25:.3f} | 7 | 4 | 30 |" in lines, lines
+    assert not any("`ar`" in line for line in lines)
+    # an arm that trails `adaspark` overall has no lead to explain
+    slow = {k: (_reply(k[0], k[1], v.speed * 0.5, v.rounds) if k[0] == "pinned:32" else v) for k, v in merged.items()}
+    assert gap_table(slow, ["ar", "adaspark", "pinned:32"]) == []
 
 
 @pytest.mark.model

@@ -49,6 +49,20 @@ def test_summarise_bins_nodes_by_depth_in_the_tree():
     assert "| 4-7 |" not in text and "| 8-15 |" not in text  # no nodes there: no row
 
 
+def test_summarise_sets_the_class_precision_beside_the_share_accepted():
+    # 4 copies matched 8-15: class precision 0.8, first steps right 0.75, 3 of 4 accepted (0.75);
+    # a follower whose class has no first step yet; a drafter node carries no class precision
+    nodes = [{"cls": "copy, matched 8-15", "q": 0.7, "y": int(i < 3), "prec": 0.8, "first": 0.75} for i in range(4)]
+    nodes += [{"cls": "follower, count 1", "q": 0.5, "y": 1, "prec": 0.5, "first": None}]
+    nodes += [{"cls": "drafter pick", "q": 0.6, "y": 1}]
+    text = node_calibration.summarise(nodes, [])
+    assert "| copy, matched 8-15 | 4 | 0.800 | 0.750 | 0.750 | 1.067 |" in text
+    assert "| follower, count 1 | 1 | 0.500 | - | 1.000 | 0.500 |" in text
+    table = text.split("## Per n-gram class")[1]
+    assert "drafter pick" not in table.split("\n\n", 2)[1]  # only n-gram classes in its rows
+    assert "## Per n-gram class" not in node_calibration.summarise(nodes[-1:], [])  # no n-gram node: no table
+
+
 @pytest.mark.model
 def test_scripted_recording_replays_the_reference_replies_and_records_depths(tmp_path):
     """`--scripted`: the bundled model's `ar` replies replayed at a modeled curve; every recorded
@@ -63,6 +77,7 @@ def test_scripted_recording_replays_the_reference_replies_and_records_depths(tmp
                                   "--out", str(out)]) == 0
     report = out.read_text()
     assert "the forward replayed at 1:0.3,64:0.6" in report and "| depth | nodes |" in report, report
+    assert "| copy, matched" in report.split("## Per n-gram class")[1], report  # the copies' class precision
 
 
 @pytest.mark.model

@@ -13,6 +13,11 @@ round, and every tree round's expected and accepted draft tokens. It reports:
   quarter of the run (a fresh store's first replies price from few counts);
 - per node, by depth in the tree (where nodes recorded one): a price a few points low at every
   depth compounds down a chain, so a long copy is priced at a fraction of what it accepts;
+- per n-gram class: where a copy's price starts, the committed text's precision for the class
+  (``SourcePrecision.for_class``: the index's first step, shrunk toward its bin) and the first
+  step's own share right, beside the share of the class's chain nodes accepted: a price low
+  because the class is shrunk toward rarer-right classes, or because a chain node is right more
+  often than a first step of its class;
 - per tree round: expected over accepted, by conversation in run order (the bench's rule:
   priced rounds of more than one row, measurement rounds left out).
 
@@ -80,6 +85,22 @@ def summarise(nodes: list[dict], rounds: list[dict]) -> str:
             part = nodes[k * n // 4:(k + 1) * n // 4]
             if part:
                 out.append(f"| {k + 1} | {_row(part)} |")
+    ng = [n for n in nodes if "prec" in n and n["cls"].startswith(("copy", "follower"))]
+    if ng:
+        out += ["", "## Per n-gram class: the class precision the price starts from, against the share accepted", "",
+                "| class | nodes | class precision | first step right | accepted | class precision / accepted |",
+                "|---|---|---|---|---|---|"]
+        by_ng: dict[str, list[dict]] = defaultdict(list)
+        for n in ng:
+            by_ng[n["cls"]].append(n)
+        for cls in sorted(by_ng):
+            items = by_ng[cls]
+            prec = float(np.mean([n["prec"] for n in items]))
+            raw = [n["first"] for n in items if n.get("first") is not None]
+            y = float(np.mean([n["y"] for n in items]))
+            first = f"{float(np.mean(raw)):.3f}" if raw else "-"
+            out.append(f"| {cls} | {len(items)} | {prec:.3f} | {first} | {y:.3f} | "
+                       f"{prec / y if y > 0 else float('nan'):.3f} |")
     deep = [n for n in nodes if "depth" in n]
     if deep:
         out += ["", "| depth | nodes | mean q | accepted | q / accepted |", "|---|---|---|---|---|"]
@@ -124,14 +145,26 @@ def record(engine: Any, convs: list, max_tokens: int, scripted: tuple[Any, list]
     current = [""]
     acc_learn, acc_deferred = acc.learn, acc.deferred
 
+    precision = engine.decoder.learners.precision
+
+    def first_step_share(kind: int, evidence: int) -> float | None:
+        """The share of the index's first steps of this class that were right, unshrunk (decayed
+        counts), or None before one."""
+        e = min(max(evidence, 0), precision.class_trials.shape[1] - 1)
+        trials = float(precision.class_trials[kind, e])
+        return float(precision.class_hits[kind, e]) / trials if trials > 0 else None
+
     def note(cands, context, p_src, labels) -> None:
         fit, head = acc.q_both(cands, context, p_src)  # what q() priced this round (cached)
         q = fit if acc.priced_by == "fitted" else head
         lab = np.asarray(labels)
         for j in np.flatnonzero(lab >= 0):
-            nodes.append({"cls": node_class(int(cands.kind[j]), int(cands.ng_kind[j]), int(cands.ng_evidence[j])),
-                          "q": float(q[j]), "y": int(lab[j] == 1), "conversation": current[0],
-                          "depth": int(cands.depth[j])})
+            kind, ng_kind, evidence = int(cands.kind[j]), int(cands.ng_kind[j]), int(cands.ng_evidence[j])
+            node = {"cls": node_class(kind, ng_kind, evidence), "q": float(q[j]), "y": int(lab[j] == 1),
+                    "conversation": current[0], "depth": int(cands.depth[j])}
+            if kind == NodeKind.NGRAM:
+                node.update(prec=float(cands.ng_prec[j]), first=first_step_share(ng_kind, evidence))
+            nodes.append(node)
 
     def learn_nodes(cands, context, p_src, labels, priced=None):
         if priced is None:  # learnt at once (the CPU); a deferred round was noted when deferred

@@ -18,7 +18,9 @@ serves another script untimed, as a user's store that has learned. Replies reach
 curve (no host time): the n-gram oracle (it knows how far each copy of the conversation's own text
 runs, 64 rows at most, and pays nothing for misses) and llama.cpp's ``ngram-mod`` rule
 (``benchmarks/oracle/ngram_mod_replay.py``). `adaspark`'s share of the oracle's gain is
-(adaspark/ar - 1) / (oracle - 1).
+(adaspark/ar - 1) / (oracle - 1). For each arm that leads `adaspark`, the report says where the lead
+comes from (``gap_table``): the replies it ran 10% faster or more, the lead they make alone and the
+rounds they took.
 
 With ``--host-clock`` an arm `adaspark@host-clock` runs beside them: `adaspark` whose cost model
 scales the verify prices of rounds without the drafter by D, the round's host time, as it does on
@@ -42,11 +44,12 @@ import platform
 import sys
 import time
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from adaspark_app import native
-from adaspark_app.bench.stats import ReplyRecord, bootstrap_interval, compare, geometric_mean, merge_repeats
+from adaspark_app.bench.stats import MergedReply, ReplyRecord, bootstrap_interval, compare, geometric_mean, \
+    merge_repeats
 from adaspark_app.engine.arms import parse_arm
 from adaspark_app.engine.chat_engine import ChatEngine
 from adaspark_app.engine.events import RoundEvent
@@ -139,6 +142,39 @@ def prices_table(cost: VerifyCostModel, curve: Sequence[tuple[int, float]], prom
         ms = curve_ms(w, curve)
         lines.append(f"| {w} | {sec * 1e3:.2f} | {ms:.2f} | {sec * 1e3 / ms:.3f} |")
     return lines
+
+
+LEAD = 1.1  # a reply an arm ran this much faster than `adaspark` counts toward its lead (gap_table)
+
+
+def gap_table(merged: Mapping[tuple[str, str, int], MergedReply], arms: Sequence[str]) -> list[str]:
+    """Where each arm's lead over `adaspark` comes from: the replies it ran at least LEAD times
+    as fast, the lead they make alone (the geometric mean over every paired reply, the others
+    counted even) beside the whole lead, and the rounds and tokens of those replies in each arm.
+    A lead carried by a few short replies (a copy verified whole in one round where `adaspark`
+    took two or three) says something other than one spread over every reply."""
+    lines: list[str] = []
+    for arm in arms:
+        if arm in ("ar", "adaspark"):
+            continue
+        pairs = [(merged[(arm, c, t)], b) for (a, c, t), b in sorted(merged.items())
+                 if a == "adaspark" and (arm, c, t) in merged]
+        logs = [(math.log(x.speed / b.speed), x, b) for x, b in pairs if x.speed and b.speed]
+        lead = [(lr, x, b) for lr, x, b in logs if lr >= math.log(LEAD)]
+        whole = math.exp(sum(lr for lr, _, _ in logs) / len(logs)) if logs else 1.0
+        if whole <= 1.0 or not lead:
+            continue
+        alone = math.exp(sum(lr for lr, _, _ in lead) / len(logs))
+        lines.append(f"| `{arm}` | {len(lead)} of {len(logs)} | {alone:.3f} | {whole:.3f} | "
+                     f"{sum(b.rounds for _, _, b in lead)} | {sum(x.rounds for _, x, _ in lead)} | "
+                     f"{sum(b.n_tokens for _, _, b in lead) / len(lead):.0f} |")
+    if not lines:
+        return []
+    return ["", f"Where an arm's lead over `adaspark` comes from: the replies it ran at least {LEAD:g}x as fast, the "
+            "lead they make alone (geometric mean over every reply, the others counted even) beside the whole "
+            "lead, and the rounds those replies took in each:", "",
+            "| arm | replies | their lead | whole lead | rounds, `adaspark` | rounds, the arm | tokens per reply |",
+            "|---|---|---|---|---|---|---|", *lines]
 
 
 def _gm_interval(by_conv: dict[str, list[float]]) -> tuple[float, float, float]:
@@ -272,6 +308,7 @@ def main() -> None:
                 cmp = compare(merged, arm, "adaspark")
                 if cmp.ratio is not None:
                     lines.append(f"| {g} | `{arm}` | {cmp.ratio:.3f} [{cmp.ci_low:.3f}, {cmp.ci_high:.3f}] |")
+        lines += gap_table(merge_repeats(records), arms)
     lines += calibration_table(priced["adaspark"])
     lines += ["", "Rounds by verified width (every reply):", "", "| arm | tokens per round | widths (share of rounds) |",
               "|---|---|---|"]
