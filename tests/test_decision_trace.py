@@ -21,7 +21,7 @@ from adaspark_app.learn.learned_state import Learners
 from adaspark_app.learn.scheduler import WidthScheduler
 
 TRACE_FIELDS = ("decided_by", "incumbent", "argmax", "values", "rho", "D_ms", "gains", "draft_skipped",
-                "drafter_skipped", "bounded")
+                "drafter_skipped", "bounded", "ends_at")
 
 
 def _round_start(context: int) -> RoundStart:
@@ -182,6 +182,8 @@ def test_every_logged_round_carries_its_decision_trace(tmp_path, arm, allowed):
             assert f in row, f
         assert row["decided_by"] in allowed
         assert row["measured"] == (row["decided_by"] in ("cold", "split"))
+        if row["ends_at"]:  # the chain-end credit scored a rate-mode round; no verify runs past the chain
+            assert row["mode"] == "rate" and row["values"] and row["width"] <= row["ends_at"]
         if row["bounded"]:  # a first verify at a bound is the chooser's own choice, not a measurement
             assert not row["measured"] and any(int(w) >= 16 for w in row["offered"])
     if arm == "adaspark":

@@ -182,7 +182,7 @@ class AdaSparkPolicy(ArmPolicy):
         fixed_mean = self.learners.cost.fixed_estimate(tree.use_drafter)
         plan = self.learners.scheduler.plan(r.context, tree.s_d, tree.s_n,
                                             fixed_mean if fixed_mean is not None else fixed_now,
-                                            may_measure=not r.first_round)
+                                            may_measure=not r.first_round, ends_at=tree.ends_at)
         if r.first_round:
             self.streak.reset()  # a new request: the last reply's copy confirms nothing here
         return decide(plan, self.sources.ngram.long_copy(), self.streak.tokens)

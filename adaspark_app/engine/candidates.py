@@ -77,7 +77,12 @@ def tree_candidates(sources: Sources, use_drafter: bool, anchor: int, anchor_pos
             suffix.append(cands.token[head])
         # the anchor's chain runs to 63 tokens on a long copy (constants.LONG_COPY_DEPTH), so the
         # chooser may verify it whole; chains below a pick stay within NGRAM_MAX_DEPTH
-        steps = ngram.draft(suffix, ngram.anchor_depth() if head < 0 else NGRAM_MAX_DEPTH - depth0)
+        asked = ngram.anchor_depth() if head < 0 else NGRAM_MAX_DEPTH - depth0
+        steps = ngram.draft(suffix, asked)
+        if head < 0 and not picks:
+            cands.chain_only = True
+            if 0 < len(steps) < asked:
+                cands.chain_end = len(steps) + 1  # the whole tree: the chain stopped by itself
         par = head
         for st in steps:
             kind = int(st.kind)

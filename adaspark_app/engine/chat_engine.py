@@ -301,7 +301,8 @@ class ChatEngine:
                 mode=tr.get("mode"), values=tr.get("values", {}), rho=tr.get("rho"), D_ms=tr.get("D_ms"),
                 gains=tr.get("gains"), draft_skipped=bool(tr.get("draft_skipped")),
                 drafter_skipped=bool(tr.get("drafter_skipped")), probe=int(tr.get("probe", 0)),
-                cut_tokens=int(tr.get("cut_tokens", 0)), bounded=bool(tr.get("bounded")), sampling=sjson,
+                cut_tokens=int(tr.get("cut_tokens", 0)), bounded=bool(tr.get("bounded")),
+                ends_at=int(tr.get("ends_at", 0)), sampling=sjson,
                 seed=seed))
 
         reply, stats = run_reply(dec, max_tokens, b.is_eog, handle, cancel, first_token=first)

@@ -31,7 +31,8 @@ from .rounds import (DraftDecision, RoundCounters, RoundOutcome, RoundStart, Rou
                      tree_outcome)
 from .sampling import GREEDY, Sampler, SamplingSettings
 from .self_check import check_rows
-from .tree import Candidates, accepted_path, child_labels, cut_at_batch_front, layout, sampled_path, tree_values
+from .tree import Candidates, accepted_path, chain_ends_at, child_labels, cut_at_batch_front, layout, sampled_path, \
+    tree_values
 
 
 class Decoder:
@@ -224,6 +225,7 @@ class Decoder:
         tree.Q, tree.Q_commit, tree.order, tree.is_ng, tree.s_d, tree.s_n = tree_values(tree.q, tree.cset)
         if r.budget is not None and r.budget >= 1:
             tree.s_d, tree.s_n = tree.s_d[:r.budget + 1], tree.s_n[:r.budget + 1]  # widths up to the budget
+        tree.ends_at = chain_ends_at(cands, r.budget)
         return tree
 
     # ------------------------------------------------------------------ lines 11-12: select

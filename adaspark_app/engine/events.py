@@ -51,6 +51,7 @@ class RoundEvent:
     probe: int = 0  # the n-gram probe class at the anchor (learn/gates.py)
     cut_tokens: int = 0  # accepted draft tokens the path cut discarded (engine/tree.py cut_at_batch_front)
     bounded: bool = False  # verified while priced at its upper bound: not yet priced (learn/cost.py at_bound)
+    ends_at: int = 0  # the tree was one chain ending at this many rows, and `values` carry the chain-end credit
     # --- sampling (engine/sampling.py): the reply's settings; temperature 0 is greedy ---
     sampling: dict[str, Any] = field(default_factory=dict)  # SamplingSettings.to_json()
     seed: int | None = None  # the reply's seed (None: greedy, no draw)

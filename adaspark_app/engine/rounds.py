@@ -69,6 +69,9 @@ class RoundTree:
     s_d: np.ndarray = field(default_factory=lambda: _ZERO_S)  # S(n) from the drafter's nodes
     s_n: np.ndarray = field(default_factory=lambda: _ZERO_S)  # S(n) from the n-gram's nodes
     priced_by: str = "none"  # "fitted" | "head" | "none"
+    # rows that verify the tree whole where it is one chain that ends there: nothing continues it, or
+    # the reply's token budget ends there (the scheduler's chain-end credit); else 0
+    ends_at: int = 0
 
     def expected_accepted(self, width: int) -> float:
         """S(width): expected accepted tokens among the first width-1 nodes."""
@@ -136,7 +139,8 @@ def decision_trace(choice: WidthChoice | None, gate: DraftDecision) -> dict[str,
     plan = choice.plan if choice is not None else None
     if plan is not None:
         t.update(incumbent=plan.incumbent, argmax=plan.argmax, mode=plan.mode, values=plan.values,
-                 rho=plan.rho, D_ms=plan.fixed_s * 1e3, gains=list(plan.gains), bounded=plan.bounded)
+                 rho=plan.rho, D_ms=plan.fixed_s * 1e3, gains=list(plan.gains), bounded=plan.bounded,
+                 ends_at=plan.ends_at)
     return t
 
 

@@ -41,6 +41,10 @@ class Candidates:
     contra_kind: list[int] = field(default_factory=list)
     contra_evidence: list[int] = field(default_factory=list)
     children: dict[int, dict[int, int]] = field(default_factory=dict)  # parent -> token -> index
+    chain_only: bool = False  # the tree is the anchor's n-gram chain alone (no drafter node)
+    # ... and the rows that verify it whole where nothing continues it (it stopped short of the depth
+    # asked for: its passage ends, or no follower); else 0
+    chain_end: int = 0
 
     def __len__(self) -> int:
         return len(self.token)
@@ -280,6 +284,19 @@ def cut_at_batch_front(cands: Candidates, path: list[int], rows: list[int], bonu
     if c >= len(path):
         return path, rows, bonus, False
     return path[:c], rows[:c + 1], cands.token[path[c]], True
+
+
+def chain_ends_at(cands: Candidates, budget: int | None) -> int:
+    """The rows that verify the tree whole where it is one n-gram chain that ends there: nothing
+    continues the chain (``Candidates.chain_end``), or the reply's token budget ends inside it (a
+    verify of ``budget`` rows commits the budget's last token); else 0. What a narrower verify
+    leaves of such a chain needs a round of its own (``WidthScheduler._credit_chain_end``)."""
+    if not cands.chain_only:
+        return 0
+    ends = cands.chain_end
+    if budget is not None and 1 < budget <= len(cands) + 1 and (not ends or budget < ends):
+        return budget
+    return ends
 
 
 def child_labels(cands: Candidates, lay: TreeLayout, argmax: np.ndarray, path: list[int]) -> np.ndarray:

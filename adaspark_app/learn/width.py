@@ -4,7 +4,8 @@ A round's width is decided in layers, each named in the decision trace by ``kind
 
 1. the scheduler's plan (``scheduler.WidthScheduler.plan``): a cold or split measurement of the
    verify-cost model (§3.2), else Eq. (7) at the long-run rate with hysteresis, the stand-in and
-   CUSUM pressure (``chooser.py``);
+   CUSUM pressure (``chooser.py``), and, for a tree that is one chain ending inside it, the round
+   that what a narrower width leaves would need (ADDED, ``WidthScheduler._credit_chain_end``);
 2. the long-copy floor (ADDED, ``long_copy_floor``): a copy of the conversation's own text that
    has just been right for LONG_COPY_CONFIRM tokens in a row is verified as far as llama.cpp's
    ngram-mod would;

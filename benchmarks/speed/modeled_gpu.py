@@ -22,6 +22,12 @@ runs, 64 rows at most, and pays nothing for misses) and llama.cpp's ``ngram-mod`
 comes from (``gap_table``): the replies it ran 10% faster or more, the lead they make alone and the
 rounds they took.
 
+With ``--no-chain-end`` an arm `adaspark@no-chain-end` runs beside them: `adaspark` scoring widths
+by Eq. (7) alone, without the credit for a chain that ends inside the tree
+(``WidthScheduler._credit_chain_end``). With ``--cpu`` the forward is this CPU's own, not the
+curve: the same arms as a CPU user runs them, to check that a rule made for the GPU costs the
+CPU nothing (no oracle column and no learned-price table then).
+
 With ``--host-clock`` an arm `adaspark@host-clock` runs beside them: `adaspark` whose cost model
 scales the verify prices of rounds without the drafter by D, the round's host time, as it does on
 the CPU (``VerifyCostModel.host_clock``); on a GPU that clock says nothing of the device.
@@ -31,8 +37,8 @@ measures it), the GPU host's own speed, and a 7B model's text (the replies are t
 model's).
 
     python -m benchmarks.speed.modeled_gpu SET.jsonl [--limit N] [--max-tokens 128]
-        [--arms ar,adaspark,pinned:4,pinned:16] [--curve 1:6.6,16:8.3,32:9.3,64:11.8] [--host-clock]
-        [--warm-up SCRIPT] [--out FILE.md]
+        [--arms ar,adaspark,pinned:4,pinned:16] [--curve 1:6.6,16:8.3,32:9.3,64:11.8 | --cpu] [--host-clock]
+        [--no-chain-end] [--warm-up SCRIPT] [--out FILE.md]
 """
 
 from __future__ import annotations
@@ -55,7 +61,7 @@ from adaspark_app.engine.chat_engine import ChatEngine
 from adaspark_app.engine.events import RoundEvent
 from adaspark_app.errors import AdaSparkError
 from adaspark_app.learn.cost import VerifyCostModel
-from adaspark_app.runner import load_script
+from adaspark_app.runner import load_script, run_conversation
 from benchmarks.common import cpu_model, emit_report
 from benchmarks.cost.scripted_target import Reference, ScriptedTarget, add_run_arguments, curve_ms, parse_curve, \
     reference_replies, replay_conversation
@@ -63,15 +69,18 @@ from benchmarks.oracle.ngram_mod_replay import group_of, oracle_width, positions
 
 DEFAULT_ARMS = "ar,adaspark,pinned:4,pinned:16"
 HOST_CLOCK_ARM = "adaspark@host-clock"
+NO_CHAIN_END_ARM = "adaspark@no-chain-end"
+VARIANTS = (HOST_CLOCK_ARM, NO_CHAIN_END_ARM)  # `adaspark` with one rule changed, beside it
 GROUPS = ("paste-and-ask", "multi-turn chat")
 WIDTH_BINS = ((4, "2-4"), (8, "5-8"), (16, "9-16"), (32, "17-32"), (64, "33-64"))
 
 
 def _engine(arm: str) -> ChatEngine:
-    """The arm's engine; ``HOST_CLOCK_ARM`` is `adaspark` whose cost model keeps scaling the verify
-    prices of rounds without the drafter by their D (host time), as on the CPU, where the forward
-    runs on the (modeled) GPU."""
-    eng = ChatEngine(None, arm="adaspark" if arm == HOST_CLOCK_ARM else arm, n_ctx=4096, n_threads=2)
+    """The arm's engine; a variant (``VARIANTS``) is `adaspark` with one rule changed:
+    ``HOST_CLOCK_ARM`` keeps scaling the verify prices of rounds without the drafter by their D
+    (host time), as on the CPU, where the forward runs on the (modeled) GPU; ``NO_CHAIN_END_ARM``
+    scores widths by Eq. (7) alone, without the chain-end credit (``WidthScheduler._credit_chain_end``)."""
+    eng = ChatEngine(None, arm="adaspark" if arm in VARIANTS else arm, n_ctx=4096, n_threads=2)
     if arm == HOST_CLOCK_ARM:
         dec = eng.decoder
         start = dec.start_reply
@@ -82,7 +91,17 @@ def _engine(arm: str) -> ChatEngine:
             return out
 
         dec.start_reply = start_reply
+    if arm == NO_CHAIN_END_ARM:
+        eng.decoder.learners.scheduler.credits_chain_end = False  # the greedy band's, the one these runs use
     return eng
+
+
+def _serve(eng: ChatEngine, target: ScriptedTarget | None, conv, refs: Sequence[Reference], max_tokens: int,
+           on_round: Callable[[RoundEvent], None] | None = None) -> list:
+    """One conversation through ``eng``: replayed at the modeled curve, or on this CPU's own forward."""
+    if target is None:
+        return run_conversation(eng, conv, max_tokens, on_round=on_round)
+    return replay_conversation(eng, target, conv, refs, max_tokens, on_round=on_round)
 
 
 def curve_cost(curve: Sequence[tuple[int, float]]) -> Callable[[int], float]:
@@ -191,6 +210,11 @@ def main() -> None:
     ap.add_argument("--arms", default=DEFAULT_ARMS, help="comma-separated arms; `ar` is the base (default %(default)s)")
     ap.add_argument("--host-clock", action="store_true",
                     help=f"add `{HOST_CLOCK_ARM}`: `adaspark` with D's host clock scaling its verify prices, as on the CPU")
+    ap.add_argument("--no-chain-end", action="store_true",
+                    help=f"add `{NO_CHAIN_END_ARM}`: `adaspark` scoring widths by Eq. (7) alone, without the chain-end credit")
+    ap.add_argument("--cpu", action="store_true",
+                    help="the forward is this CPU's own, not the curve: the same arms as a CPU user runs them "
+                         "(no oracle, no learned-price table)")
     ap.add_argument("--warm-up", metavar="SCRIPT", default=None,
                     help="each engine first serves SCRIPT, untimed: the measured set then runs on a store that has "
                          "learned (a user's), not a fresh one")
@@ -200,7 +224,7 @@ def main() -> None:
         curve = parse_curve(a.curve)
         arms = [x.strip() for x in a.arms.split(",") if x.strip()]
         for arm in arms:
-            if arm != HOST_CLOCK_ARM:
+            if arm not in VARIANTS:
                 parse_arm(arm)
         convs = load_script(a.script)
         warm = load_script(a.warm_up) if a.warm_up else []
@@ -217,16 +241,17 @@ def main() -> None:
     t0 = time.time()
     print(f"reference `ar` replies of {len(convs)} conversations ...", flush=True)
     refs = reference_replies(convs, a.max_tokens)
-    if a.host_clock and HOST_CLOCK_ARM not in arms:
-        arms.append(HOST_CLOCK_ARM)
+    for flag, variant in ((a.host_clock, HOST_CLOCK_ARM), (a.no_chain_end, NO_CHAIN_END_ARM)):
+        if flag and variant not in arms:
+            arms.append(variant)
     engines = {arm: _engine(arm) for arm in arms}
-    targets = {arm: ScriptedTarget(eng.backend, curve, overlap=True) for arm, eng in engines.items()}
+    targets = {arm: None if a.cpu else ScriptedTarget(eng.backend, curve, overlap=True) for arm, eng in engines.items()}
     if warm:
         print(f"warm-up: `ar` replies of {len(warm)} conversations, then each arm serves them untimed ...", flush=True)
         warm_refs = reference_replies(warm, a.max_tokens)
         for arm, eng in engines.items():
             for c, turns in zip(warm, warm_refs):
-                replay_conversation(eng, targets[arm], c, turns, a.max_tokens)
+                _serve(eng, targets[arm], c, turns, a.max_tokens)
                 eng.reset_conversation()
     records: list[ReplyRecord] = []
     priced: dict[str, list[RoundEvent]] = {"adaspark": []}  # `adaspark`'s round events: priced against accepted
@@ -235,8 +260,8 @@ def main() -> None:
         k = i % len(arms)
         for arm in arms[k:] + arms[:k]:
             eng = engines[arm]
-            replies = replay_conversation(eng, targets[arm], c, refs[i], a.max_tokens,
-                                          on_round=priced[arm].append if arm == "adaspark" else None)
+            replies = _serve(eng, targets[arm], c, refs[i], a.max_tokens,
+                             on_round=priced[arm].append if arm == "adaspark" else None)
             for t, r in enumerate(replies):
                 differ += int(r.text != refs[i][t].text)
                 records.append(ReplyRecord(arm=arm, conversation=c.id, turn=t, n_tokens=r.n_tokens,
@@ -250,26 +275,33 @@ def main() -> None:
                                                           for g in (*GROUPS, "all")}
     for c, turns in zip(convs, refs):
         for ref in turns:
+            if a.cpu:  # no curve: no oracle priced at it
+                break
             o, m = headroom(ref, cost, stop)
             for g in (group_of(c.category or ""), "all"):
                 room[g]["oracle"][c.id].append(o)
                 room[g]["ngram-mod"][c.id].append(m)
     learned = engines["adaspark"].decoder.learners.cost if "adaspark" in engines else None
-    price_lines = prices_table(learned, curve, [ref.prompt for turns in refs for ref in turns]) if learned else []
+    price_lines = prices_table(learned, curve, [ref.prompt for turns in refs for ref in turns]) if learned and not a.cpu else []
     for eng in engines.values():
         eng.close()
 
-    cmd = f"python -m benchmarks.speed.modeled_gpu {a.script} --max-tokens {a.max_tokens} --arms {','.join(x for x in arms if x != HOST_CLOCK_ARM)} --curve {a.curve}"
+    cmd = (f"python -m benchmarks.speed.modeled_gpu {a.script} --max-tokens {a.max_tokens} --arms "
+           f"{','.join(x for x in arms if x not in VARIANTS)}" + (" --cpu" if a.cpu else f" --curve {a.curve}"))
     cmd += f" --limit {a.limit}" if a.limit > 0 else ""
     cmd += " --host-clock" if a.host_clock else ""
+    cmd += " --no-chain-end" if a.no_chain_end else ""
     cmd += f" --warm-up {a.warm_up}" if a.warm_up else ""
     capped = sum(ref.capped for turns in refs for ref in turns)
     n_replies = sum(len(turns) for turns in refs)
-    lines = [f"# Speed on a modeled GPU: `{a.script}` ({len(convs)} conversations, {n_replies} replies, {a.max_tokens} tokens)",
+    where = ("on this CPU" if a.cpu else "on a modeled GPU")
+    forward = ("Every forward is this CPU's own (`--cpu`): the arms as a CPU user runs them. " if a.cpu else
+               f"The bundled model's `ar` replies replayed; every forward takes the modeled time of the curve {a.curve} "
+               "(rows:ms), overlapped as on a GPU; the host code is the engine's own. ")
+    lines = [f"# Speed {where}: `{a.script}` ({len(convs)} conversations, {n_replies} replies, {a.max_tokens} tokens)",
              "", f"`{cmd}`", "",
              f"Machine: {cpu_model()} ({platform.machine()}, {len(os.sched_getaffinity(0))} cores), Python "
-             f"{platform.python_version()}. The bundled model's `ar` replies replayed; every forward takes the modeled "
-             f"time of the curve {a.curve} (rows:ms), overlapped as on a GPU; the host code is the engine's own. "
+             f"{platform.python_version()}. " + forward +
              f"Replies that differ from `ar`'s: {differ} (a defect if not 0). Replies that reached the cap: {capped} of "
              f"{n_replies} (kept). "
              + (f"Each engine first served `{a.warm_up}` ({len(warm)} conversations, untimed), so the stores had "
@@ -287,17 +319,22 @@ def main() -> None:
         if not recs:
             continue
         merged = merge_repeats(recs)
-        o, olo, ohi = _gm_interval(room[g]["oracle"])
-        m, mlo, mhi = _gm_interval(room[g]["ngram-mod"])
+        room_cols = "| - | - | - |"  # on this CPU's forward (--cpu): no curve to price the oracle at
+        o = None
+        if room[g]["oracle"]:
+            o, olo, ohi = _gm_interval(room[g]["oracle"])
+            m, mlo, mhi = _gm_interval(room[g]["ngram-mod"])
         for arm in arms:
             if arm == "ar":
                 continue
             cmp = compare(merged, arm, "ar")
             if cmp.ratio is None:
                 continue
-            share = (cmp.ratio - 1.0) / (o - 1.0) if o > 1.0 else float("nan")
-            lines.append(f"| {g} | {cmp.replies} | `{arm}` | {cmp.ratio:.3f} [{cmp.ci_low:.3f}, {cmp.ci_high:.3f}] | "
-                         f"{o:.3f} [{olo:.3f}, {ohi:.3f}] | {share:.0%} | {m:.3f} [{mlo:.3f}, {mhi:.3f}] |")
+            if o is not None:
+                share = (cmp.ratio - 1.0) / (o - 1.0) if o > 1.0 else float("nan")
+                room_cols = f"| {o:.3f} [{olo:.3f}, {ohi:.3f}] | {share:.0%} | {m:.3f} [{mlo:.3f}, {mhi:.3f}] |"
+            lines.append(f"| {g} | {cmp.replies} | `{arm}` | {cmp.ratio:.3f} [{cmp.ci_low:.3f}, {cmp.ci_high:.3f}] "
+                         + room_cols)
     others = [arm for arm in arms if arm not in ("ar", "adaspark")]
     if "adaspark" in arms and others:
         lines += ["", "Each other arm over `adaspark`, paired per reply (geometric mean, 95% bootstrap interval over "
