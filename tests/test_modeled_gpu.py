@@ -107,7 +107,8 @@ def test_modeled_gpu_runs_the_arms_on_the_replayed_replies_and_refuses_bad_input
     assert "learned / modeled" not in report  # no curve: no learned-price table
     for argv, said in ((("--arms", "adaspark"), "must include ar"), (("--arms", "ar,nonsense"), "nonsense"),
                        (("--curve", "16:8,1:6"), "rows must increase"),
-                       (("--warm-up", str(tmp_path / "missing.jsonl")), "missing.jsonl")):
+                       (("--warm-up", str(tmp_path / "missing.jsonl")), "missing.jsonl"),
+                       (("--model", str(tmp_path / "missing.gguf")), "missing.gguf: no such file")):
         bad = subprocess.run(module_argv("benchmarks.speed.modeled_gpu", str(script), *argv),
                              cwd=ROOT, capture_output=True, text=True, timeout=60)
         assert bad.returncode == 2 and said in bad.stderr and "Traceback" not in bad.stderr, (argv, bad.stderr)

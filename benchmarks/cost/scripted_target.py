@@ -45,10 +45,11 @@ class Reference(NamedTuple):
     capped: bool  # the reply reached max_tokens without ending
 
 
-def reference_replies(convs: Sequence[Conversation], max_tokens: int, n_ctx: int = 4096) -> list[list[Reference]]:
-    """Per conversation, per turn: the reply of a real `ar` run on the bundled model (CPU), each
-    turn's history the replies before it (``runner.run_conversation``)."""
-    eng = ChatEngine(None, arm="ar", n_ctx=n_ctx, n_threads=2)
+def reference_replies(convs: Sequence[Conversation], max_tokens: int, n_ctx: int = 4096,
+                      model: str | None = None) -> list[list[Reference]]:
+    """Per conversation, per turn: the reply of a real `ar` run on ``model`` (default the bundled
+    model; CPU), each turn's history the replies before it (``runner.run_conversation``)."""
+    eng = ChatEngine(model, arm="ar", n_ctx=n_ctx, n_threads=2)
     prompts: list[list[int]] = []
     start = eng.decoder.start_reply
 

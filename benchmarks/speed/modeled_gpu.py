@@ -4,7 +4,8 @@ No GPU has been lent to a session yet, so issue 41's speed bars (`adaspark` at l
 `ar` on paste-and-ask and 1.4x on multi-turn chat, at least 60% of the n-gram oracle's gain) are
 estimated here, on this CPU, with the scripted target (``benchmarks/cost/scripted_target.py``):
 
-- every arm commits the reply a real `ar` run of the bundled model gave (checked, reply by reply);
+- every arm commits the reply a real `ar` run of the target gave (checked, reply by reply): the
+  bundled model, or ``--model GGUF``;
 - each forward of n rows takes the curve's time (``--curve``, default issue 41's RTX 4090 8B
   figures), spinning on the host, overlapped as on a GPU: llama_decode returns at once and the
   wait is at the logits' read, so the engine's deferred learning runs during it;
@@ -38,7 +39,7 @@ model's).
 
     python -m benchmarks.speed.modeled_gpu SET.jsonl [--limit N] [--max-tokens 128]
         [--arms ar,adaspark,pinned:4,pinned:16] [--curve 1:6.6,16:8.3,32:9.3,64:11.8 | --cpu] [--host-clock]
-        [--no-chain-end] [--warm-up SCRIPT] [--out FILE.md]
+        [--no-chain-end] [--model GGUF] [--warm-up SCRIPT] [--out FILE.md]
 """
 
 from __future__ import annotations
@@ -75,12 +76,12 @@ GROUPS = ("paste-and-ask", "multi-turn chat")
 WIDTH_BINS = ((4, "2-4"), (8, "5-8"), (16, "9-16"), (32, "17-32"), (64, "33-64"))
 
 
-def _engine(arm: str) -> ChatEngine:
+def _engine(arm: str, model: str | None = None) -> ChatEngine:
     """The arm's engine; a variant (``VARIANTS``) is `adaspark` with one rule changed:
     ``HOST_CLOCK_ARM`` keeps scaling the verify prices of rounds without the drafter by their D
     (host time), as on the CPU, where the forward runs on the (modeled) GPU; ``NO_CHAIN_END_ARM``
     scores widths by Eq. (7) alone, without the chain-end credit (``WidthScheduler._credit_chain_end``)."""
-    eng = ChatEngine(None, arm="adaspark" if arm in VARIANTS else arm, n_ctx=4096, n_threads=2)
+    eng = ChatEngine(model, arm="adaspark" if arm in VARIANTS else arm, n_ctx=4096, n_threads=2)
     if arm == HOST_CLOCK_ARM:
         dec = eng.decoder
         start = dec.start_reply
@@ -215,6 +216,8 @@ def main() -> None:
     ap.add_argument("--cpu", action="store_true",
                     help="the forward is this CPU's own, not the curve: the same arms as a CPU user runs them "
                          "(no oracle, no learned-price table)")
+    ap.add_argument("--model", metavar="GGUF", default=None,
+                    help="the target whose `ar` replies are replayed (with --cpu: which runs), default the bundled model")
     ap.add_argument("--warm-up", metavar="SCRIPT", default=None,
                     help="each engine first serves SCRIPT, untimed: the measured set then runs on a store that has "
                          "learned (a user's), not a fresh one")
@@ -228,6 +231,8 @@ def main() -> None:
                 parse_arm(arm)
         convs = load_script(a.script)
         warm = load_script(a.warm_up) if a.warm_up else []
+        if a.model and not Path(a.model).is_file():
+            raise ValueError(f"--model {a.model}: no such file")
     except (ValueError, AdaSparkError) as e:
         print(f"modeled_gpu: {e}", file=sys.stderr)
         sys.exit(2)
@@ -240,15 +245,15 @@ def main() -> None:
     convs = convs[: a.limit] if a.limit > 0 else convs
     t0 = time.time()
     print(f"reference `ar` replies of {len(convs)} conversations ...", flush=True)
-    refs = reference_replies(convs, a.max_tokens)
+    refs = reference_replies(convs, a.max_tokens, model=a.model)
     for flag, variant in ((a.host_clock, HOST_CLOCK_ARM), (a.no_chain_end, NO_CHAIN_END_ARM)):
         if flag and variant not in arms:
             arms.append(variant)
-    engines = {arm: _engine(arm) for arm in arms}
+    engines = {arm: _engine(arm, a.model) for arm in arms}
     targets = {arm: None if a.cpu else ScriptedTarget(eng.backend, curve, overlap=True) for arm, eng in engines.items()}
     if warm:
         print(f"warm-up: `ar` replies of {len(warm)} conversations, then each arm serves them untimed ...", flush=True)
-        warm_refs = reference_replies(warm, a.max_tokens)
+        warm_refs = reference_replies(warm, a.max_tokens, model=a.model)
         for arm, eng in engines.items():
             for c, turns in zip(warm, warm_refs):
                 _serve(eng, targets[arm], c, turns, a.max_tokens)
@@ -291,13 +296,15 @@ def main() -> None:
     cmd += f" --limit {a.limit}" if a.limit > 0 else ""
     cmd += " --host-clock" if a.host_clock else ""
     cmd += " --no-chain-end" if a.no_chain_end else ""
+    cmd += f" --model {a.model}" if a.model else ""
     cmd += f" --warm-up {a.warm_up}" if a.warm_up else ""
     capped = sum(ref.capped for turns in refs for ref in turns)
     n_replies = sum(len(turns) for turns in refs)
     where = ("on this CPU" if a.cpu else "on a modeled GPU")
-    forward = ("Every forward is this CPU's own (`--cpu`): the arms as a CPU user runs them. " if a.cpu else
-               f"The bundled model's `ar` replies replayed; every forward takes the modeled time of the curve {a.curve} "
-               "(rows:ms), overlapped as on a GPU; the host code is the engine's own. ")
+    target = f"`{Path(a.model).name}`" if a.model else "the bundled model"
+    forward = (f"Every forward is this CPU's own (`--cpu`), {target}'s: the arms as a CPU user runs them. " if a.cpu else
+               f"{target[0].upper() + target[1:]}'s `ar` replies replayed; every forward takes the modeled time of the "
+               f"curve {a.curve} (rows:ms), overlapped as on a GPU; the host code is the engine's own. ")
     lines = [f"# Speed {where}: `{a.script}` ({len(convs)} conversations, {n_replies} replies, {a.max_tokens} tokens)",
              "", f"`{cmd}`", "",
              f"Machine: {cpu_model()} ({platform.machine()}, {len(os.sched_getaffinity(0))} cores), Python "
