@@ -35,11 +35,20 @@ def targets_dir() -> Path:
 
 
 def cpu_model() -> str:
-    """The CPU's model name, as lscpu gives it (the machine a result was measured on)."""
+    """The CPU's model name, as lscpu gives it (the machine a result was measured on), with its
+    family and model numbers where lscpu names them: a name such as "AMD EPYC" alone covers a
+    Zen 3 (family 25, model 1; AVX2 kernels) and a Zen 4 (family 25, model 17; AVX-512 kernels),
+    whose replies and speeds differ."""
     try:
+        fields = {}
         for line in subprocess.run(["lscpu"], capture_output=True, text=True).stdout.splitlines():
-            if line.startswith("Model name:"):
-                return line.split(":", 1)[1].strip()
+            key, sep, value = line.partition(":")
+            if sep:
+                fields.setdefault(key.strip(), value.strip())
+        name = fields.get("Model name")
+        if name:
+            family, model = fields.get("CPU family"), fields.get("Model")
+            return f"{name} (family {family}, model {model})" if family and model else name
     except OSError:
         pass
     return platform.processor() or "unknown"

@@ -296,3 +296,15 @@ def test_round_host_time_scripted_replays_ar_and_adds_the_overlapped_engine(tmp_
     bad = subprocess.run(module_argv("benchmarks.cost.round_host_time", str(script), "--scripted", "--curve", "16:8,1:6"),
                          cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "rows must increase" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_the_machine_names_its_cpu_family_and_model(monkeypatch):
+    """"AMD EPYC" alone is a Zen 3 or a Zen 4 (other kernels, other replies): reports add the numbers."""
+    from benchmarks import common
+
+    lscpu = "Architecture: x86_64\nModel name:  AMD EPYC\nCPU family:  25\nModel:  17\nBogoMIPS: 1\n"
+    monkeypatch.setattr(common.subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(a, 0, lscpu, ""))
+    assert common.cpu_model() == "AMD EPYC (family 25, model 17)"
+    monkeypatch.setattr(common.subprocess, "run",
+                        lambda *a, **k: subprocess.CompletedProcess(a, 0, "Model name: Some CPU\n", ""))
+    assert common.cpu_model() == "Some CPU"

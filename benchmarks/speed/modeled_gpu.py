@@ -314,9 +314,10 @@ def main() -> None:
              + (f"Each engine first served `{a.warm_up}` ({len(warm)} conversations, untimed), so the stores had "
                 "learned. " if warm else "Fresh stores. ")
              + f"Wall time {time.time() - t0:.0f} s.", "",
-             "Speed over `ar` (geometric mean of per-reply ratios, 95% bootstrap interval over conversations); the "
-             "oracle and ngram-mod on the same replies at the curve's costs, with no host time; share: the arm's gain "
-             "over the oracle's.", "",
+             "Speed over `ar` (geometric mean of per-reply ratios, 95% bootstrap interval over conversations)"
+             + ("; no curve, so no oracle or ngram-mod priced at it." if a.cpu else
+                "; the oracle and ngram-mod on the same replies at the curve's costs, with no host time; share: the "
+                "arm's gain over the oracle's."), "",
              "| group | replies | arm | over `ar` | oracle | share of the oracle's gain | ngram-mod (modeled) |",
              "|---|---|---|---|---|---|---|"]
     by_group = {g: [r for r in records if group_of(r.category or "") == g] for g in GROUPS}
