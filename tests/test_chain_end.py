@@ -105,7 +105,7 @@ def test_a_chain_that_is_seldom_right_to_its_end_is_not_verified_whole(monkeypat
     assert a.width == b.width < 16
 
 
-def test_a_tree_with_drafter_nodes_or_a_chain_past_the_tree_gets_no_end(monkeypatch):
+def test_an_end_that_is_not_the_trees_whole_width_is_ignored(monkeypatch):
     """``ends_at`` applies where it is the tree's whole width; any other value is ignored."""
     s_d, s_n = _chain(20, 0.95)
     sched = _scheduler(monkeypatch)

@@ -56,8 +56,8 @@ def test_summarise_sets_the_class_precision_beside_the_share_accepted():
     nodes += [{"cls": "follower, count 1", "q": 0.5, "y": 1, "prec": 0.5, "first": None}]
     nodes += [{"cls": "drafter pick", "q": 0.6, "y": 1}]
     text = node_calibration.summarise(nodes, [])
-    assert "| copy, matched 8-15 | 4 | 0.800 | 0.750 | 0.750 | 1.067 |" in text
-    assert "| follower, count 1 | 1 | 0.500 | - | 1.000 | 0.500 |" in text
+    assert "| copy, matched 8-15 | 4 | 0.800 | 0.750 | 1.067 | 0.750 |" in text
+    assert "| follower, count 1 | 1 | 0.500 | 1.000 | 0.500 | - |" in text
     table = text.split("## Per n-gram class")[1]
     assert "drafter pick" not in table.split("\n\n", 2)[1]  # only n-gram classes in its rows
     assert "## Per n-gram class" not in node_calibration.summarise(nodes[-1:], [])  # no n-gram node: no table

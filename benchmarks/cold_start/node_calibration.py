@@ -61,8 +61,9 @@ def node_class(kind: int, ng_kind: int, evidence: int) -> str:
     return f"copy, matched {span}" if ng_kind == NgramKind.COPY else f"follower, count {span}"
 
 
-def _row(items: list[dict]) -> str:
-    q = float(np.mean([n["q"] for n in items]))
+def _row(items: list[dict], priced: str = "q") -> str:
+    """nodes | mean price (``priced``: q, or the class precision) | share accepted | their ratio."""
+    q = float(np.mean([n[priced] for n in items]))
     y = float(np.mean([n["y"] for n in items]))
     return f"{len(items)} | {q:.3f} | {y:.3f} | {q / y if y > 0 else float('nan'):.3f}"
 
@@ -88,19 +89,15 @@ def summarise(nodes: list[dict], rounds: list[dict]) -> str:
     ng = [n for n in nodes if "prec" in n and n["cls"].startswith(("copy", "follower"))]
     if ng:
         out += ["", "## Per n-gram class: the class precision the price starts from, against the share accepted", "",
-                "| class | nodes | class precision | first step right | accepted | class precision / accepted |",
+                "| class | nodes | class precision | accepted | class precision / accepted | first step right |",
                 "|---|---|---|---|---|---|"]
         by_ng: dict[str, list[dict]] = defaultdict(list)
         for n in ng:
             by_ng[n["cls"]].append(n)
         for cls in sorted(by_ng):
-            items = by_ng[cls]
-            prec = float(np.mean([n["prec"] for n in items]))
-            raw = [n["first"] for n in items if n.get("first") is not None]
-            y = float(np.mean([n["y"] for n in items]))
+            raw = [n["first"] for n in by_ng[cls] if n.get("first") is not None]
             first = f"{float(np.mean(raw)):.3f}" if raw else "-"
-            out.append(f"| {cls} | {len(items)} | {prec:.3f} | {first} | {y:.3f} | "
-                       f"{prec / y if y > 0 else float('nan'):.3f} |")
+            out.append(f"| {cls} | {_row(by_ng[cls], 'prec')} | {first} |")
     deep = [n for n in nodes if "depth" in n]
     if deep:
         out += ["", "| depth | nodes | mean q | accepted | q / accepted |", "|---|---|---|---|---|"]

@@ -278,10 +278,8 @@ def main() -> None:
     cost = curve_cost(curve)
     room: dict[str, dict[str, dict[str, list[float]]]] = {g: {"oracle": defaultdict(list), "ngram-mod": defaultdict(list)}
                                                           for g in (*GROUPS, "all")}
-    for c, turns in zip(convs, refs):
+    for c, turns in ([] if a.cpu else zip(convs, refs)):  # --cpu: no curve, no oracle priced at it
         for ref in turns:
-            if a.cpu:  # no curve: no oracle priced at it
-                break
             o, m = headroom(ref, cost, stop)
             for g in (group_of(c.category or ""), "all"):
                 room[g]["oracle"][c.id].append(o)
