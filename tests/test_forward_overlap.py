@@ -199,3 +199,32 @@ def test_work_left_for_a_forward_that_fails_is_raised_once_the_round_is_whole(mo
             assert r.n_tokens > 0
         finally:
             eng.close()
+
+
+@pytest.mark.model
+def test_another_revisions_engine_imports_beside_this_one_and_decodes_the_same_reply():
+    """Guards ``round_host_time --against``: HEAD's package, renamed and imported beside the
+    working tree's, is its own code (its modules load from its folder, none names adaspark_app) and
+    decodes the same greedy reply on the bundled model; a revision git does not know is one line."""
+    import importlib
+    from pathlib import Path
+
+    from adaspark_app.engine.decoder import Decoder
+    from benchmarks.cost.round_host_time import _base_of, _engine_at, _package_at
+
+    assert _base_of("adaspark, overlapped, at HEAD") == "adaspark, overlapped"
+    with pytest.raises(ValueError, match="--against no-such-rev"):
+        _package_at("no-such-rev")
+    name = _package_at("HEAD")
+    other = _engine_at(name)
+    decoder = importlib.import_module(f"{name}.engine.decoder")
+    root = Path(decoder.__file__).parents[1]
+    assert decoder.Decoder is not Decoder and root.name == name
+    assert not any("adaspark_app" in f.read_text(encoding="utf-8") for f in root.rglob("*.py"))
+    ours = ChatEngine(None, arm="adaspark", n_ctx=1024, n_threads=2)
+    messages = [{"role": "user", "content": "Name three colours, then name them again."}]
+    a = ours.generate("c", messages, max_tokens=32).text
+    b = other.generate("c", messages, max_tokens=32).text
+    assert a and a == b
+    ours.close()
+    other.close()

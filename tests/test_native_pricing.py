@@ -162,6 +162,34 @@ def test_the_engine_decodes_alike_with_either_pricing_and_prices_its_rounds_alik
 
 
 @pytest.mark.skipif(C_MODULE is None, reason=f"C pricing not built: {pricing.status()}")
+def test_c_class_counts_equal_the_numpy_reference_bit_for_bit(numpy_pricing):
+    """Guards ``observe_classes``: a stream of first steps folded by the C call, a round's tokens
+    at a time, leaves the class tables bit for bit as numpy's per-token operations do; a class
+    outside the tables is refused, nothing counted."""
+    from adaspark_app.engine.ngram import NgramStep
+    rng = random.Random(5)
+    kinds = (NgramKind.COPY, NgramKind.FOLLOWER, NgramKind.NONE)
+    stream = [(None if rng.random() < 0.1 else NgramStep(rng.randrange(5), rng.choice(kinds), rng.randrange(-2, 60)),
+               rng.randrange(5)) for _ in range(3000)]
+    tables = []
+    for numpy_on in (True, False):
+        numpy_pricing(numpy_on)
+        p, i = SourcePrecision(), 0
+        while i < len(stream):
+            k = rng.randrange(1, 40)
+            p.observe_many(stream[i:i + k])
+            i += k
+        tables.append((p.class_hits.copy(), p.class_trials.copy(), p.hits, p.trials))
+    (h0, t0, a0, b0), (h1, t1, a1, b1) = tables
+    assert t0.max() > 1.0 and np.count_nonzero(h0) > 40
+    assert np.array_equal(h0, h1) and np.array_equal(t0, t1) and (a0, b0) == (a1, b1)
+    before = p.class_trials.copy()
+    with pytest.raises(ValueError, match="outside the tables"):
+        C_MODULE.observe_classes(p.class_hits, p.class_trials, [1], [p.class_hits.shape[1]], [1], 0.5,
+                                 p.class_hits.shape[1])
+    assert np.array_equal(before, p.class_trials)
+
+
 def test_malformed_candidates_are_refused_as_the_candidate_set_refuses_them():
     prec = SourcePrecision()
     c = Candidates()

@@ -246,6 +246,36 @@ def test_first_step_is_the_chain_head_and_follows_extend():
     assert NgramIndex([1, 2, 3]).first_step() is None
 
 
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_the_cached_first_step_is_the_chains_first_step_at_every_length(seed):
+    """Guards ``first_step``'s own lookup (it skips the chain's machinery): after every token of a
+    text that copies itself, part-copies, loops and holds stop tokens, it equals ``chain((), 1)``'s
+    step, the copy's matched length included."""
+    rng = random.Random(seed)
+    words = [rng.randrange(50) for _ in range(60)]
+    text: list[int] = []
+    while len(text) < 700:
+        r = rng.random()
+        if r < 0.4 and len(text) > 40:  # a copy of an earlier passage, a few tokens to 40
+            start = rng.randrange(len(text) - 5)
+            text += text[start:start + rng.randrange(3, 41)]
+        elif r < 0.7:
+            text += rng.sample(words, rng.randrange(1, 6))  # a small vocabulary: followers repeat
+        else:
+            text.append(rng.randrange(1000))
+    stop = {words[0], 999}.__contains__
+    idx = NgramIndex(text[:5], stop=stop)
+    seen_kinds = set()
+    for t in text[5:]:
+        chained = idx.chain((), 1)
+        step = idx.first_step()
+        assert step == (chained[0] if chained else None)
+        if step is not None:
+            seen_kinds.add((step.kind, min(step.evidence, 5)))
+        idx.extend([t])
+    assert {k for k, _ in seen_kinds} == {NgramKind.COPY, NgramKind.FOLLOWER} and len(seen_kinds) > 4
+
+
 def test_source_precision_per_class_recovers_known_rates():
     """Guards the class precisions that price chain nodes: from a seeded stream of first steps
     whose hit rates are known per (kind, evidence), for_class recovers each rate; a class never

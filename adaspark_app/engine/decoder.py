@@ -20,7 +20,7 @@ from collections.abc import Callable
 import numpy as np
 
 from ..errors import ContextOverflowError
-from ..learn.kinds import Decider
+from ..learn.kinds import Decider, decider_value
 from ..learn.learned_state import Learners
 from ..learn.width import WidthChoice, clamp
 from .arms import Arm, policy_for
@@ -240,11 +240,11 @@ class Decoder:
         selected = tree.order[:width - 1].tolist()
         if self.policy.explores and width > 1 and tree.is_ng.any():
             self.counters.tree_rounds_with_ngram += 1
-            placed = np.zeros(len(cands), dtype=bool)
-            placed[selected[:-1]] = True
-            if len(selected) >= 2:
-                pick = self.learners.acceptance.exploration_pick(tree.cset, placed,
-                                                                 self.counters.tree_rounds_with_ngram)
+            acc, nth = self.learners.acceptance, self.counters.tree_rounds_with_ngram
+            if len(selected) >= 2 and acc.explores_at(nth):
+                placed = np.zeros(len(cands), dtype=bool)
+                placed[selected[:-1]] = True
+                pick = acc.exploration_pick(tree.cset, placed, nth)
                 if pick is not None and pick not in selected[:-1]:
                     selected[-1] = int(pick)
         return selected
@@ -307,12 +307,13 @@ class Decoder:
         plain step's width-1 cost and band rate (``_plain``); all through ``later``."""
         if self.policy.learns_acceptance:
             # sampled: a candidate is accepted when the draw equals it (labels from the draws)
-            labels = child_labels(tree.cands, result.layout, result.targets, result.full_path)
+            cands, lay, targets, full_path = tree.cands, result.layout, result.targets, result.full_path
             acc = self.learners.acceptance
-            if self.backend.forward_overlaps:  # later, with this round's pricing (the next round's replaces it)
-                self.later(acc.deferred(tree.cset, r.context, tree.p_src, labels))
+            if self.backend.forward_overlaps:  # later, labels and all, with this round's pricing (the next replaces it)
+                self.later(acc.deferred(tree.cset, r.context, tree.p_src,
+                                        lambda: child_labels(cands, lay, targets, full_path)))
             else:
-                acc.learn(tree.cset, r.context, tree.p_src, labels)
+                acc.learn(tree.cset, r.context, tree.p_src, child_labels(cands, lay, targets, full_path))
         result.fixed_s = (time.perf_counter() - r.t0) - result.verify_s
         self.policy.observe(tree, choice, selected, result, r, self.later)
         self.learners.cost.note_round(result.fixed_s, tree.use_drafter)
@@ -337,4 +338,4 @@ class Decoder:
         fixed = time.perf_counter() - r.t0 - out.seconds
         self.policy.observe_plain(r, out.seconds + fixed, self.later)
         return RoundOutcome(new_tokens=[nxt], width=1, verify_s=out.seconds, fixed_s=fixed,
-                            decided_by=Decider(decided_by or Decider.ARM).value)
+                            decided_by=decider_value(decided_by or Decider.ARM))

@@ -93,7 +93,7 @@ class NgramIndex:
     proposal at the anchor, used to measure the source precision p_src of Eq. (6).
     """
 
-    __slots__ = ("_tokens", "_pos", "_follow", "_best", "_first", "_ambiguous", "_long", "_stop")
+    __slots__ = ("_tokens", "_pos", "_follow", "_best", "_first", "_ambiguous", "_long", "_stop", "_anchor")
 
     def __init__(self, tokens: Sequence[int] = (), stop: Callable[[int], bool] | None = None) -> None:
         """``stop``: tokens no chain proposes; a chain ends before one (``Backend.is_control``).
@@ -115,6 +115,9 @@ class NgramIndex:
         # contexts of NGRAM_MIN_COPY tokens that earlier passages continued with 2+ different tokens
         self._ambiguous: set[tuple[int, ...]] = set()
         self._long: tuple[int, int] = (-1, 0)  # (length, long_copy_rows at the anchor) cache
+        # (length, depth, steps): the last chain from the end of the committed text, no suffix; a
+        # chain's first d steps are the chain of depth d, so a round's long_copy and draft share it
+        self._anchor: tuple[int, int, list[NgramStep]] = (-1, 0, [])
         self.extend(tokens)
 
     def __len__(self) -> int:
@@ -129,20 +132,24 @@ class NgramIndex:
         """Append committed tokens and index them incrementally.
 
         With ``precision`` given, each token is first predicted from the text before it and the
-        outcome folded into that tracker (p_src, Eq. (6)), so ``extend(path, precision)`` after
-        each round keeps p_src current with no extra bookkeeping in the engine.
+        outcomes folded into that tracker (p_src, Eq. (6); all of them at the end, in one call), so
+        ``extend(path, precision)`` after each round keeps p_src current with no extra bookkeeping
+        in the engine.
         """
         toks = self._tokens
         pos = self._pos
         f = NGRAM_FOLLOWER_CONTEXT
+        widest = COPY_CONTEXTS[-1]
+        outcomes: list[tuple[NgramStep | None, int]] = []  # (the prediction before it, the token)
         for t in tokens:
             t = int(t)
             if precision is not None:
-                precision.observe(self.first_step(), t)
+                outcomes.append((self.first_step(), t))
             i = len(toks)
+            window = tuple(toks[-widest:])  # the contexts before token i are suffixes of it
             for L, table in pos.items():
                 if i >= L:
-                    key = tuple(toks[i - L : i])
+                    key = window[-L:]
                     if L == NGRAM_MIN_COPY:
                         q = table.get(key)
                         if q is not None and toks[q] != t:
@@ -160,6 +167,8 @@ class NgramIndex:
                 if best is None or c >= best[1]:
                     self._best[key] = (t, c)
             toks.append(t)
+        if outcomes:
+            precision.observe_many(outcomes)  # type: ignore[union-attr]  # the tracker reads none of the index
 
     def chain(self, suffix: Sequence[int] = (), max_depth: int = NGRAM_MAX_DEPTH) -> list[NgramStep]:
         """Continue the text (committed + ``suffix``) for up to ``max_depth`` steps (§3.3).
@@ -177,68 +186,96 @@ class NgramIndex:
         out: list[NgramStep] = []
         if max_depth <= 0:
             return out
-
-        def get(i: int) -> int:
-            return toks[i] if i < n else ext[i - n]
-
-        def tail(L: int) -> tuple[int, ...]:
-            total = n + len(ext)
-            start = total - L
-            if start >= n:
-                return tuple(ext[start - n :])
-            if not ext:
-                return tuple(toks[start:])
-            return tuple(toks[start:]) + tuple(ext)
-
+        anchored = not ext
+        if anchored:
+            at, depth, steps = self._anchor
+            if at == n and depth >= max_depth:
+                return steps[:max_depth]
         stop = self._stop
-        p = -1  # position of the next token of the passage being read on (-1: none)
-        match = 0
+        widest = COPY_CONTEXTS[-1]
         follow_ctx = NGRAM_FOLLOWER_CONTEXT
         while len(out) < max_depth:
             total = n + len(ext)
-            if p >= 0:
-                tok = get(p)
-                if stop is not None and stop(tok):
-                    break
-                out.append(NgramStep(tok, NgramKind.COPY, match))
-                ext.append(tok)
-                p += 1
-                # the copied token extends the matched context by one
-                match = min(match + 1, COPY_EVIDENCE_CAP)
-                continue
-            found = -1
-            for L in COPY_CONTEXTS:
-                if total < L:
-                    break
-                q = self._pos[L].get(tail(L))
-                if q is None:
-                    break  # no occurrence of L tokens: none of any longer context either
-                found = q
+            # the last `widest` tokens of the text (committed + ext): every context is a suffix of it
+            e = len(ext)
+            window = tuple(ext[e - widest:]) if e >= widest else tuple(toks[max(0, n - (widest - e)):]) + tuple(ext)
+            found = self._passage(window, total)
             if found >= 0:
-                # measure the true match (the ladder only bounds it from below)
+                # measure the true match (the ladder only bounds it from below); found < n
                 k = 0
-                while k < COPY_EVIDENCE_CAP and found - 1 - k >= 0 and get(found - 1 - k) == get(total - 1 - k):
-                    k += 1
-                match = k
-                p = found
-                continue  # the read-on branch above emits the step
+                if not ext:
+                    while k < COPY_EVIDENCE_CAP and found - 1 - k >= 0 and toks[found - 1 - k] == toks[n - 1 - k]:
+                        k += 1
+                else:
+                    while (k < COPY_EVIDENCE_CAP and found - 1 - k >= 0 and toks[found - 1 - k]
+                           == (toks[total - 1 - k] if total - 1 - k < n else ext[total - 1 - k - n])):
+                        k += 1
+                # read on along the passage to the depth or a stop token: a copy, once found, is the
+                # rest of the chain (past the committed text it reads its own steps: a passage may
+                # overlap itself); each copied token extends the matched context by one
+                copy, p, match = NgramKind.COPY, found, k
+                for _ in range(max_depth - len(out)):
+                    tok = toks[p] if p < n else ext[p - n]
+                    if stop is not None and stop(tok):
+                        break
+                    out.append(NgramStep(tok, copy, match))
+                    ext.append(tok)
+                    p += 1
+                    match = match + 1 if match < COPY_EVIDENCE_CAP else COPY_EVIDENCE_CAP
+                break
             if total < follow_ctx:
                 break
-            best = self._best.get(tail(follow_ctx))
+            best = self._best.get(window[-follow_ctx:])
             if best is None or (stop is not None and stop(best[0])):
                 break
             out.append(NgramStep(best[0], NgramKind.FOLLOWER, best[1]))
             ext.append(best[0])
+        if anchored:
+            self._anchor = (n, max_depth, out)
+            return list(out)
         return out
+
+    def _passage(self, window: tuple[int, ...], total: int) -> int:
+        """Where the earlier passage that the longest matching context (on the ladder) continues
+        goes on: the position of its next token, or -1. ``window``: the text's last tokens (at
+        least the widest context's worth, or all of a shorter text), ``total`` the text's length."""
+        found = -1
+        for L in COPY_CONTEXTS:
+            if total < L:
+                break
+            q = self._pos[L].get(window[-L:])
+            if q is None:
+                break  # no occurrence of L tokens: none of any longer context either
+            found = q
+        return found
 
     def first_step(self) -> NgramStep | None:
         """The first step of the chain from the end of the committed text (cached per length):
         the probe the draft gate reads before a round, and the prediction p_src is scored on."""
         n = len(self._tokens)
         if self._first[0] != n:
-            steps = self.chain((), 1)
-            self._first = (n, steps[0] if steps else None)
+            self._first = (n, self._first_step())
         return self._first[1]
+
+    def _first_step(self) -> NgramStep | None:
+        """``chain((), 1)``'s step, without the chain's machinery (every round and every committed
+        token asks for it): the copy of the longest matching context, else the follower."""
+        toks = self._tokens
+        n = len(toks)
+        found = self._passage(tuple(toks[-COPY_CONTEXTS[-1]:]), n) if n >= NGRAM_MIN_COPY else -1
+        stop = self._stop
+        if found >= 0:
+            k = 0  # the true match, as chain() measures it
+            while k < COPY_EVIDENCE_CAP and found - 1 - k >= 0 and toks[found - 1 - k] == toks[n - 1 - k]:
+                k += 1
+            tok = toks[found]
+            return None if stop is not None and stop(tok) else NgramStep(tok, NgramKind.COPY, k)
+        if n < NGRAM_FOLLOWER_CONTEXT:
+            return None
+        best = self._best.get(tuple(toks[n - NGRAM_FOLLOWER_CONTEXT:]))
+        if best is None or (stop is not None and stop(best[0])):
+            return None
+        return NgramStep(best[0], NgramKind.FOLLOWER, best[1])
 
     def long_copy(self) -> int:
         """Rows ngram-mod's rule would verify from the end of the committed text (``long_copy_rows``

@@ -15,7 +15,7 @@ import numpy as np
 
 from ..learn.acceptance import CandidateSet
 from ..learn.gates import PROBE_NONE
-from ..learn.kinds import Decider, source_counts
+from ..learn.kinds import Decider, decider_value, source_counts
 from ..learn.width import WidthChoice
 from .tree import Candidates, TreeLayout
 
@@ -159,5 +159,5 @@ def tree_outcome(tree: RoundTree, choice: WidthChoice, result: Verified, gate: D
         predicted_s=choice.predicted_s, expected_accepted=tree.expected_accepted(choice.width),
         accepted=len(result.path), priced_by=tree.priced_by, rows_by_source=rows_by, accepted_by_source=acc_by,
         offered=plan.offered if plan is not None else {}, band_rate=plan.band_rate if plan is not None else None,
-        decided_by=Decider(choice.decided_by).value,
+        decided_by=decider_value(choice.decided_by),
         trace={**decision_trace(choice, gate), "cut_tokens": len(result.full_path) - len(result.path)})

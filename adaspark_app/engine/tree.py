@@ -306,9 +306,10 @@ def child_labels(cands: Candidates, lay: TreeLayout, argmax: np.ndarray, path: l
     Under sampling, pass the draws per row (`sampled_path`) as `argmax`: a candidate is then
     accepted when the draw equals it, the outcome the acceptance model must price.
     """
-    labels = np.full(len(cands), -1, dtype=np.int8)
+    labels = [-1] * len(cands)  # a list, then one array: numpy's per-element writes cost more
+    token, children, row_of = cands.token, cands.children, lay.row_of
     for par in [-1] + path:
-        want = int(argmax[lay.row_of[par]])
-        for c in cands.children.get(par, {}).values():
-            labels[c] = 1 if cands.token[c] == want else 0
-    return labels
+        want = int(argmax[row_of[par]])
+        for c in children.get(par, {}).values():
+            labels[c] = 1 if token[c] == want else 0
+    return np.array(labels, dtype=np.int8)

@@ -604,11 +604,14 @@ class AcceptanceModel:
         return self._req_fit / self._req_nodes, self._req_head / self._req_nodes, self._req_nodes
 
     # ----- learning ------------------------------------------------------------------------
-    def deferred(self, cands: CandidateSet, context: int, p_src: float, labels: np.ndarray) -> Callable[[], None]:
+    def deferred(self, cands: CandidateSet, context: int, p_src: float,
+                 labels: np.ndarray | Callable[[], np.ndarray]) -> Callable[[], None]:
         """``learn`` on these labels, to run later (during the next round's forward, on a device that
         computes it while the host goes on): it keeps the round's pricing, which the next
-        round's ``q_both`` replaces."""
+        round's ``q_both`` replaces. ``labels`` may be a function that makes them then."""
         priced = self._as_priced(cands, context, p_src)
+        if callable(labels):
+            return lambda: self.learn(cands, context, p_src, labels(), priced=priced)
         return lambda: self.learn(cands, context, p_src, labels, priced=priced)
 
     def learn(self, cands: CandidateSet, context: int, p_src: float, labels: np.ndarray,
@@ -725,6 +728,11 @@ class AcceptanceModel:
         b = ngram_bucket(cands.ng_kind, cands.ng_evidence, cands.ng_above)
         return np.where(cands.kind == KIND_NGRAM, self._bucket_labels[b], -1)
 
+    @staticmethod
+    def explores_at(round_index: int) -> bool:
+        """Whether the ``round_index``-th tree round with n-gram candidates explores (line 12)."""
+        return round_index > 0 and round_index % EXPLORATION_PERIOD == 0
+
     def exploration_pick(self, cands: CandidateSet, placed: np.ndarray, round_index: int) -> int | None:
         """Algorithm 1 line 12: every EXPLORATION_PERIOD-th tree round with n-gram candidates,
         the candidate that takes the tree's last row.
@@ -735,7 +743,7 @@ class AcceptanceModel:
         n-gram node whose parent is the anchor or placed, from the bucket with the fewest
         labels (ties: the lowest index), or None.
         """
-        if round_index <= 0 or round_index % EXPLORATION_PERIOD != 0 or len(cands) == 0:
+        if not self.explores_at(round_index) or len(cands) == 0:
             return None
         placed = np.asarray(placed, dtype=bool).reshape(-1)
         if placed.shape[0] != len(cands):

@@ -71,11 +71,13 @@ class WidthChooser:
         fixed_s: float,
         gains: tuple[float, float, float, float],
         rho: float | None,
+        tokens: dict[int, float] | None = None,
     ) -> dict[int, Scored]:
-        """Score every offered width: V(n) of Eq. (7) if rho is known, else the per-round ratio."""
+        """Score every offered width: V(n) of Eq. (7) if rho is known, else the per-round ratio.
+        ``tokens``: E(n) of the offered widths where the caller has them already."""
         out: dict[int, Scored] = {}
         for n, t in prices.items():
-            e = self.expected_tokens(n, s_d, s_n, gains)
+            e = tokens[n] if tokens is not None else self.expected_tokens(n, s_d, s_n, gains)
             sec = fixed_s + t
             sc = e - rho * sec if rho is not None else e / max(sec, 1e-12)
             out[n] = Scored(n, e, sec, sc)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 from collections import deque
 from functools import lru_cache
-from typing import Callable
+from typing import Callable, Iterable
 
 import numpy as np
 
@@ -226,6 +226,22 @@ class QuantileLaw:
         lo, hi = LAW_CLAMP[0] * self.lowest, LAW_CLAMP[1] * self.lowest
         return hi if t > hi else lo if t < lo else t
 
+    def least_ratio(self, samples: Iterable[tuple[int, float]]) -> float:
+        """min over (context, seconds) samples of seconds / ``seconds(context)``: the same values,
+        computed in one loop (a class's level takes it after every verify of its width)."""
+        assert self.scale is not None
+        w0, w1, w2, w3, w4 = self.ftrl.w
+        scale, c_lo = self.scale, self.context_lo
+        lo, hi = LAW_CLAMP[0] * self.lowest, LAW_CLAMP[1] * self.lowest
+        least = math.inf
+        for c, t in samples:
+            p0, p1, p2, p3, p4 = basis(max(c, c_lo))
+            x = scale * (1.0 + w0 * p0 + w1 * p1 + w2 * p2 + w3 * p3 + w4 * p4)
+            r = t / (hi if x > hi else lo if x < lo else x)
+            if r < least:
+                least = r
+        return least
+
     def observe(self, context: int, seconds: float) -> None:
         """Fold one measured verify time into the bank and the online law."""
         self.context_lo = int(context) if self.samples == 0 else min(self.context_lo, int(context))
@@ -389,8 +405,8 @@ class RowClass:
 
     @property
     def priced(self) -> bool:
-        """Measured enough to be offered (``needed``)."""
-        return self.count >= self.needed
+        """Measured enough to be offered (``needed``; read a few dozen times a round: inlined)."""
+        return self.count >= (CONDITIONAL_MEASUREMENTS if self.width > 1 else MEASUREMENTS_BEFORE_PRICED)
 
     def observe(self, context: int, seconds: float, d_clock: float, d_drafter: bool = False) -> None:
         self.count += 1
@@ -405,16 +421,24 @@ class RowClass:
         if not self.law.ready or not self.recent:
             self.level = 1.0
             return
-        lv = min(t / self.law.seconds(c) for c, t in self.recent)
+        lv = self.law.least_ratio(self.recent)
         self.level = min(max(lv, LEVEL_CLAMP[0]), LEVEL_CLAMP[1])
 
-    def price(self, context: int, d_now: float) -> float:
-        """Eq. (5): law x level x D_now / D_k; before the law exists, lowest time x D clock."""
+    def price(self, context: int, d_now: float, phi: tuple[float, ...] | None = None) -> float:
+        """Eq. (5): law x level x D_now / D_k; before the law exists, lowest time x D clock.
+        ``phi``: ``basis(context)``, where the caller prices many classes at one context."""
         clock = d_now / self.d_clock if d_now > 0.0 and self.d_clock > 0.0 else 1.0
         clock = min(max(clock, LEVEL_CLAMP[0]), LEVEL_CLAMP[1])
-        if not self.law.ready:
-            return self.law.lowest * clock
-        return self.law.seconds(context) * self.level * clock
+        law = self.law
+        if law.scale is None:
+            return law.lowest * clock
+        if phi is None or context < law.context_lo:
+            return law.seconds(context) * self.level * clock
+        # law.seconds(context), its basis given: the same operations in the same order
+        w = law.ftrl.w
+        t = law.scale * (1.0 + w[0] * phi[0] + w[1] * phi[1] + w[2] * phi[2] + w[3] * phi[3] + w[4] * phi[4])
+        lo, hi = LAW_CLAMP[0] * law.lowest, LAW_CLAMP[1] * law.lowest
+        return (hi if t > hi else lo if t < lo else t) * self.level * clock
 
     def state_dict(self) -> dict:
         return {
@@ -631,8 +655,13 @@ class VerifyCostModel:
         cls = self.classes.get(width)
         if cls is None or verify_s <= 0.0:
             return
+        was_priced, lowest = cls.priced, cls.law.lowest
         cls.observe(context, verify_s, self.d_clock(), self.last_drafter)
-        self._pending = None
+        if not was_priced or cls.law.lowest != lowest:
+            # pending() and at_bound() read the counts of unpriced classes and the lowest times
+            # (bound_steps): a priced class's verify that set no new lowest changes neither, and
+            # most rounds' verifies are such (recomputing them cost ~30 us a round, cold)
+            self._pending = None
 
     def end_request(self) -> int:
         """Batch refit of every law that learned this request; returns how many were replaced."""
@@ -674,6 +703,8 @@ class VerifyCostModel:
         """
         raw: list[tuple[int, float]] = []
         ref: RowClass | None = None  # widest narrower class measured at this context or beyond
+        clocks = (self.d_clock(False) if self.host_clock else 0.0, self.d_clock(True))  # _clock_for, by kind
+        phi = basis(context)
         for w in self.widths():
             if limit is not None and w > limit:
                 break
@@ -682,22 +713,23 @@ class VerifyCostModel:
                 if bounds and raw and self.at_bound(w):
                     raw.append((w, min(p_a * w / a for a, p_a in raw)))
                 continue
-            d_now = self._clock_for(cls)
-            p = cls.price(context, d_now)
+            d_now = clocks[cls.d_drafter]
+            p = cls.price(context, d_now, phi)
             hi = cls.law.context_hi
             if context > hi and ref is not None:
-                d_ref = self._clock_for(ref)
+                d_ref = clocks[ref.d_drafter]
                 inc = ref.price(context, d_ref) - ref.price(hi, d_ref)
                 p = max(p, cls.price(hi, d_now) + inc)
             if context <= hi or hi >= 2 * cls.law.context_lo:  # measured here, or has a fitted slope
                 ref = cls
             raw.append((w, p))
-        out: dict[int, float] = {}
+        out: list[tuple[int, float]] = []
         best = math.inf
-        for w, p in reversed(raw):
+        for w, p in reversed(raw):  # raw is narrowest first
             best = min(best, p)
-            out[w] = best
-        return dict(sorted(out.items()))
+            out.append((w, best))
+        out.reverse()
+        return dict(out)
 
     # --- splits --------------------------------------------------------------------------
     def split(self, held: int, context: int, could_win: CouldWin) -> int | None:

@@ -56,6 +56,12 @@ class Decider(str, Enum):
     PLAIN_ONLY = "plain_only"  # a recurrent or hybrid target: plain decode, no tree verify
 
 
+def decider_value(d: Decider | str) -> str:
+    """The trace's name of a layer: ``Decider(d).value`` without Enum's call where ``d`` is a
+    member already (every round reports one; the call cost microseconds a round)."""
+    return d.value if type(d) is Decider else Decider(d).value
+
+
 class NgramKind(IntEnum):
     """An n-gram proposal's class (the acceptance model's ``ng_kind`` codes): none, a copy of an
     earlier passage (evidence: matched context length), or the most frequent follower of the

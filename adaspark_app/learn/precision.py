@@ -7,10 +7,12 @@ feeds it one pair per committed token; the acceptance model reads ``value`` and 
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Protocol
 
 import numpy as np
 
+from . import acceptance
 from .acceptance import EVIDENCE_EDGES  # the per-class counts are shrunk toward the model's evidence bins
 from .acceptance import CLASS_BIN, CandidateSet, contradicted
 from .constants import CLASS_PRIOR_WEIGHT, COPY_EVIDENCE_CAP, PRECISION_HALF_LIFE
@@ -70,17 +72,36 @@ class SourcePrecision:
     def observe(self, predicted: Proposal | None, actual: int) -> None:
         """Fold one committed token: ``predicted`` is ``first_step()`` taken before it (None: the
         index proposed nothing there, which is not counted)."""
-        if predicted is None:
+        self.observe_many(((predicted, actual),))
+
+    def observe_many(self, outcomes: Iterable[tuple[Proposal | None, int]]) -> None:
+        """Fold committed tokens in order, each (the prediction taken before it, the token): as
+        ``observe`` one at a time, the class counts in one C call where it is built
+        (``acceptance.PRICING``), else four numpy operations a token."""
+        kinds: list[int] = []
+        evidence: list[int] = []
+        hits: list[int] = []
+        for predicted, actual in outcomes:
+            if predicted is None:
+                continue
+            hit = int(predicted.token == int(actual))
+            self.trials = self.trials * _DECAY + 1.0
+            self.hits = self.hits * _DECAY + hit
+            kinds.append(int(predicted.kind))
+            evidence.append(min(max(int(predicted.evidence), 0), COPY_EVIDENCE_CAP))
+            hits.append(hit)
+        if not kinds:
             return
-        hit = int(predicted.token == int(actual))
-        self.trials = self.trials * _DECAY + 1.0
-        self.hits = self.hits * _DECAY + hit
-        k = int(predicted.kind)
-        e = min(max(int(predicted.evidence), 0), COPY_EVIDENCE_CAP)
-        self.class_trials *= _DECAY
-        self.class_hits *= _DECAY
-        self.class_trials[k, e] += 1.0
-        self.class_hits[k, e] += hit
+        C = acceptance.PRICING
+        if C is not None:
+            C.observe_classes(self.class_hits, self.class_trials, kinds, evidence, hits, _DECAY,
+                              self.class_hits.shape[1])
+            return
+        for k, e, hit in zip(kinds, evidence, hits):
+            self.class_trials *= _DECAY
+            self.class_hits *= _DECAY
+            self.class_trials[k, e] += 1.0
+            self.class_hits[k, e] += hit
 
     @property
     def value(self) -> float:

@@ -83,7 +83,8 @@ class WidthScheduler:
         return rho if rho is not None else self._plain_rate(context)
 
     def _price(self, rho: float | None, offered: dict[int, float], s_d: list[float], s_n: list[float],
-               fixed_s: float, gains: tuple[float, float, float, float]) -> float | None:
+               fixed_s: float, gains: tuple[float, float, float, float],
+               tokens: dict[int, float] | None = None) -> float | None:
         """The chooser's price of time in Eq. (7): the band's rate ``rho`` (rho_m), or, for a tree of
         n-gram nodes only that beats the band, the rate of the round itself (None until the
         band's rate is known: the per-round ratio then).
@@ -103,7 +104,8 @@ class WidthScheduler:
         """
         if rho is None or not offered or any(s_d):
             return rho
-        best = max(self.chooser.expected_tokens(n, s_d, s_n, gains) / max(fixed_s + t, 1e-12)
+        e = self.chooser.expected_tokens
+        best = max((tokens[n] if tokens is not None else e(n, s_d, s_n, gains)) / max(fixed_s + t, 1e-12)
                    for n, t in offered.items())
         return max(rho, best)
 
@@ -198,9 +200,11 @@ class WidthScheduler:
         bounded = frozenset(w for w in offered if self.cost.at_bound(w))
         gains = self.gains.at(context)
         band_rate = self.rate.rate(context)
-        rho_m = self._price(band_rate, offered, s_d, s_n, fixed_s, gains)
+        e = self.chooser.expected_tokens
+        tokens = {n: e(n, s_d, s_n, gains) for n in offered}  # E(n), read by the price of time and the scores
+        rho_m = self._price(band_rate, offered, s_d, s_n, fixed_s, gains, tokens)
         rate_mode = rho_m is not None
-        scored = self.chooser.score(offered, s_d, s_n, fixed_s, gains, rho_m) if offered else {}
+        scored = self.chooser.score(offered, s_d, s_n, fixed_s, gains, rho_m, tokens) if offered else {}
         if ends_at and rate_mode:
             self._credit_chain_end(scored, ends_at, s_d, s_n, fixed_s, gains, rho_m)
         if measure is not None and not self._cold_could_win(measure, scored, s_d, s_n, gains, rho_m):

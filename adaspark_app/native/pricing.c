@@ -1,13 +1,14 @@
 /* The round's pricing in C: the numpy code it replaces runs ~40 small array operations on a
  * tree of a few dozen nodes, each a few microseconds of dispatch (and several times that with
  * the CPU's caches cold between rounds), which made pricing the largest part of a round's host
- * time. Three entry points, each the twin of numpy code that stays the reference (and the
+ * time. Four entry points, each the twin of numpy code that stays the reference (and the
  * fallback where this module is not built; tests/test_native_pricing.py compares them):
  *
  *   columns(...)      engine/candidates.py candidate_set + learn/precision.py for_nodes
  *   eq6(...)          learn/acceptance.py _design, _fitted (Eq. 6's softmax with none), _head
  *   tree_values(...)  engine/tree.py path_products, committable, best_first_order,
  *                     the n-gram mask and expected_accepted (Eq. 1)
+ *   observe_classes(...)  learn/precision.py SourcePrecision.observe_many's class counts
  *
  * The tables (coefficient layout, evidence bins) come from Python once (configure), so the
  * constants live in one place, learn/constants.py and learn/acceptance.py's _Layout. Outputs
@@ -456,11 +457,68 @@ done:
     return ret;
 }
 
+/* ------------------------------------------------------------------ observe_classes */
+
+/* learn/precision.py SourcePrecision.observe_many's class counts: for each observation j, in order,
+ * every cell of both tables decays (x *= decay), then cell (kind[j], evidence[j]) counts one trial
+ * and hit[j] hits: numpy's in-place operations, the same roundings, one call for a round's tokens. */
+static PyObject *observe_classes(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *o_hits, *o_trials, *o_kind, *o_ev, *o_hit;
+    double decay;
+    Py_ssize_t cols;
+    if (!PyArg_ParseTuple(args, "OOOOOdn", &o_hits, &o_trials, &o_kind, &o_ev, &o_hit, &decay, &cols)) return NULL;
+    Py_ssize_t m = PySequence_Size(o_kind);
+    if (m < 0) return NULL;
+    Buf b[2];
+    memset(b, 0, sizeof b);
+    PyObject *ret = NULL;
+    int64_t *obs = malloc((3 * m + 1) * sizeof(int64_t));
+    if (!obs) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    if (read_ints(o_kind, obs, m, "kind") < 0 || read_ints(o_ev, obs + m, m, "evidence") < 0 ||
+        read_ints(o_hit, obs + 2 * m, m, "hit") < 0)
+        goto done;
+    if (get_buf(o_hits, &b[0], 0, 1, "class_hits") < 0 || get_buf(o_trials, &b[1], 0, 1, "class_trials") < 0) goto done;
+    const Py_ssize_t cells = b[0].view.len / (Py_ssize_t)sizeof(double);
+    if (b[1].view.len != b[0].view.len || cols < 1 || cells % cols != 0) {
+        PyErr_SetString(PyExc_ValueError, "observe_classes: the tables differ in size or do not hold whole rows");
+        goto done;
+    }
+    double *hits = (double *)b[0].view.buf, *trials = (double *)b[1].view.buf;
+    for (Py_ssize_t j = 0; j < m; j++) {
+        const int64_t k = obs[j], e = obs[m + j];
+        if (k < 0 || e < 0 || e >= cols || k * cols + e >= cells) {
+            PyErr_Format(PyExc_ValueError, "observe_classes: class (%lld, %lld) is outside the tables", (long long)k,
+                         (long long)e);
+            goto done;
+        }
+    }
+    for (Py_ssize_t j = 0; j < m; j++) {
+        for (Py_ssize_t i = 0; i < cells; i++) {
+            trials[i] *= decay;
+            hits[i] *= decay;
+        }
+        const Py_ssize_t at = (Py_ssize_t)(obs[j] * cols + obs[m + j]);
+        trials[at] += 1.0;
+        hits[at] += (double)obs[2 * m + j];
+    }
+    ret = Py_None;
+    Py_INCREF(ret);
+done:
+    free(obs);
+    release(b, 2);
+    return ret;
+}
+
 static PyMethodDef methods[] = {
     {"configure", configure, METH_VARARGS, "Set the coefficient layout and the bin tables."},
     {"columns", columns, METH_VARARGS, "A round's candidate columns and their class precision."},
     {"eq6", eq6, METH_VARARGS, "The design and both estimates of Eq. (6)."},
     {"tree_values", tree_values, METH_VARARGS, "Q, the committable Q, the best-first order and S(n)."},
+    {"observe_classes", observe_classes, METH_VARARGS, "The n-gram class counts' decay and counts, per token."},
     {NULL, NULL, 0, NULL},
 };
 

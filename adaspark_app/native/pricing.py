@@ -5,8 +5,10 @@ precision, Eq. (6)'s design and both estimates, then Q, the committable Q, the b
 and S(n). In numpy that is ~40 array operations on a few dozen nodes, each microseconds of
 dispatch, and several times that with the CPU's caches cold between rounds: the largest part of
 a tree round's host time, which a GPU's short step cannot hide (issue 41). ``pricing.c`` computes
-the same values in three calls. The numpy code stays the reference and the fallback
-(``engine/candidates.py``, ``learn/acceptance.py``, ``engine/tree.py``); the callers choose.
+the same values in three calls, and a fourth folds a round's committed tokens into the n-gram class
+counts (``learn/precision.py``: every token decays two tables, four numpy operations a token). The
+numpy code stays the reference and the fallback (``engine/candidates.py``, ``learn/acceptance.py``,
+``engine/tree.py``, ``learn/precision.py``); the callers choose.
 
 The module is built against Python's stable ABI (3.11), so one build serves every later Python
 too. ``pip install`` builds it (setup.py, with the kernels); ``load`` builds it on first use if
@@ -33,7 +35,9 @@ from .build import LIB_DIR
 
 SOURCE = Path(__file__).resolve().parent / "pricing.c"
 SWITCH = "ADASPARK_NUMPY_PRICING"
-FLAGS = ("-O2", "-shared", "-fPIC", "-std=c11", "-Wall")  # no -ffast-math: the same libm as numpy's fallback
+# no -ffast-math: the same libm as numpy's fallback; no contraction of a * b + c into one rounding
+# (an FMA), which numpy's separate operations never make
+FLAGS = ("-O2", "-shared", "-fPIC", "-std=c11", "-Wall", "-ffp-contract=off")
 FAILED = "failed.txt"
 
 _loaded: ModuleType | None = None

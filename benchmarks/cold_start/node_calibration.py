@@ -170,7 +170,9 @@ def record(engine: Any, convs: list, max_tokens: int, scripted: tuple[Any, list]
 
     def deferred_nodes(cands, context, p_src, labels):
         # where the forward overlaps the host the round learns during the next forward, after the
-        # next round's pricing: its own pricing is read now, as ``deferred`` keeps it
+        # next round's pricing: its own pricing is read now, as ``deferred`` keeps it (and the
+        # labels made now, where the decoder leaves their making to the next forward too)
+        labels = labels() if callable(labels) else labels
         note(cands, context, p_src, labels)
         return acc_deferred(cands, context, p_src, labels)
 

@@ -39,17 +39,33 @@ Engines run interleaved per conversation in one process. With ``--no-reuse`` a t
 `adaspark` with the acceptance model's learning recomputing the round's design and estimates
 instead of reusing the pricing (`AcceptanceModel._as_priced`), i.e. the code before that reuse.
 
+With ``--against REV`` the last `adaspark` engine (the overlapped one with ``--overlap``) gets a
+twin built from another revision's package (``git archive``, imported beside this one as
+``adaspark_at_REV``, with this checkout's kernels): the host time of two versions of the code,
+interleaved per conversation in one process, not two runs that differ by the machine's drift.
+
     python -m benchmarks.cost.round_host_time SCRIPT.jsonl [--limit 10] [--max-tokens 128] [--no-reuse] [--parts]
-        [--cache] [--scripted [--curve 1:6.6,16:8.3,32:9.3,64:11.8] [--overlap]] [--events] [--out FILE.md]
+        [--cache] [--scripted [--curve 1:6.6,16:8.3,32:9.3,64:11.8] [--overlap]] [--events] [--against REV]
+        [--out FILE.md]
 """
 
 from __future__ import annotations
 
 import argparse
+import atexit
+import importlib
+import importlib.util
+import io
 import math
 import os
 import pickle
 import platform
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
 import time
 from pathlib import Path
 
@@ -84,6 +100,44 @@ def _engine(arm: str, reuse: bool = True) -> ChatEngine:
     return eng
 
 
+def _package_at(rev: str) -> str:
+    """Another revision's engine, importable beside this one: its ``adaspark_app`` (``git archive``,
+    without the drafter's data) in a temporary folder as the package ``adaspark_at_<rev>``, every
+    reference to ``adaspark_app`` in it renamed, this checkout's kernels linked in (its C pricing is
+    built there on first use, as for a checkout that moved on). Returns the package's name;
+    ValueError (one line) when git cannot give the revision."""
+    root = Path(__file__).resolve().parents[2]
+    name = "adaspark_at_" + re.sub(r"\W", "_", rev)
+    res = subprocess.run(["git", "-C", str(root), "archive", rev, "adaspark_app", ":(exclude)adaspark_app/data"],
+                         capture_output=True)
+    if res.returncode != 0:
+        raise ValueError(f"--against {rev}: {res.stderr.decode(errors='replace').strip().splitlines()[-1]}")
+    tmp = Path(tempfile.mkdtemp(prefix="adaspark-at-"))
+    atexit.register(shutil.rmtree, tmp, True)
+    with tarfile.open(fileobj=io.BytesIO(res.stdout)) as tar:
+        tar.extractall(tmp, filter="data")
+    pkg = tmp / name
+    (tmp / "adaspark_app").rename(pkg)
+    for f in pkg.rglob("*.py"):
+        f.write_text(f.read_text(encoding="utf-8").replace("adaspark_app", name), encoding="utf-8")
+    lib, own = root / "adaspark_app" / "native" / "lib", pkg / "native" / "lib"
+    own.mkdir(parents=True, exist_ok=True)
+    for entry in (lib.iterdir() if lib.is_dir() else ()):
+        if entry.name != "pricing":  # its own pricing source: its own build
+            (own / entry.name).symlink_to(entry)
+    spec = importlib.util.spec_from_file_location(name, pkg / "__init__.py", submodule_search_locations=[str(pkg)])
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # its submodules import from here
+    spec.loader.exec_module(module)
+    return name
+
+
+def _engine_at(package: str) -> ChatEngine:
+    """`adaspark` as ``_engine`` makes it, from the package ``_package_at`` made."""
+    cls = importlib.import_module(f"{package}.engine.chat_engine").ChatEngine
+    return cls(None, arm="adaspark", n_ctx=4096, n_threads=2)
+
+
 def _event_batcher() -> EventBatcher:
     """The chat's engine process's handling of round events (``worker.EventBatcher``), a batch
     pickled as its pipe would pickle it, and nothing written."""
@@ -98,10 +152,17 @@ def _host_so_far(rec: dict[str, list[tuple[float, float]]], between: list[float]
 NUMPY_PRICING = ", numpy pricing"
 
 
+AT_REV = ", at "
+
+
 def _base_of(name: str) -> str:
-    """The engine a variant is compared with: a numpy-pricing twin with its C-pricing engine,
-    every other variant with plain `adaspark`."""
-    return name[:-len(NUMPY_PRICING)] if name.endswith(NUMPY_PRICING) else "adaspark"
+    """The engine a variant is compared with: a numpy-pricing twin with its C-pricing engine, another
+    revision's twin with this revision's engine, every other variant with plain `adaspark`."""
+    if name.endswith(NUMPY_PRICING):
+        return name[:-len(NUMPY_PRICING)]
+    if AT_REV in name:
+        return name[:name.index(AT_REV)]
+    return "adaspark"
 
 
 def _ratio_table(per_conv: dict[str, dict[str, float]], events: bool) -> list[str]:
@@ -257,6 +318,8 @@ def main() -> None:
                     help="with --scripted: add `adaspark` with the forward overlapping the host, as on a GPU")
     ap.add_argument("--numpy-pricing", action="store_true",
                     help="add a twin of each `adaspark` engine that prices its rounds with the numpy code, not C")
+    ap.add_argument("--against", metavar="REV", default=None,
+                    help="add a twin of the last `adaspark` engine built from git revision REV's code")
     ap.add_argument("--out", type=Path, default=None)
     a = ap.parse_args()
     if a.overlap and not a.scripted:
@@ -272,10 +335,17 @@ def main() -> None:
         arms["adaspark, no reuse"] = _engine("adaspark", reuse=False)
     if a.overlap:
         arms["adaspark, overlapped"] = _engine("adaspark")
+    if a.against:
+        try:
+            package = _package_at(a.against)
+        except ValueError as e:
+            ap.error(str(e))
+        twin = [n for n in arms if n.startswith("adaspark")][-1]
+        arms[f"{twin}{AT_REV}{a.against}"] = _engine_at(package)
     if a.numpy_pricing:
         if acceptance.PRICING is None:
             ap.error(f"--numpy-pricing compares with the C pricing, which is not in use here: {pricing.status()}")
-        for name in [n for n in arms if n.startswith("adaspark")]:
+        for name in [n for n in arms if n.startswith("adaspark") and AT_REV not in n]:
             arms[name + NUMPY_PRICING] = _engine("adaspark", reuse=not name.endswith("no reuse"))
     recs = {name: {k: [] for k in KINDS} for name in arms}
     between: dict[str, list[float]] = {}
@@ -325,6 +395,7 @@ def main() -> None:
     cmd += " --overlap" if a.overlap else ""
     cmd += " --events" if a.events else ""
     cmd += " --numpy-pricing" if a.numpy_pricing else ""
+    cmd += f" --against {a.against}" if a.against else ""
     how = ("Host time = round wall time less the verify (llama_decode + argmax)." if not a.scripted else
            f"Scripted target: every forward waits the modeled time of the curve {a.curve} (rows:ms) spinning "
            "on the host, and each arm commits the reply of a real `ar` run "

@@ -21,6 +21,8 @@ set -eu
 REPO=$(pwd); W=${CHECK_WORK:-/tmp/cuda-compile-check}; NVCC_ROOT=${NVCC_ROOT:-/usr/local/cuda-13.0}
 T=$W/cudatk; mkdir -p "$W"
 [ -x "$NVCC_ROOT/bin/nvcc" ] || { echo "no nvcc in $NVCC_ROOT (NVCC_ROOT=...)"; exit 2; }
+# the sdist's build backend: the wheel is built without build isolation, as run.sh builds it
+python3 -c "import scikit_build_core" 2>/dev/null || python3 -m pip install -q 'scikit-build-core>=0.9.2'
 # a toolkit folder: this machine's CUDA 13.0 plus cuBLAS 13.0 from PyPI, and the driver stub
 rm -rf "$T"; mkdir -p "$T/targets/x86_64-linux/lib/stubs" "$T/targets/x86_64-linux/include" "$W/cublas"
 for d in bin nvvm; do ln -s "$NVCC_ROOT/$d" "$T/$d"; done
