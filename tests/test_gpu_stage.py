@@ -196,3 +196,34 @@ def test_pack_refuses_a_parts_folder_that_would_travel_with_every_call(checkout,
     r = subprocess.run([sys.executable, str(STAGE), "pack", "--model", str(tmp_path / "absent.gguf")],
                        cwd=checkout, capture_output=True, text=True)
     assert r.returncode == 2 and "not found" in r.stderr
+
+
+def test_check_says_whether_parts_packed_earlier_are_still_current(checkout, tmp_path, monkeypatch):
+    """Guards ``stage.py check`` (parts packed in an earlier session): current right after pack;
+    stale, one reason each, once the CUDA patch changes, a part is lost, or the checkout grew past
+    what the calls leave room for; a manifest that never recorded the patch is stale too."""
+    patch = checkout / stage.CUDA_PATCH
+    patch.parent.mkdir(parents=True)
+    patch.write_text("--- a\n+++ b\n")
+    subprocess.run(["git", "-C", str(checkout), "add", "."], check=True)
+    monkeypatch.setattr(stage, "MARGIN", 20_000)  # room for the manifest, which each call carries too
+    monkeypatch.setattr(stage, "CALL_LIMIT", stage.checkout_bytes(checkout) + 20_000 + 120_000)
+    members, _ = payload_members(tmp_path)
+    sources = {"llama_cpp": {"from": "w.whl"}, "cuda_patch": {"sha256": stage.sha256_file(patch)}}
+    out = checkout / ".stage"
+    stage.pack(out, members, checkout, [".gpu"], sources)
+    assert stage.check(checkout, out) == []
+
+    patch.write_text("--- a\n+++ b\n@@ changed\n")
+    assert [p for p in stage.check(checkout, out) if "cuda_exact.patch changed" in p]
+    patch.write_text("--- a\n+++ b\n")
+    (out / "payload.part2").write_bytes(b"x")
+    (checkout / "grown.bin").write_bytes(os.urandom(200_000))  # untracked, not ignored: it travels
+    problems = stage.check(checkout, out)
+    assert len(problems) >= 2 and "payload.part2" in problems[0]
+    assert any("would carry" in p for p in problems)
+
+    m = json.loads((out / "manifest.json").read_text())
+    del m["sources"]["cuda_patch"]
+    (out / "manifest.json").write_text(json.dumps(m))
+    assert any("does not say which CUDA patch" in p for p in stage.check(checkout, out))

