@@ -202,11 +202,10 @@ class NgramIndex:
             found = self._passage(window, total)
             if found >= 0:
                 # measure the true match (the ladder only bounds it from below); found < n
-                k = 0
                 if not ext:
-                    while k < COPY_EVIDENCE_CAP and found - 1 - k >= 0 and toks[found - 1 - k] == toks[n - 1 - k]:
-                        k += 1
+                    k = self._copy_match(found)
                 else:
+                    k = 0
                     while (k < COPY_EVIDENCE_CAP and found - 1 - k >= 0 and toks[found - 1 - k]
                            == (toks[total - 1 - k] if total - 1 - k < n else ext[total - 1 - k - n])):
                         k += 1
@@ -249,6 +248,15 @@ class NgramIndex:
             found = q
         return found
 
+    def _copy_match(self, found: int) -> int:
+        """The true match of the committed text's end with the text before position ``found`` (the
+        ladder only bounds it from below), capped at COPY_EVIDENCE_CAP."""
+        toks = self._tokens
+        n, k = len(toks), 0
+        while k < COPY_EVIDENCE_CAP and found - 1 - k >= 0 and toks[found - 1 - k] == toks[n - 1 - k]:
+            k += 1
+        return k
+
     def first_step(self) -> NgramStep | None:
         """The first step of the chain from the end of the committed text (cached per length):
         the probe the draft gate reads before a round, and the prediction p_src is scored on."""
@@ -265,11 +273,8 @@ class NgramIndex:
         found = self._passage(tuple(toks[-COPY_CONTEXTS[-1]:]), n) if n >= NGRAM_MIN_COPY else -1
         stop = self._stop
         if found >= 0:
-            k = 0  # the true match, as chain() measures it
-            while k < COPY_EVIDENCE_CAP and found - 1 - k >= 0 and toks[found - 1 - k] == toks[n - 1 - k]:
-                k += 1
             tok = toks[found]
-            return None if stop is not None and stop(tok) else NgramStep(tok, NgramKind.COPY, k)
+            return None if stop is not None and stop(tok) else NgramStep(tok, NgramKind.COPY, self._copy_match(found))
         if n < NGRAM_FOLLOWER_CONTEXT:
             return None
         best = self._best.get(tuple(toks[n - NGRAM_FOLLOWER_CONTEXT:]))

@@ -610,9 +610,8 @@ class AcceptanceModel:
         computes it while the host goes on): it keeps the round's pricing, which the next
         round's ``q_both`` replaces. ``labels`` may be a function that makes them then."""
         priced = self._as_priced(cands, context, p_src)
-        if callable(labels):
-            return lambda: self.learn(cands, context, p_src, labels(), priced=priced)
-        return lambda: self.learn(cands, context, p_src, labels, priced=priced)
+        make = labels if callable(labels) else lambda: labels
+        return lambda: self.learn(cands, context, p_src, make(), priced=priced)
 
     def learn(self, cands: CandidateSet, context: int, p_src: float, labels: np.ndarray,
               priced: tuple[_Design, np.ndarray, np.ndarray] | None = None) -> None:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 from collections import deque
 from functools import lru_cache
-from typing import Callable, Iterable
+from typing import Callable
 
 import numpy as np
 
@@ -214,33 +214,20 @@ class QuantileLaw:
         """A law is used for pricing once it has SAMPLES_BEFORE_LAW samples."""
         return self.scale is not None
 
-    def seconds(self, context: float) -> float:
+    def seconds(self, context: float, phi: tuple[float, ...] | None = None) -> float:
         """law_k(c) in seconds, clamped to LAW_CLAMP times the class's lowest time (§3.2).
 
         Below the lowest context the law has samples at it is read flat: the context terms are
         non-negative, so the law never rises as context falls, but a fit on long contexts alone
-        would extrapolate its intercept downward without evidence.
+        would extrapolate its intercept downward without evidence. ``phi``: ``basis(context)``,
+        where the caller prices many classes at one context.
         """
         assert self.scale is not None
-        t = self.scale * self.ftrl.predict(basis(max(context, self.context_lo)))
+        if phi is None or context < self.context_lo:
+            phi = basis(max(context, self.context_lo))
+        t = self.scale * self.ftrl.predict(phi)
         lo, hi = LAW_CLAMP[0] * self.lowest, LAW_CLAMP[1] * self.lowest
         return hi if t > hi else lo if t < lo else t
-
-    def least_ratio(self, samples: Iterable[tuple[int, float]]) -> float:
-        """min over (context, seconds) samples of seconds / ``seconds(context)``: the same values,
-        computed in one loop (a class's level takes it after every verify of its width)."""
-        assert self.scale is not None
-        w0, w1, w2, w3, w4 = self.ftrl.w
-        scale, c_lo = self.scale, self.context_lo
-        lo, hi = LAW_CLAMP[0] * self.lowest, LAW_CLAMP[1] * self.lowest
-        least = math.inf
-        for c, t in samples:
-            p0, p1, p2, p3, p4 = basis(max(c, c_lo))
-            x = scale * (1.0 + w0 * p0 + w1 * p1 + w2 * p2 + w3 * p3 + w4 * p4)
-            r = t / (hi if x > hi else lo if x < lo else x)
-            if r < least:
-                least = r
-        return least
 
     def observe(self, context: int, seconds: float) -> None:
         """Fold one measured verify time into the bank and the online law."""
@@ -421,7 +408,7 @@ class RowClass:
         if not self.law.ready or not self.recent:
             self.level = 1.0
             return
-        lv = self.law.least_ratio(self.recent)
+        lv = min(t / self.law.seconds(c) for c, t in self.recent)
         self.level = min(max(lv, LEVEL_CLAMP[0]), LEVEL_CLAMP[1])
 
     def price(self, context: int, d_now: float, phi: tuple[float, ...] | None = None) -> float:
@@ -429,16 +416,9 @@ class RowClass:
         ``phi``: ``basis(context)``, where the caller prices many classes at one context."""
         clock = d_now / self.d_clock if d_now > 0.0 and self.d_clock > 0.0 else 1.0
         clock = min(max(clock, LEVEL_CLAMP[0]), LEVEL_CLAMP[1])
-        law = self.law
-        if law.scale is None:
-            return law.lowest * clock
-        if phi is None or context < law.context_lo:
-            return law.seconds(context) * self.level * clock
-        # law.seconds(context), its basis given: the same operations in the same order
-        w = law.ftrl.w
-        t = law.scale * (1.0 + w[0] * phi[0] + w[1] * phi[1] + w[2] * phi[2] + w[3] * phi[3] + w[4] * phi[4])
-        lo, hi = LAW_CLAMP[0] * law.lowest, LAW_CLAMP[1] * law.lowest
-        return (hi if t > hi else lo if t < lo else t) * self.level * clock
+        if not self.law.ready:
+            return self.law.lowest * clock
+        return self.law.seconds(context, phi) * self.level * clock
 
     def state_dict(self) -> dict:
         return {

@@ -288,7 +288,7 @@ class WidthScheduler:
             if not tail:
                 continue
             sc = scored[n]
-            q_n = e(n + 1, s_d, s_n, gains) - e(n, s_d, s_n, gains)
+            q_n = e(n + 1, s_d, s_n, gains) - sc.tokens  # sc: E(n) as scored, not yet credited
             tokens = e_end - rho * q_n * tail[0]  # E(n) + (E(end) - E(n)), less the round that ends the chain
             scored[n] = Scored(n, tokens, sc.seconds, tokens - rho * sc.seconds)
 

@@ -86,8 +86,8 @@ from benchmarks.cost.scripted_target import ScriptedTarget, add_run_arguments, p
 KINDS = ("plain", "tree, width 1", "tree, wider")
 
 
-def _engine(arm: str, reuse: bool = True) -> ChatEngine:
-    eng = ChatEngine(None, arm=arm, n_ctx=4096, n_threads=2)
+def _engine(arm: str, reuse: bool = True, engine_class: type = ChatEngine) -> ChatEngine:
+    eng = engine_class(None, arm=arm, n_ctx=4096, n_threads=2)
     if not reuse:
         acc = eng.decoder.learners.acceptance
 
@@ -134,8 +134,7 @@ def _package_at(rev: str) -> str:
 
 def _engine_at(package: str) -> ChatEngine:
     """`adaspark` as ``_engine`` makes it, from the package ``_package_at`` made."""
-    cls = importlib.import_module(f"{package}.engine.chat_engine").ChatEngine
-    return cls(None, arm="adaspark", n_ctx=4096, n_threads=2)
+    return _engine("adaspark", engine_class=importlib.import_module(f"{package}.engine.chat_engine").ChatEngine)
 
 
 def _event_batcher() -> EventBatcher:
