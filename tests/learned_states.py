@@ -4,13 +4,13 @@
 draft and drafter gates over several context bands and probe classes, the acceptance model over
 synthetic candidate trees, and the n-gram precision over a text that repeats itself. It uses only
 calls that commit b9fbe7f has too, so the same file, run against that commit's tree, wrote
-``tests/data/learned_state_b9fbe7f.json`` (the previous layout; see tests/data/README.md)::
+``tests/data/learned_state_b9fbe7f.json.gz`` (the previous layout; see tests/data/README.md)::
 
     git archive b9fbe7f | tar -x -C /tmp/old && cp tests/learned_states.py /tmp/old/tests/
     ADASPARK_STOCK_KERNELS=1 PYTHONPATH=/tmp/old python3 /tmp/old/tests/learned_states.py \\
-        > tests/data/learned_state_b9fbe7f.json
+        | gzip -9 -n > tests/data/learned_state_b9fbe7f.json.gz
     ADASPARK_STOCK_KERNELS=1 PYTHONPATH=/tmp/old python3 /tmp/old/tests/learned_states.py views \\
-        > tests/data/learned_state_b9fbe7f.views.json
+        | gzip -9 -n > tests/data/learned_state_b9fbe7f.views.json.gz
 
 ``views`` is what the learners compute from that state (prices, gains, gates, coefficients,
 precision), so a migrated state can be checked against what b9fbe7f itself computed from it.

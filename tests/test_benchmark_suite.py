@@ -233,6 +233,31 @@ def test_gpu_engine_check_reports_identity_and_cost_per_width_from_the_real_engi
     assert "| adaspark@serial | False |" in out_md.read_text()
 
 
+@pytest.mark.model
+def test_gpu_graph_check_runs_each_mode_in_its_own_process_and_compares_their_bits(model_path, tmp_path):
+    """`benchmarks/gpu/graph_check.py` on this CPU build: one process per mode, each cycle's forwards
+    the same bits (the cycle is rolled back), the modes' logits compared; a missing model is one
+    line and exit 2."""
+    from benchmarks.gpu.graph_check import main
+
+    out_json, out_md = tmp_path / "graphs.json", tmp_path / "graphs.md"
+    rc = main(["--model", model_path, "--widths", "3,2", "--cycles", "2", "--context", "24", "--modes", "stock,width",
+               "--out-json", str(out_json), "--out", str(out_md)])
+    assert rc == 0
+    res = json.loads(out_json.read_text())[model_path]
+    assert set(res) == {"stock", "width"}
+    for r in res.values():
+        assert r["on_gpu"] is False and r["graphs_by_width"] is None and list(r["widths"]) == ["2", "3"]
+        for row in r["widths"].values():
+            assert all(row["digests"].values()) and row["ms"]["verify"] > 0 and row["repeated_ms"] > 0
+    # rows of other widths compute other logits; the same width, the same bits in both processes
+    assert res["stock"]["widths"]["2"]["digests"] == res["width"]["widths"]["2"]["digests"]
+    assert res["stock"]["widths"]["2"]["digests"]["verify"] != res["stock"]["widths"]["3"]["digests"]["verify"]
+    text = out_md.read_text()
+    assert "| 3 | `width` |" in text and "Logits the same bits in every mode: yes (2 of 2 widths)" in text
+    assert main(["--model", str(tmp_path / "missing.gguf")]) == 2
+
+
 def test_curve_learn_prices_a_stepped_curve_as_measured_and_its_widths_pay(tmp_path):
     """`benchmarks/cost/curve_learn.py` on a probe's JSON of a GPU-like stepped curve (flat to 8
     rows, then a step per 8 more; two contexts): the learned price of each measured width the

@@ -143,14 +143,15 @@ _SWITCH_PROBE = """
 import os, sys
 from adaspark_app import native
 native.activate()
-print(os.environ.get("ADASPARK_CUDA_EXACT"))
+print(os.environ.get("ADASPARK_CUDA_EXACT"), os.environ.get("ADASPARK_CUDA_GRAPHS"))
 """
 
 
-@pytest.mark.parametrize("env,want", [({}, "1"), ({"ADASPARK_STOCK_KERNELS": "1"}, "0"),
-                                      ({"ADASPARK_CUDA_EXACT": "0"}, "0")])
-def test_activate_turns_the_exact_switch_on_unless_stock_kernels_or_the_user_say_otherwise(env, want):
-    base = {k: v for k, v in _clean_env().items() if k != cuda_exact.SWITCH}
+@pytest.mark.parametrize("env,want", [({}, "1 1"), ({"ADASPARK_STOCK_KERNELS": "1"}, "0 0"),
+                                      ({"ADASPARK_CUDA_EXACT": "0"}, "0 1"),
+                                      ({"ADASPARK_CUDA_GRAPHS": "0"}, "1 0")])
+def test_activate_turns_the_exact_and_graph_switches_on_unless_stock_kernels_or_the_user_say_otherwise(env, want):
+    base = {k: v for k, v in _clean_env().items() if k not in (cuda_exact.SWITCH, cuda_exact.GRAPHS_SWITCH)}
     out = subprocess.run([sys.executable, "-c", _SWITCH_PROBE], env={**base, **env}, capture_output=True,
                          text=True, cwd=ROOT, timeout=60)
     assert out.returncode == 0, out.stderr
@@ -165,6 +166,11 @@ static int on = -1;
 int adaspark_cuda_exact_rows(void) {
     if (on < 0) { const char * e = getenv("ADASPARK_CUDA_EXACT"); on = e != NULL && atoi(e) != 0; }
     return on ? 64 : 0;
+}
+static int graphs = -1;
+int adaspark_cuda_graphs(void) {
+    if (graphs < 0) { const char * e = getenv("ADASPARK_CUDA_GRAPHS"); graphs = e != NULL && atoi(e) != 0; }
+    return graphs;
 }
 """
 
@@ -189,11 +195,19 @@ def test_library_rows_reads_the_patched_librarys_switch_and_none_from_a_stock_on
                          capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert out.returncode == 0 and out.stdout.split() == ["None", "64"], out.stderr
     assert cuda_exact.library_rows(tmp_path / "missing.so") is None
+    # the graph switch, read the same way
+    code = f"from adaspark_app.native import cuda_exact; print(cuda_exact.library_graphs({str(lib)!r}))"
+    for value, want in (("1", "True"), ("0", "False")):
+        out = subprocess.run([sys.executable, "-c", code], env={**os.environ, cuda_exact.GRAPHS_SWITCH: value},
+                             capture_output=True, text=True, cwd=ROOT, timeout=60)
+        assert out.returncode == 0 and out.stdout.strip() == want, out.stderr
+    assert cuda_exact.library_graphs(tmp_path / "missing.so") is None
     import llama_cpp
 
     stock_cpu = Path(llama_cpp.__file__).parent / "lib" / "libggml-base.so"
     assert stock_cpu.is_file()
     assert cuda_exact.library_rows(stock_cpu) is None, "a library without the symbol is stock"
+    assert cuda_exact.library_graphs(stock_cpu) is None
 
 
 def test_the_install_builds_the_patched_cuda_library_and_keeps_the_cpu_kernels_stamped(tmp_path, monkeypatch):

@@ -4,6 +4,7 @@ and the migration of the previous layout (b9fbe7f). Pure: no model."""
 from __future__ import annotations
 
 import copy
+import gzip
 import json
 import math
 from pathlib import Path
@@ -26,7 +27,12 @@ from adaspark_app.store import LearnedKey, Store
 from adaspark_app.store.transfer import export_json
 
 DATA = Path(__file__).parent / "data"
-OLD = DATA / "learned_state_b9fbe7f.json"
+OLD = DATA / "learned_state_b9fbe7f.json.gz"
+
+
+def _fixture(path: Path) -> dict:
+    """A gzip'd JSON fixture of tests/data."""
+    return json.loads(gzip.decompress(path.read_bytes()))
 
 
 def learners_of(state: dict) -> tuple[WidthScheduler, AcceptanceModel, SourcePrecision]:
@@ -211,7 +217,7 @@ def test_state_error_is_the_only_error_for_non_object_parts():
 def test_the_fixture_is_in_the_previous_layout():
     """Guards the fixture itself: written by b9fbe7f's code (tests/data/README.md), it has the
     scheduler's version 1, gates as lists and no versions in the other parts."""
-    old = json.loads(OLD.read_text())
+    old = _fixture(OLD)
     s = old["scheduler"]
     assert s["version"] == 1 and all("version" not in s[k] for k in ("cost", "chooser", "gains", "rate"))
     assert isinstance(s["gates"][0][2], list) and isinstance(s["drafter_gates"][0][2], list)
@@ -222,18 +228,18 @@ def test_the_fixture_is_in_the_previous_layout():
 
 def test_previous_layout_migrates_loads_and_computes_what_b9fbe7f_computed(monkeypatch):
     """The b9fbe7f state migrates, loads, and the learners compute from it exactly what b9fbe7f's
-    learners computed from the same state (tests/data/learned_state_b9fbe7f.views.json), under
+    learners computed from the same state (tests/data/learned_state_b9fbe7f.views.json.gz), under
     b9fbe7f's rules: a width measured only where it could win was priced after three
     measurements there (now CONDITIONAL_MEASUREMENTS, a deliberate change of rule, not of layout)."""
     import adaspark_app.learn.cost as cost_module
 
     monkeypatch.setattr(cost_module, "CONDITIONAL_MEASUREMENTS", cost_module.MEASUREMENTS_BEFORE_PRICED)
-    old = json.loads(OLD.read_text())
+    old = _fixture(OLD)
     migrated = st.validate(old)
     assert migrated["scheduler"]["version"] == WidthScheduler().state_dict()["version"] == 2
     assert old["scheduler"]["version"] == 1  # validate did not modify its argument
     learners = learners_of(migrated)
-    expected = json.loads((DATA / "learned_state_b9fbe7f.views.json").read_text())
+    expected = _fixture(DATA / "learned_state_b9fbe7f.views.json.gz")
     assert json.loads(json.dumps(views(*learners))) == expected
     # the per-kind D clock added optional fields, written with their defaults (an older state
     # without them loads as one clock of rounds without the drafter)
@@ -251,7 +257,7 @@ def test_previous_layout_migrates_loads_and_computes_what_b9fbe7f_computed(monke
 def test_migration_reads_the_older_forms_b9fbe7f_read():
     """b9fbe7f also read draft gate entries [band, state] (probe 0), no drafter gates and no
     precision part; the migration turns each into this layout."""
-    old = json.loads(OLD.read_text())
+    old = _fixture(OLD)
     old["scheduler"]["gates"] = [[b, g] for b, p, g in old["scheduler"]["gates"] if p == 0]
     del old["scheduler"]["drafter_gates"]
     del old["precision"]

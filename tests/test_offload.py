@@ -71,6 +71,12 @@ def test_a_cpu_device_keeps_its_id_and_each_gpu_setting_is_its_own_device():
     assert stock["kernels"] == "stock" and exact["kernels"] == "batch-invariant to 64 rows"
     assert (device_fingerprint(2, info, **dict(h200, gpu_detail=stock))["id"]
             != device_fingerprint(2, info, **dict(h200, gpu_detail=exact))["id"])  # the kernels set the curve
+    # so do the CUDA graphs: a graph per width prices a verify and the step after it otherwise
+    graphs = {**h200["gpu_detail"], "kernels": cuda_kernels(64, True)}
+    assert graphs["kernels"] == "batch-invariant to 64 rows, a CUDA graph per width"
+    assert cuda_kernels(None, False) == "stock" and cuda_kernels(None, True) == "stock, a CUDA graph per width"
+    assert (device_fingerprint(2, info, **dict(h200, gpu_detail=graphs))["id"]
+            != device_fingerprint(2, info, **dict(h200, gpu_detail=exact))["id"])
 
 
 def test_a_gpu_whose_kernels_may_round_a_verify_otherwise_says_so_in_one_line():

@@ -4,6 +4,7 @@ notice, and its next save works. The previous layout (b9fbe7f) loads without a n
 
 from __future__ import annotations
 
+import gzip
 import json
 import shutil
 import sqlite3
@@ -96,7 +97,7 @@ def test_a_state_of_the_previous_layout_loads_without_a_notice(keyed_store, mode
     src, key_id = keyed_store
     path = tmp_path / "s.db"
     shutil.copy(src, path)
-    old = json.loads((DATA / "learned_state_b9fbe7f.json").read_text())
+    old = json.loads(gzip.decompress((DATA / "learned_state_b9fbe7f.json.gz").read_bytes()))
     _set_state(path, key_id, json.dumps(old))
     # priced as the cost model rules (learn/constants.py): three measurements for the plain step,
     # CONDITIONAL_MEASUREMENTS for every wider width (each measured only where it could win)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 from pathlib import Path
 
@@ -200,7 +201,7 @@ def test_import_migrates_an_export_of_the_previous_layout(tmp_path):
     and the store then holds it in this layout, as the engine loads it."""
     from adaspark_app.learn.learned_state import validate
 
-    old = json.loads((Path(__file__).parent / "data" / "learned_state_b9fbe7f.json").read_text())
+    old = json.loads(gzip.decompress((Path(__file__).parent / "data" / "learned_state_b9fbe7f.json.gz").read_bytes()))
     doc = {"format": EXPORT_FORMAT, "version": EXPORT_VERSION,
            "learned": [{"key": {"model_id": K1.model_id, "device_id": K1.device_id, "drafter_id": None},
                         "state": old}]}

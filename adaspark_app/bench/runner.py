@@ -121,7 +121,8 @@ def device_line(engine: Any) -> str | None:
         return offload.describe()
     from ..engine.offload import cuda_kernels
 
-    return f"{engine.device_label}, CUDA kernels {cuda_kernels(getattr(engine, 'cuda_exact_rows', None))}"
+    kernels = cuda_kernels(getattr(engine, "cuda_exact_rows", None), getattr(engine, "cuda_graphs", None))
+    return f"{engine.device_label}, CUDA kernels {kernels}"
 
 
 def warm_page_cache(paths: Sequence[str | None], block: int = 1 << 22) -> None:

@@ -51,12 +51,14 @@ class ChatEngine:
         b = self.backend
         self.notices: list[str] = [b.offload.notice] if b.offload.notice else []
         self.cuda_exact_rows: int | None = None  # on a GPU: native.cuda_exact.library_rows()
+        self.cuda_graphs: bool | None = None  # on a GPU: native.cuda_exact.library_graphs()
         if b.offload.on_gpu:
-            from ..native.cuda_exact import library_rows
+            from ..native.cuda_exact import library_graphs, library_rows
 
             from .offload import cuda_kernels_notice
 
             self.cuda_exact_rows = library_rows()
+            self.cuda_graphs = library_graphs()
             note = cuda_kernels_notice(self.cuda_exact_rows, MAX_WIDTH)
             if note:
                 self.notices.append(note)
@@ -177,11 +179,11 @@ class ChatEngine:
         from .offload import cuda_kernels, gpu_identity
 
         ident = gpu_identity() or {}
-        # the kernels set the verify's cost curve: a table learned with the stock ones never prices
-        # the batch-invariant ones
+        # the kernels and the CUDA graphs set the verify's cost curve: a table learned with the stock
+        # ones never prices the batch-invariant ones, nor one graph per context a graph per width
         return {"gpu": ident.get("name") or "GPU", "gpu_layers": off.n_gpu_layers,
                 "gpu_detail": {**{k: v for k, v in ident.items() if k != "name"},
-                               "kernels": cuda_kernels(self.cuda_exact_rows)}}
+                               "kernels": cuda_kernels(self.cuda_exact_rows, self.cuda_graphs)}}
 
     def _backend_info(self) -> str:
         import llama_cpp

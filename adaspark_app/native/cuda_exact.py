@@ -12,6 +12,12 @@ without it the patched library is stock llama.cpp (``ADASPARK_CUDA_EXACT=2``: ex
 matrix-vector kernel's launches only, to tell its wide copy apart on a GPU). A library carrying the
 patch exports ``adaspark_cuda_exact_rows()``: the widest such batch, 0 when the switch is off.
 
+The patch's last hunk is a switch of its own, ``ADASPARK_CUDA_GRAPHS=1`` (``native.activate`` sets it
+with the exact one): it changes no kernel, only which CUDA graph a forward replays. Stock llama.cpp
+keeps one graph per context, so a verify between one-row steps costs the verify's graph and the next
+step's (both launched node by node from the host, and the step after recaptures); with the switch
+each batch shape keeps a graph of its own. The library exports ``adaspark_cuda_graphs()``: 1 when on.
+
     python -m adaspark_app.native.cuda_exact SOURCE   # patch an unpacked llama-cpp-python source
 
 Then build it as usual, e.g. ``CMAKE_ARGS="-DGGML_CUDA=on" pip install --no-build-isolation SOURCE``.
@@ -29,6 +35,8 @@ from pathlib import Path
 PATCH = Path(__file__).resolve().parent / "cuda_exact.patch"
 #: The process switch the patched library reads once, at its first use.
 SWITCH = "ADASPARK_CUDA_EXACT"
+#: The patched library's other switch, read the same way: a CUDA graph per batch shape.
+GRAPHS_SWITCH = "ADASPARK_CUDA_GRAPHS"
 #: The widest batch the patch keeps row for row (ADASPARK_EXACT_MAX_ROWS in the patch): the widest verify.
 EXACT_MAX_ROWS = 64
 #: Marks a patched file (each hunk's comments name AdaSpark).
@@ -107,9 +115,9 @@ def apply(root: Path) -> list[str]:
     return sorted(texts)
 
 
-def library_rows(lib: str | os.PathLike | None = None) -> int | None:
-    """``adaspark_cuda_exact_rows()`` of the libggml-cuda at ``lib`` (default: the one llama.cpp
-    has mapped, never a second copy: ``mapped.py``), or None if there is none or it is stock."""
+def _library_value(symbol: str, lib: str | os.PathLike | None) -> int | None:
+    """``symbol()`` (an int) of the libggml-cuda at ``lib`` (default: the one llama.cpp has mapped,
+    never a second copy: ``mapped.py``), or None if there is none or it lacks the symbol."""
     if lib is None:
         from .mapped import mapped_libraries
 
@@ -122,12 +130,26 @@ def library_rows(lib: str | os.PathLike | None = None) -> int | None:
     else:
         return None
     for h in handles:
-        fn = getattr(h, "adaspark_cuda_exact_rows", None)
+        fn = getattr(h, symbol, None)
         if fn is not None:
             fn.restype = ctypes.c_int
             fn.argtypes = []
             return int(fn())
     return None
+
+
+def library_rows(lib: str | os.PathLike | None = None) -> int | None:
+    """``adaspark_cuda_exact_rows()`` of the libggml-cuda at ``lib`` (default: the one llama.cpp
+    has mapped), or None if there is none or it is stock."""
+    return _library_value("adaspark_cuda_exact_rows", lib)
+
+
+def library_graphs(lib: str | os.PathLike | None = None) -> bool | None:
+    """Whether the libggml-cuda at ``lib`` (default: the one llama.cpp has mapped) replays a CUDA
+    graph per batch shape (``adaspark_cuda_graphs()``); None if there is none, it is stock, or it
+    was built without CUDA graphs."""
+    value = _library_value("adaspark_cuda_graphs", lib)
+    return None if value is None else bool(value)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -5,7 +5,8 @@ For each arm (`ar` first), the first turn of each conversation of SCRIPT is deco
 layer on the GPU (or the CPU on a CPU-only build, which says so). It reports:
 
 - where the model ran (``LlamaBackend.offload``, the KV cache types), the device line and the
-  kernels (on a GPU: stock, or batch-invariant under ADASPARK_CUDA_EXACT=1);
+  kernels (on a GPU: stock, or batch-invariant under ADASPARK_CUDA_EXACT=1; a CUDA graph per width
+  under ADASPARK_CUDA_GRAPHS=1);
 - the share of each arm's replies byte-identical to `ar`'s (tokens), per arm;
 - the verify's median ms per width, from the rounds' own timings, over the one-row median;
 - for `adaspark`, host time per tree round by step (``round_host_time --parts``) and the pricing
@@ -66,7 +67,7 @@ def run_arm(model: str, arm: str, prompts: list[tuple[str, str]], max_tokens: in
     try:
         b = eng.backend
         placement = {"offload": b.offload.describe(), "kv_types": list(b.kv_types), "device": eng.device_label,
-                     "kernels": (f"CUDA: {cuda_kernels(eng.cuda_exact_rows)}" if b.offload.on_gpu
+                     "kernels": (f"CUDA: {cuda_kernels(eng.cuda_exact_rows, eng.cuda_graphs)}" if b.offload.on_gpu
                                  else f"CPU: {native.status()}"), "pricing": pricing.status()}
         for cid, text in prompts:
             r = eng.generate(cid, [{"role": "user", "content": text}], max_tokens=max_tokens, on_round=on_round)

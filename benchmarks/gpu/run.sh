@@ -28,7 +28,7 @@
 # PEERS their peers (run_peers names), REAL_TOKENS the cap per reply (128), REAL_LIMIT conversations per set,
 # SAMPLED the temperature of the seeded sampling run on the first set (0.7; empty: none), DRAFTER (empty: no
 # drafter run) the drafter's value on the first set.
-# PARTS (default "placement real engine probes"): the stages to run. A second call while the machine is still
+# PARTS (default "placement graphs real engine probes"): the stages to run. A second call while the machine is still
 # warm finds the payload and the build in place and runs what the first call left, e.g. PARTS=probes MODELS=q05.
 # Here on a CPU (no build, small probe):  STAGE=measure MODELS=q05 CONTEXTS=512 WIDTHS=1,2,4 bash benchmarks/gpu/run.sh
 # and with IMAGE_LIKE=1, this Python lacks what the image lacks, but for the wheels (benchmarks/gpu/image/)
@@ -36,12 +36,13 @@
 # llama target on 16 cores), placement, the bundled model's replies (at most REAL_SHARE % of what is left),
 # the engine checks (ENGINE_LIMIT conversations), the probes.
 #
-# $OUT gets 7 files (a call brings back 8 at most): gpu.txt (the GPU, the payload, the build), placement.txt
-# (llama.cpp's own log of the load: offloaded layers, KV buffers, graph splits), real.md (run_peers' report
+# $OUT gets 8 files (a call brings back 8 at most): gpu.txt (the GPU, the payload, the build), placement.txt
+# (llama.cpp's own log of the load: offloaded layers, KV buffers, graph splits), graphs.md (graph_check.py: a
+# verify between one-row steps with stock CUDA graphs, a graph per width and none), real.md (run_peers' report
 # per kernel mode and set: speed over `ar` with intervals, replies identical to `ar`), engine.md
 # (benchmarks/gpu/engine_check.py per kernel mode: identity, verify ms per width, host time per round),
 # probes.json ({shape: {stock, exact}}: .gpu/probe.py per shape, q7, q15, q05), probe.log (their logs), and
-# results.tar.gz (each run's replies, report.json and logs; the engine checks' JSON). Then here:
+# results.tar.gz (each run's replies, report.json and logs; the engine checks' and graph check's JSON). Then here:
 #   python -m benchmarks.cost.curve_learn PROBE.json   # the learned prices beside a measured curve
 set -u
 export PYTHONUNBUFFERED=1 PYTHONFAULTHANDLER=1
@@ -54,7 +55,7 @@ DEADLINE=${DEADLINE:-570}
 left() { local l=$(( DEADLINE - ($(date +%s) - t0) - ${1:-0} )); [ $l -lt 5 ] && l=5; echo $l; }
 cap() { local l; l=$(left "$2"); [ "$l" -gt "$1" ] && l=$1; echo "$l"; }  # at most $1 s, keeping $2 s
 # PARTS: the measuring stages to run (a second call on the still-warm machine can run what the first left)
-part() { case " ${PARTS:-placement real engine probes} " in *" $1 "*) return 0;; esac; return 1; }
+part() { case " ${PARTS:-placement graphs real engine probes} " in *" $1 "*) return 0;; esac; return 1; }
 nvidia-smi --query-gpu=name,compute_cap,driver_version,memory.total --format=csv >"$OUT/gpu.txt" 2>&1
 python3 -V >>"$OUT/gpu.txt" 2>&1
 
@@ -148,12 +149,37 @@ fi
 switch() { case $1 in stock) echo 0;; exact) echo 1;; narrow) echo 2;; esac; }  # ADASPARK_CUDA_EXACT's values
 set -- ${MODES:-stock exact}; modes="$*"; nm=$#
 results() {  # what $OUT cannot hold file by file: each run's replies, reports and logs
-  tar -czf "$OUT/results.tar.gz" -C "$W" $(cd "$W" && ls -d real engine_*.json 2>/dev/null) 2>/dev/null
+  tar -czf "$OUT/results.tar.gz" -C "$W" $(cd "$W" && ls -d real engine_*.json graphs.json 2>/dev/null) 2>/dev/null
 }
 
-# the bundled model's replies on held-out sets against every peer (benchmarks/speed/run_peers.py), per kernel
-# mode; llama-server runs the stock kernels in both (ADASPARK_CUDA_EXACT=0 in its environment)
 REAL_MODEL=$(python3 -c "from adaspark_app.engine.backend import default_model_path as d; print(d())" 2>/dev/null)
+
+# what a verify between one-row steps costs with stock llama.cpp's one CUDA graph per context, with a graph
+# per width (ADASPARK_CUDA_GRAPHS=1, the engine's default) and with none, on the bundled model and the 0.5B
+# shape; if a graph per width failed or changed a bit, everything after runs with stock graphs
+: >"$OUT/graphs.md"
+if part graphs; then
+  timeout $(cap 100 200) python3 -m benchmarks.gpu.graph_check ${REAL_MODEL:+--model "$REAL_MODEL"} \
+    --model "$W/q05.gguf" ${GRAPH_WIDTHS:+--widths $GRAPH_WIDTHS} --cycles ${GRAPH_CYCLES:-20} \
+    --out "$OUT/graphs.md" --out-json "$W/graphs.json" 2>&1 | tail -n 4
+  python3 - "$W/graphs.json" <<'PY' || { export ADASPARK_CUDA_GRAPHS=0; echo "graphs: stock from here (ADASPARK_CUDA_GRAPHS=0)" | tee -a "$OUT/graphs.md"; }
+import json, sys
+res = json.load(open(sys.argv[1]))
+for model, modes in res.items():
+    w = modes.get("width", {})
+    assert "error" not in w, f"{model}: {w.get('error')}"
+    for r in modes.values():
+        for row in r.get("widths", {}).values():
+            assert all(row["digests"].values()), f"{model}: a cycle's logits differed"
+    same = {json.dumps({k: v["digests"] for k, v in r["widths"].items()}, sort_keys=True) for r in modes.values()
+            if "error" not in r}
+    assert len(same) == 1, f"{model}: the modes' logits differ"
+PY
+  results; stamp "graph check done"
+fi
+
+# the bundled model's replies on held-out sets against every peer (benchmarks/speed/run_peers.py), per kernel
+# mode; llama-server runs the stock kernels and graphs in both (ADASPARK_CUDA_EXACT=0 in its environment)
 SERVER=${LLAMA_SERVER_BIN:-$PAY/server/llama-server}
 server_libs=$SITE/llama_cpp/lib:$(dirname "$SERVER")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}  # the wheel's libllama
 if [ -x "$SERVER" ] && ! LD_LIBRARY_PATH=$server_libs timeout 30 "$SERVER" --version >>"$OUT/gpu.txt" 2>&1; then
