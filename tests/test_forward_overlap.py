@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from adaspark_app.engine.chat_engine import ChatEngine
-from benchmarks.cost.scripted_target import ScriptedTarget, curve_ms, parse_curve
+from benchmarks.cost.scripted_target import GraphModel, ScriptedTarget, curve_ms, parse_curve
 from engine_clock import deterministic_clock
 
 MAX_TOKENS = 48
@@ -135,15 +135,17 @@ def test_a_round_left_for_the_next_forward_is_learned_before_the_state_is_read(m
 
 
 @pytest.mark.model
-@pytest.mark.parametrize("overlap", [False, True])
+@pytest.mark.parametrize("overlap,graphs", [(False, None), (True, None), (True, "stock")])
 def test_scripted_target_commits_the_reference_reply_at_the_modeled_widths(model_path, public_prompts, ar_replies,
-                                                                           overlap):
+                                                                           overlap, graphs):
     """The scripted target answers each row with the reference reply's next token: `adaspark`
-    through it commits exactly `ar`'s real reply, one modeled forward per round."""
+    through it commits exactly `ar`'s real reply, one modeled forward per round; with CUDA graphs
+    modeled, the forwards after a change of width run without one."""
     prompts, base = _prompts(public_prompts)[:2], ar_replies[:2]
     eng = ChatEngine(model_path, arm="adaspark", n_ctx=2048)
     try:
-        st = ScriptedTarget(eng.backend, parse_curve("1:0.2,64:0.4"), overlap=overlap)
+        st = ScriptedTarget(eng.backend, parse_curve("1:0.2,64:0.4"), overlap=overlap, graphs=graphs,
+                            ungraphed_ms=0.1)
         assert eng.backend.forward_overlaps is overlap
         got, rounds = [], 0
         for i, p in enumerate(prompts):
@@ -159,6 +161,23 @@ def test_scripted_target_commits_the_reference_reply_at_the_modeled_widths(model
     assert got == base
     assert len(st.forwards) == rounds
     assert host_clock is (not overlap)
+    changes = sum(a != b for a, b in zip(st.forwards, st.forwards[1:]))
+    assert st.ungraphed == 0 if graphs is None else st.ungraphed >= changes > 0
+
+
+def test_graph_model_replays_as_llama_cpp_warms_its_cuda_graphs():
+    """One graph per context (stock): a verify between one-row steps runs without a graph, and so do
+    the step after it and the capture after that; a graph per width keeps each shape's own."""
+    pattern = [1, 1, 1, 8, 1, 1, 1, 8, 1, 1, 8, 8, 8]
+    stock, width = GraphModel("stock"), GraphModel("width")
+    assert [stock.replays(r) for r in pattern] == [False, False, True, False, False, False, True,
+                                                   False, False, False, False, False, True]
+    assert [width.replays(r) for r in pattern] == [False, False, True, False, True, True, True,
+                                                   False, True, True, True, True, True]
+    assert not width.replays(-512) and width.replays(1)  # a prefill's shape is a key of its own
+    assert not stock.replays(-512) and not stock.replays(1) and not stock.replays(1) and stock.replays(1)
+    with pytest.raises(ValueError, match="graphs"):
+        GraphModel("per-width")
 
 
 def test_curve_is_read_and_refused_with_one_line():

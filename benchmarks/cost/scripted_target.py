@@ -17,6 +17,13 @@ bookkeeping, and replaces only what llama.cpp computes:
   when the logits are read, so host work in between (``LlamaBackend.verify``'s
   ``while_computing``) is hidden; the backend says so (``forward_overlaps``) and the decoder
   defers its acceptance learning there. Without it, as on the CPU, llama_decode itself waits.
+- with ``graphs`` the curve is what a forward costs replayed as a CUDA graph, and a forward run
+  without one (launched node by node, the host busy all along, so nothing overlaps it) costs
+  ``ungraphed_ms`` more. ``"stock"`` keeps llama.cpp 0.3.36's one graph per context: a forward of
+  another shape than the last one runs without it, and the next one of the same shape captures it
+  (also without), so a verify between one-row steps costs three such forwards; ``"width"`` keeps
+  a graph per shape (``ADASPARK_CUDA_GRAPHS=1``): each shape's first two forwards go without. A
+  prefill changes the shape too.
 
 So the host code runs with warm caches, at the round mix a GPU's cheap wide verifies make.
 """
@@ -92,6 +99,9 @@ def replay_conversation(engine: ChatEngine, target: "ScriptedTarget", conv: Conv
 
 
 GPU_LIKE_CURVE: tuple[tuple[int, float], ...] = ((1, 6.6), (16, 8.3), (32, 9.3), (64, 11.8))  # rows, ms
+#: ScriptedTarget's CUDA graph models: none (every forward costs the curve), llama.cpp's one graph
+#: per context, a graph per width (ADASPARK_CUDA_GRAPHS=1).
+GRAPH_MODES = (None, "stock", "width")
 
 
 def add_run_arguments(ap: argparse.ArgumentParser, limit: int, curve_help: str) -> None:
@@ -127,13 +137,42 @@ def _spin(seconds: float) -> None:
         pass
 
 
+class GraphModel:
+    """Which forwards replay a CUDA graph, as llama.cpp 0.3.36's CUDA backend decides (its
+    ``ggml_backend_cuda_graph_compute`` warm-up): a graph whose last forward had another shape is
+    run without one; the next forward of the same shape captures it (launched as it is recorded, so
+    also without); later ones replay it. ``"stock"``: one graph per context; ``"width"``: one per
+    shape (``ADASPARK_CUDA_GRAPHS=1``)."""
+
+    def __init__(self, mode: str) -> None:
+        if mode not in GRAPH_MODES or mode is None:
+            raise ValueError(f"graphs {mode!r}: one of {', '.join(m for m in GRAPH_MODES if m)}")
+        self.mode = mode
+        self._state: dict[int, tuple[int, bool]] = {}  # graph key -> (last shape, captured since)
+
+    def replays(self, shape: int) -> bool:
+        """Whether a forward of ``shape`` (its rows) replays a graph; updates the state."""
+        key = shape if self.mode == "width" else 0
+        last, captured = self._state.get(key, (None, False))
+        if last != shape:  # another shape than the graph's last: launched node by node
+            self._state[key] = (shape, False)
+            return False
+        if not captured:  # the same shape again: captured now
+            self._state[key] = (shape, True)
+            return False
+        return True
+
+
 class ScriptedTarget:
     """Replaces `backend`'s forward (``_decode``, ``_argmax_rows``) by the replay described above."""
 
     def __init__(self, backend: LlamaBackend, curve: Sequence[tuple[int, float]] = GPU_LIKE_CURVE,
-                 overlap: bool = False) -> None:
+                 overlap: bool = False, graphs: str | None = None, ungraphed_ms: float = 0.0) -> None:
         self.backend = backend
         self.overlap = overlap
+        self.graphs = GraphModel(graphs) if graphs is not None else None
+        self.ungraphed_ms = float(ungraphed_ms)
+        self.ungraphed = 0  # forwards run without a graph (prefill chunks not counted)
         backend.forward_overlaps = overlap
         self._ready = 0.0  # perf_counter time the queued forward is done
         self.curve = tuple(curve)
@@ -170,12 +209,20 @@ class ScriptedTarget:
 
     def _decode(self) -> None:
         now = time.perf_counter()
+        rows = int(self.backend._batch.n_tokens)
         if self._in_prefill:  # a prefill's cost is outside the rounds
+            if self.graphs is not None:
+                self.graphs.replays(-rows)  # its shape is none of the rounds'
             self._ready = now
             return
-        rows = int(self.backend._batch.n_tokens)
         self.forwards.append(rows)
-        self._ready = now + curve_ms(rows, self.curve) / 1e3
+        ms = curve_ms(rows, self.curve)
+        if self.graphs is not None and not self.graphs.replays(rows):
+            self.ungraphed += 1
+            self._ready = now + (ms + self.ungraphed_ms) / 1e3
+            _spin(self._ready - now)  # the host launches every node: nothing overlaps it
+            return
+        self._ready = now + ms / 1e3
         if not self.overlap:
             _spin(self._ready - now)
 

@@ -64,8 +64,8 @@ from adaspark_app.errors import AdaSparkError
 from adaspark_app.learn.cost import VerifyCostModel
 from adaspark_app.runner import load_script, run_conversation
 from benchmarks.common import cpu_model, emit_report
-from benchmarks.cost.scripted_target import Reference, ScriptedTarget, add_run_arguments, curve_ms, parse_curve, \
-    reference_replies, replay_conversation
+from benchmarks.cost.scripted_target import GRAPH_MODES, Reference, ScriptedTarget, add_run_arguments, curve_ms, \
+    parse_curve, reference_replies, replay_conversation
 from benchmarks.oracle.ngram_mod_replay import group_of, oracle_width, positions, simulate
 
 DEFAULT_ARMS = "ar,adaspark,pinned:4,pinned:16"
@@ -221,6 +221,12 @@ def main() -> None:
     ap.add_argument("--warm-up", metavar="SCRIPT", default=None,
                     help="each engine first serves SCRIPT, untimed: the measured set then runs on a store that has "
                          "learned (a user's), not a fresh one")
+    ap.add_argument("--graphs", choices=[m for m in GRAPH_MODES if m], default=None,
+                    help="model CUDA graphs: the curve is a replayed graph's time, a forward without one costs "
+                         "--ungraphed-ms more (host-bound); `stock`: llama.cpp's one graph per context, `width`: "
+                         "a graph per width (ADASPARK_CUDA_GRAPHS=1); default: every forward costs the curve")
+    ap.add_argument("--ungraphed-ms", type=float, default=0.6,
+                    help="with --graphs: what a forward without a graph costs over the curve (default %(default)s)")
     ap.add_argument("--out", type=Path, default=None)
     a = ap.parse_args()
     try:
@@ -233,6 +239,8 @@ def main() -> None:
         warm = load_script(a.warm_up) if a.warm_up else []
         if a.model and not Path(a.model).is_file():
             raise ValueError(f"--model {a.model}: no such file")
+        if a.graphs and (a.cpu or not a.ungraphed_ms > 0):
+            raise ValueError("--graphs models the curve's forwards: not with --cpu, and --ungraphed-ms must be above 0")
     except (ValueError, AdaSparkError) as e:
         print(f"modeled_gpu: {e}", file=sys.stderr)
         sys.exit(2)
@@ -250,7 +258,8 @@ def main() -> None:
         if flag and variant not in arms:
             arms.append(variant)
     engines = {arm: _engine(arm, a.model) for arm in arms}
-    targets = {arm: None if a.cpu else ScriptedTarget(eng.backend, curve, overlap=True) for arm, eng in engines.items()}
+    targets = {arm: None if a.cpu else ScriptedTarget(eng.backend, curve, overlap=True, graphs=a.graphs,
+                                                      ungraphed_ms=a.ungraphed_ms) for arm, eng in engines.items()}
     if warm:
         print(f"warm-up: `ar` replies of {len(warm)} conversations, then each arm serves them untimed ...", flush=True)
         warm_refs = reference_replies(warm, a.max_tokens, model=a.model)
@@ -296,6 +305,7 @@ def main() -> None:
     cmd += " --no-chain-end" if a.no_chain_end else ""
     cmd += f" --model {a.model}" if a.model else ""
     cmd += f" --warm-up {a.warm_up}" if a.warm_up else ""
+    cmd += f" --graphs {a.graphs} --ungraphed-ms {a.ungraphed_ms:g}" if a.graphs else ""
     capped = sum(ref.capped for turns in refs for ref in turns)
     n_replies = sum(len(turns) for turns in refs)
     where = ("on this CPU" if a.cpu else "on a modeled GPU")
@@ -303,6 +313,13 @@ def main() -> None:
     forward = (f"Every forward is this CPU's own (`--cpu`), {target}'s: the arms as a CPU user runs them. " if a.cpu else
                f"{target[0].upper() + target[1:]}'s `ar` replies replayed; every forward takes the modeled time of the "
                f"curve {a.curve} (rows:ms), overlapped as on a GPU; the host code is the engine's own. ")
+    if a.graphs:
+        share = {arm: t.ungraphed / max(1, len(t.forwards)) for arm, t in targets.items() if t is not None}
+        forward += (f"CUDA graphs modeled (`{a.graphs}`: " + ("llama.cpp's one graph per context" if a.graphs == "stock"
+                    else "a graph per width") + f"): the curve is a replayed graph's time, a forward without one "
+                    f"costs {a.ungraphed_ms:g} ms more with the host busy launching it; forwards without a graph: "
+                    + ", ".join(f"`{arm}` {100 * v:.0f}%" for arm, v in share.items())
+                    + " (the oracle and ngram-mod are priced at the curve alone). ")
     lines = [f"# Speed {where}: `{a.script}` ({len(convs)} conversations, {n_replies} replies, {a.max_tokens} tokens)",
              "", f"`{cmd}`", "",
              f"Machine: {cpu_model()} ({platform.machine()}, {len(os.sched_getaffinity(0))} cores), Python "
