@@ -176,6 +176,9 @@ def test_graph_model_replays_as_llama_cpp_warms_its_cuda_graphs():
                                                    False, True, True, True, True, True]
     assert not width.replays(-512) and width.replays(1)  # a prefill's shape is a key of its own
     assert not stock.replays(-512) and not stock.replays(1) and not stock.replays(1) and stock.replays(1)
+    # the KV cells a forward reads, padded to 256: crossing a multiple changes every graph's shape
+    assert stock.replays(1, 256) and not stock.replays(1, 257) and not stock.replays(1, 300) and stock.replays(1, 511)
+    assert width.replays(8, 200) and not width.replays(8, 300) and width.replays(1, 200)
     with pytest.raises(ValueError, match="graphs"):
         GraphModel("per-width")
 

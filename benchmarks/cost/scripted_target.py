@@ -22,8 +22,9 @@ bookkeeping, and replaces only what llama.cpp computes:
   ``ungraphed_ms`` more. ``"stock"`` keeps llama.cpp 0.3.36's one graph per context: a forward of
   another shape than the last one runs without it, and the next one of the same shape captures it
   (also without), so a verify between one-row steps costs three such forwards; ``"width"`` keeps
-  a graph per shape (``ADASPARK_CUDA_GRAPHS=1``): each shape's first two forwards go without. A
-  prefill changes the shape too.
+  a graph per width (``ADASPARK_CUDA_GRAPHS=1``): each width's first two forwards go without. A
+  prefill changes the shape too, and so does the context each time it crosses 256 cells (every
+  graph then warms again).
 
 So the host code runs with warm caches, at the round mix a GPU's cheap wide verifies make.
 """
@@ -137,22 +138,29 @@ def _spin(seconds: float) -> None:
         pass
 
 
+#: llama.cpp pads the KV cells a forward reads to a multiple of this (``llama_kv_cache::get_n_kv``),
+#: so a graph's shapes change each time the context crosses one.
+KV_PAD = 256
+
+
 class GraphModel:
     """Which forwards replay a CUDA graph, as llama.cpp 0.3.36's CUDA backend decides (its
-    ``ggml_backend_cuda_graph_compute`` warm-up): a graph whose last forward had another shape is
-    run without one; the next forward of the same shape captures it (launched as it is recorded, so
-    also without); later ones replay it. ``"stock"``: one graph per context; ``"width"``: one per
-    shape (``ADASPARK_CUDA_GRAPHS=1``)."""
+    ``ggml_backend_cuda_graph_compute`` warm-up): a graph whose last forward had another shape (its
+    rows, or the KV cells it reads, padded to KV_PAD) is run without one; the next forward of the
+    same shape captures it (launched as it is recorded, so also without); later ones replay it.
+    ``"stock"``: one graph per context; ``"width"``: one per row count (``ADASPARK_CUDA_GRAPHS=1``)."""
 
     def __init__(self, mode: str) -> None:
         if mode not in GRAPH_MODES or mode is None:
             raise ValueError(f"graphs {mode!r}: one of {', '.join(m for m in GRAPH_MODES if m)}")
         self.mode = mode
-        self._state: dict[int, tuple[int, bool]] = {}  # graph key -> (last shape, captured since)
+        self._state: dict[int, tuple[tuple[int, int], bool]] = {}  # graph key -> (last shape, captured since)
 
-    def replays(self, shape: int) -> bool:
-        """Whether a forward of ``shape`` (its rows) replays a graph; updates the state."""
-        key = shape if self.mode == "width" else 0
+    def replays(self, rows: int, kv_cells: int = 0) -> bool:
+        """Whether a forward of ``rows`` rows over ``kv_cells`` cells (the last row's position + 1)
+        replays a graph; updates the state."""
+        key = rows if self.mode == "width" else 0
+        shape = (rows, -(-max(kv_cells, 1) // KV_PAD))
         last, captured = self._state.get(key, (None, False))
         if last != shape:  # another shape than the graph's last: launched node by node
             self._state[key] = (shape, False)
@@ -217,7 +225,7 @@ class ScriptedTarget:
             return
         self.forwards.append(rows)
         ms = curve_ms(rows, self.curve)
-        if self.graphs is not None and not self.graphs.replays(rows):
+        if self.graphs is not None and not self.graphs.replays(rows, max(self._out_pos, default=0) + 1):
             self.ungraphed += 1
             self._ready = now + (ms + self.ungraphed_ms) / 1e3
             _spin(self._ready - now)  # the host launches every node: nothing overlaps it
