@@ -179,7 +179,7 @@ PY
 fi
 
 # the bundled model's replies on held-out sets against every peer (benchmarks/speed/run_peers.py), per kernel
-# mode; llama-server runs the stock kernels and graphs in both (ADASPARK_CUDA_EXACT=0 in its environment)
+# mode; llama-server runs the stock kernels and graphs in both (ADASPARK_CUDA_EXACT=0, ADASPARK_CUDA_GRAPHS=0)
 SERVER=${LLAMA_SERVER_BIN:-$PAY/server/llama-server}
 server_libs=$SITE/llama_cpp/lib:$(dirname "$SERVER")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}  # the wheel's libllama
 if [ -x "$SERVER" ] && ! LD_LIBRARY_PATH=$server_libs timeout 30 "$SERVER" --version >>"$OUT/gpu.txt" 2>&1; then
