@@ -165,6 +165,7 @@ if part graphs; then
   python3 - "$W/graphs.json" <<'PY' || { export ADASPARK_CUDA_GRAPHS=0; echo "graphs: stock from here (ADASPARK_CUDA_GRAPHS=0)" | tee -a "$OUT/graphs.md"; }
 import json, sys
 res = json.load(open(sys.argv[1]))
+assert any("width" in modes for modes in res.values()), "no graph per width ran"
 for model, modes in res.items():
     w = modes.get("width", {})
     assert "error" not in w, f"{model}: {w.get('error')}"
