@@ -256,6 +256,29 @@ def test_gpu_graph_check_runs_each_mode_in_its_own_process_and_compares_their_bi
     text = out_md.read_text()
     assert "| 3 | `width` |" in text and "Logits the same bits in every mode: yes (2 of 2 widths)" in text
     assert main(["--model", str(tmp_path / "missing.gguf")]) == 2
+    assert main(["--verdict", str(out_json)]) == 0  # this run leaves a graph per width in use
+
+
+def test_graph_check_verdict_keeps_a_graph_per_width_only_when_it_ran_and_kept_every_bit(tmp_path, capsys):
+    """run.sh falls back to stock graphs on the verdict: a graph per width that never finished, failed,
+    or computed other bits in a cycle or another mode than the rest is not used after it."""
+    from benchmarks.gpu.graph_check import main, unsound
+
+    def run(verify: str = "a") -> dict:
+        return {"widths": {"2": {"digests": {"verify": verify, "after 1": "b"}}}}
+
+    ok = {"m.gguf": {"stock": run(), "width": run(), "none": run()}}
+    assert unsound(ok) is None
+    assert unsound({"m.gguf": {"stock": run()}}) == "no graph-per-width run finished"
+    assert "segfault" in unsound({"m.gguf": {"stock": run(), "width": {"error": "rc -11: segfault"}}})
+    assert "the modes' logits differ at 2 rows" in unsound({"m.gguf": {"stock": run(), "width": run("z")}})
+    assert "a cycle's logits differed" in unsound({"m.gguf": {"stock": run(), "width": run(None)}})
+    f = tmp_path / "graphs.json"
+    f.write_text(json.dumps({"m.gguf": {"stock": run(), "width": run("z")}}))
+    assert main(["--verdict", str(f)]) == 1 and "differ" in capsys.readouterr().err
+    f.write_text(json.dumps(ok))
+    assert main(["--verdict", str(f)]) == 0
+    assert main(["--verdict", str(tmp_path / "missing.json")]) == 2
 
 
 def test_curve_learn_prices_a_stepped_curve_as_measured_and_its_widths_pay(tmp_path):

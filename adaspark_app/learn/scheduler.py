@@ -82,9 +82,8 @@ class WidthScheduler:
         rho = self.rate.rate(context)
         return rho if rho is not None else self._plain_rate(context)
 
-    def _price(self, rho: float | None, offered: dict[int, float], s_d: list[float], s_n: list[float],
-               fixed_s: float, gains: tuple[float, float, float, float],
-               tokens: dict[int, float] | None = None) -> float | None:
+    def _price(self, rho: float | None, offered: dict[int, float], s_d: list[float], fixed_s: float,
+               tokens: dict[int, float]) -> float | None:
         """The chooser's price of time in Eq. (7): the band's rate ``rho`` (rho_m), or, for a tree of
         n-gram nodes only that beats the band, the rate of the round itself (None until the
         band's rate is known: the per-round ratio then).
@@ -100,13 +99,11 @@ class WidthScheduler:
         r* = max_n E(n) / (D + T(n)): at that price V(n) <= 0, with 0 at the width of the best
         per-round rate, the rule that a state which repeats (Dinkelbach's fixed point for it)
         wants. A round worse than the band keeps the band's price. With drafter nodes in the
-        tree Eq. (7) is kept as the paper has it.
+        tree Eq. (7) is kept as the paper has it. ``tokens``: E(n) of each offered width.
         """
         if rho is None or not offered or any(s_d):
             return rho
-        e = self.chooser.expected_tokens
-        best = max((tokens[n] if tokens is not None else e(n, s_d, s_n, gains)) / max(fixed_s + t, 1e-12)
-                   for n, t in offered.items())
+        best = max(tokens[n] / max(fixed_s + t, 1e-12) for n, t in offered.items())
         return max(rho, best)
 
     def _gate(self, context: int) -> DraftGate:
@@ -202,7 +199,7 @@ class WidthScheduler:
         band_rate = self.rate.rate(context)
         e = self.chooser.expected_tokens
         tokens = {n: e(n, s_d, s_n, gains) for n in offered}  # E(n), read by the price of time and the scores
-        rho_m = self._price(band_rate, offered, s_d, s_n, fixed_s, gains, tokens)
+        rho_m = self._price(band_rate, offered, s_d, fixed_s, tokens)
         rate_mode = rho_m is not None
         scored = self.chooser.score(offered, s_d, s_n, fixed_s, gains, rho_m, tokens) if offered else {}
         if ends_at and rate_mode:

@@ -17,6 +17,7 @@ argument would not be), also across modes. Modes: ``stock`` (ADASPARK_CUDA_GRAPH
 
     python -m benchmarks.gpu.graph_check --model M.gguf [--model M2.gguf] [--widths 2,4,8,16,32,64]
         [--cycles 20] [--context 512] [--modes stock,width,none] [--out F.md] [--out-json F.json]
+    python -m benchmarks.gpu.graph_check --verdict F.json   # 0: a graph per width may be used; 1: why not
 
 On a CPU-only build every mode runs the same forwards (no graphs): the report says so.
 """
@@ -79,6 +80,11 @@ def measure(model: str, widths: list[int], cycles: int, context: int, gpu_layers
         b.seq_rm(0, p0)
         return out
 
+    def verify(w: int) -> tuple[float, str]:
+        out = forward(toks[:w], p0)
+        b.seq_rm(0, p0)
+        return out
+
     for _ in range(4):  # warm: the one-row graph (stock keeps it) and the kernels' first launches
         one_rows(3)
     steady_one = [one_rows(1)[0][0] for _ in range(cycles)]
@@ -87,17 +93,12 @@ def measure(model: str, widths: list[int], cycles: int, context: int, gpu_layers
         times = {s: [] for s in STEPS}
         digests = {s: set() for s in STEPS}
         for _ in range(cycles):
-            dt, dg = forward(toks[:w], p0)
-            b.seq_rm(0, p0)
-            times["verify"].append(dt)
-            digests["verify"].add(dg)
-            for step, (dt, dg) in zip(STEPS[1:], one_rows(3)):
+            for step, (dt, dg) in zip(STEPS, [verify(w)] + one_rows(3)):
                 times[step].append(dt)
                 digests[step].add(dg)
         repeated = []
         for _ in range(cycles):
-            dt, dg = forward(toks[:w], p0)
-            b.seq_rm(0, p0)
+            dt, dg = verify(w)
             repeated.append(dt)
             digests["verify"].add(dg)
         rows[str(w)] = {"ms": {s: float(np.median(v)) * 1e3 for s, v in times.items()},
@@ -117,6 +118,33 @@ def _child(argv: list[str], env: dict[str, str], timeout: float) -> dict:
         tail = (out.stderr.strip().splitlines() or ["(no output)"])[-1]
         return {"error": f"rc {out.returncode}: {tail}"}
     return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def _every_cycle(row: dict) -> bool:
+    """Whether every cycle of a width computed the same bits at each of its steps."""
+    return all(d is not None for d in row["digests"].values())
+
+
+def _modes_agree(ok: dict[str, dict], w: str) -> bool:
+    """Whether the modes that ran computed the same bits for width ``w``."""
+    return len({json.dumps(r["widths"][w]["digests"], sort_keys=True) for r in ok.values()}) == 1
+
+
+def unsound(results: dict) -> str | None:
+    """Why a graph per width is not to be used after these results ({model: {mode: ...}}): no run of
+    it finished, it failed on a model, a cycle's logits differed, or the modes' did; None if none."""
+    if not any("width" in modes for modes in results.values()):
+        return "no graph-per-width run finished"
+    for model, modes in results.items():
+        if "error" in modes.get("width", {}):
+            return f"{Path(model).name}: {modes['width']['error']}"
+        ok = {m: r for m, r in modes.items() if "error" not in r}
+        for w in next(iter(ok.values()), {}).get("widths", {}):
+            if not all(_every_cycle(r["widths"][w]) for r in ok.values()):
+                return f"{Path(model).name}: a cycle's logits differed at {w} rows"
+            if not _modes_agree(ok, w):
+                return f"{Path(model).name}: the modes' logits differ at {w} rows"
+    return None
 
 
 def report(results: dict, argv: list[str] | None = None) -> list[str]:
@@ -152,13 +180,9 @@ def report(results: dict, argv: list[str] | None = None) -> list[str]:
                 row = r["widths"][w]
                 one = r["one_row_ms"]
                 extra = sum(row["ms"][s] for s in STEPS[1:]) / one - 3
-                same = all(d is not None for d in row["digests"].values())
                 lines.append(f"| {w} | `{m}` | {row['ms']['verify']:.3f} | {row['ms']['verify'] / one:.2f} | "
-                             f"{row['repeated_ms'] / one:.2f} | {extra:+.2f} | {'yes' if same else 'NO'} |")
-        agree = []
-        for w in widths:
-            seen = {json.dumps(r["widths"][w]["digests"], sort_keys=True) for r in ok.values()}
-            agree.append(len(seen) == 1)
+                             f"{row['repeated_ms'] / one:.2f} | {extra:+.2f} | {'yes' if _every_cycle(row) else 'NO'} |")
+        agree = [_modes_agree(ok, w) for w in widths]
         lines += ["", f"Logits the same bits in every mode: {'yes' if all(agree) else 'NO'} "
                       f"({sum(agree)} of {len(agree)} widths).", ""]
     return lines
@@ -166,7 +190,7 @@ def report(results: dict, argv: list[str] | None = None) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog=f"python -m {MODULE}", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--model", action="append", required=True, help="a GGUF (repeatable)")
+    ap.add_argument("--model", action="append", help="a GGUF (repeatable)")
     ap.add_argument("--widths", default="2,4,8,16,32,64")
     ap.add_argument("--cycles", type=int, default=20)
     ap.add_argument("--context", type=int, default=512)
@@ -175,8 +199,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--timeout", type=float, default=120, help="seconds per model and mode")
     ap.add_argument("--out")
     ap.add_argument("--out-json")
+    ap.add_argument("--verdict", metavar="JSON", help="only judge an --out-json file: exit 0 if a graph per "
+                    "width may be used after it, else 1 with the reason (run.sh falls back to stock graphs then)")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
+    if a.verdict:
+        try:
+            why = unsound(json.loads(Path(a.verdict).read_text()))
+        except (OSError, ValueError, KeyError, AttributeError) as e:
+            print(f"graph_check: {a.verdict}: not a graph check's results ({e})", file=sys.stderr)
+            return 2
+        if why:
+            print(f"graph_check: {why}", file=sys.stderr)
+        return 1 if why else 0
+    if not a.model:
+        ap.error("--model: at least one GGUF")
     try:
         widths = sorted({int(x) for x in a.widths.split(",")})
     except ValueError:
