@@ -281,6 +281,50 @@ def test_graph_check_verdict_keeps_a_graph_per_width_only_when_it_ran_and_kept_e
     assert main(["--verdict", str(tmp_path / "missing.json")]) == 2
 
 
+@pytest.mark.model
+def test_gpu_argmax_check_times_both_ways_and_compares_their_tokens(model_path, tmp_path):
+    """`benchmarks/gpu/argmax_check.py` on this CPU build: both ways run in alternating blocks, every
+    row gets the same token either way, and the verdict leaves tokens on the device; a missing model
+    is one line and exit 2."""
+    from benchmarks.gpu.argmax_check import main
+
+    out_json, out_md = tmp_path / "argmax.json", tmp_path / "argmax.md"
+    rc = main(["--model", model_path, "--widths", "3,1", "--blocks", "2", "--cycles", "2", "--context", "40",
+               "--out-json", str(out_json), "--out", str(out_md)])
+    assert rc == 0
+    r = json.loads(out_json.read_text())[model_path]
+    assert r["on_gpu"] is False and r["device_available"] and r["steady"] == {"host": True, "device": True}
+    assert list(r["widths"]) == ["1", "3"]
+    for w, row in r["widths"].items():
+        assert row["host_ms"] > 0 and row["device_ms"] > 0 and row["same_tokens"] == int(w)
+    assert "| 3 |" in out_md.read_text() and "3 of 3 |" in out_md.read_text()
+    assert main(["--model", str(tmp_path / "missing.gguf")]) == 2
+    assert main(["--verdict", str(out_json)]) == 0
+
+
+def test_argmax_check_verdict_keeps_device_tokens_only_when_they_ran_steady_and_agreed(tmp_path, capsys):
+    """run.sh takes greedy tokens on the host after the verdict when a model failed, the device's
+    tokens changed between forwards, or differed from the host's on a row."""
+    from benchmarks.gpu.argmax_check import main, unsound
+
+    def run(same: int = 4, steady: bool = True, available: bool = True) -> dict:
+        return {"device_available": available, "steady": {"host": True, "device": steady},
+                "widths": {"4": {"host_ms": 2.0, "device_ms": 1.0, "same_tokens": same}}}
+
+    assert unsound({"m.gguf": run()}) is None
+    assert unsound({"m.gguf": {**run(available=False), "widths": {"4": {"same_tokens": None}}}}) is None
+    assert unsound({}) == "no model measured"
+    assert "segfault" in unsound({"m.gguf": {"error": "rc -11: segfault"}})
+    assert "changed between forwards" in unsound({"m.gguf": run(steady=False)})
+    assert "1 of 4 rows got another token" in unsound({"a.gguf": run(), "m.gguf": run(same=3)})
+    f = tmp_path / "argmax.json"
+    f.write_text(json.dumps({"m.gguf": run(same=3)}))
+    assert main(["--verdict", str(f)]) == 1 and "another token" in capsys.readouterr().err
+    f.write_text(json.dumps({"m.gguf": run()}))
+    assert main(["--verdict", str(f)]) == 0
+    assert main(["--verdict", str(tmp_path / "missing.json")]) == 2
+
+
 def test_curve_learn_prices_a_stepped_curve_as_measured_and_its_widths_pay(tmp_path):
     """`benchmarks/cost/curve_learn.py` on a probe's JSON of a GPU-like stepped curve (flat to 8
     rows, then a step per 8 more; two contexts): the learned price of each measured width the

@@ -85,6 +85,11 @@ def test_numeric_options_checked_before_llama_cpp_sees_them(good_script, args, n
     _one_line_error(_run("run", str(good_script), *args), needle)
 
 
+def test_bad_argmax_place_is_one_line(good_script, monkeypatch):
+    monkeypatch.setenv("ADASPARK_ARGMAX", "gpu")
+    _one_line_error(_run("run", str(good_script)), "ADASPARK_ARGMAX must be host or device, not 'gpu'")
+
+
 def test_library_users_get_the_same_checks():
     """ChatEngine/LlamaBackend check their numbers first, with the CLI's error type, before any
     model file is opened (so this test loads no model)."""

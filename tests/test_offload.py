@@ -75,6 +75,11 @@ def test_a_cpu_device_keeps_its_id_and_each_gpu_setting_is_its_own_device():
     graphs = {**h200["gpu_detail"], "kernels": cuda_kernels(64, True)}
     assert graphs["kernels"] == "batch-invariant to 64 rows, a CUDA graph per width"
     assert cuda_kernels(None, False) == "stock" and cuda_kernels(None, True) == "stock, a CUDA graph per width"
+    # and where greedy tokens are taken: logits copied to the host cost a wide verify more
+    on_gpu = {**h200["gpu_detail"], "kernels": cuda_kernels(64, True, tokens_on_device=True)}
+    assert on_gpu["kernels"] == "batch-invariant to 64 rows, a CUDA graph per width, greedy tokens on the GPU"
+    assert (device_fingerprint(2, info, **dict(h200, gpu_detail=on_gpu))["id"]
+            != device_fingerprint(2, info, **dict(h200, gpu_detail=graphs))["id"])
     assert (device_fingerprint(2, info, **dict(h200, gpu_detail=graphs))["id"]
             != device_fingerprint(2, info, **dict(h200, gpu_detail=exact))["id"])
 
@@ -170,8 +175,11 @@ def test_the_drafter_goes_where_the_targets_layers_go_and_reports_name_the_devic
     eng = ChatEngine(model_path, drafter_path="default", n_ctx=512, gpu_layers=gpu_layers)
     try:
         assert eng.drafter_name and seen == [drafter_layers]
-        # and a report names the device the arms ran on: here no nvidia-smi and no patched library
-        assert device_line(eng) == ("GPU, all layers on the GPU, CUDA kernels stock" if drafter_layers else "CPU")
+        # and a report names the device the arms ran on: here no nvidia-smi and no patched library;
+        # where layers go to a GPU, greedy tokens are taken there by default
+        assert device_line(eng) == ("GPU, all layers on the GPU, CUDA kernels stock, greedy tokens on the GPU"
+                                    if drafter_layers else "CPU")
+        assert eng.backend.argmax_on_device == bool(drafter_layers)
         if drafter_layers:  # told every layer goes to a GPU that is not there, it still drafts and replies
             assert eng.generate("c", [{"role": "user", "content": "Count: one two three"}], max_tokens=4).n_tokens > 0
     finally:

@@ -35,7 +35,7 @@ on it. The rules (constants below) are the whole selection:
   ``humaneval``, ``sharegpt`` and ``longpaste`` each.
 
 The ShareGPT JSON file shipped in the package is cut short at its end, so it is parsed item by
-item (``iter_json_array``) and the truncated tail is ignored. ``MANIFEST.json`` records, per
+item (``iter_json_array``) and the truncated tail is ignored. ``MANIFEST.json.gz`` records, per
 file, the rule, the package version, the source file's SHA-256 and each conversation's source
 row and a SHA-256 of its turns, so a rebuild can be checked line for line.
 """
@@ -76,7 +76,7 @@ MIX_PER_SINGLE_SOURCE = 4
 
 @dataclass
 class ScriptLine:
-    """One SCRIPT.jsonl conversation plus where it came from (kept in MANIFEST.json)."""
+    """One SCRIPT.jsonl conversation plus where it came from (kept in MANIFEST.json.gz)."""
 
     id: str
     turns: list[str]
@@ -342,7 +342,7 @@ def write_script(path: Path, lines: list[ScriptLine]) -> None:
 
 
 def build_all(out_dir: Path) -> dict:
-    """Write every corpus file and MANIFEST.json into `out_dir`; return the manifest."""
+    """Write every corpus file and MANIFEST.json.gz into `out_dir`; return the manifest."""
     out_dir.mkdir(parents=True, exist_ok=True)
     mt_path = resource_path(MTBENCH_RESOURCE)
     he_path = resource_path(HUMANEVAL_RESOURCE)
@@ -393,7 +393,6 @@ def build_all(out_dir: Path) -> dict:
             "turns": sum(len(l.turns) for l in lines),
             "lines": [{"id": l.id, "source_row": l.source_row, "sha256": l.sha256} for l in lines],
         }
-    with open(out_dir / "MANIFEST.json", "w", encoding="utf-8") as fp:
-        json.dump(manifest, fp, indent=1)
-        fp.write("\n")
+    text = json.dumps(manifest, indent=1) + "\n"  # gzipped: one SHA-256 per line makes it 38 kB
+    (out_dir / "MANIFEST.json.gz").write_bytes(gzip.compress(text.encode("utf-8"), 9, mtime=0))
     return manifest

@@ -121,7 +121,8 @@ def device_line(engine: Any) -> str | None:
         return offload.describe()
     from ..engine.offload import cuda_kernels
 
-    kernels = cuda_kernels(getattr(engine, "cuda_exact_rows", None), getattr(engine, "cuda_graphs", None))
+    kernels = cuda_kernels(getattr(engine, "cuda_exact_rows", None), getattr(engine, "cuda_graphs", None),
+                           bool(getattr(engine.backend, "argmax_on_device", False)))
     return f"{engine.device_label}, CUDA kernels {kernels}"
 
 

@@ -21,7 +21,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from .. import native
-from ..errors import ContextOverflowError, ModelLoadError
+from ..errors import ConfigError, ContextOverflowError, ModelLoadError
 from ..native import ONE_ROW_ALL, ONE_ROW_NONE
 from ..gguf_file import is_gguf
 from .limits import N_SEQ_MAX, check_n_batch, check_n_ctx, check_threads, default_threads
@@ -55,6 +55,30 @@ def kv_cache_types(on_gpu: bool) -> tuple[int, int]:
     """(K, V) ggml types of the KV cache: BF16/F16 on the CPU (bit-identical verify rows, see
     above), F16/F16 where layers are offloaded to a GPU (the types its kernels read unconverted)."""
     return GPU_KV_TYPES if on_gpu else (KV_TYPE_K, KV_TYPE_V)
+
+#: Where a greedy forward's token per row is taken. "host": llama.cpp copies every row's logits to
+#: the host and numpy takes the argmax there; "device": a greedy sampler chain on every sequence
+#: (llama.cpp's backend sampling) puts an argmax into the forward's graph, so only a token per row
+#: leaves the device. On a GPU the host way copies 0.6 MB per row for a 152k vocabulary (39 MB for
+#: a 64-row verify) and scans it on the CPU (0.6 ms for 16 rows here): the device way is the default
+#: there. On the CPU ggml's argmax scans each row on one thread, slower than numpy: host. Both arms
+#: of a comparison take their tokens the same way, so replies stay byte-identical to `ar`; ties
+#: between two logits may break differently from one way to the other (numpy keeps the first
+#: maximum, ggml's CPU kernel the last). ADASPARK_ARGMAX=host|device overrides the choice.
+ARGMAX_ENV = "ADASPARK_ARGMAX"
+ARGMAX_PLACES = ("host", "device")
+
+
+def argmax_place(on_gpu: bool) -> str:
+    """"device" or "host": where greedy tokens are taken (see ARGMAX_ENV); a bad value of the
+    variable fails with one line."""
+    value = os.environ.get(ARGMAX_ENV, "").strip().lower()
+    if not value:
+        return "device" if on_gpu else "host"
+    if value not in ARGMAX_PLACES:
+        raise ConfigError(f"{ARGMAX_ENV} must be host or device, not {value!r}")
+    return value
+
 
 _backend_lock = threading.Lock()
 _backend_ready = False
@@ -155,6 +179,7 @@ class LlamaBackend:
         n_ctx, n_batch = check_n_ctx(n_ctx), check_n_batch(n_batch)  # before llama.cpp can abort on them
         n_threads = check_threads(n_threads)
         gpu_layers = parse_gpu_layers(gpu_layers, "gpu_layers")
+        argmax_place(False)  # a bad ADASPARK_ARGMAX fails here, before a model file is opened
         check_gguf_file(model_path)
         if os.environ.get("ADASPARK_FORBID_MODEL"):  # set by tests/conftest.py for tests not marked `model`
             raise RuntimeError("ADASPARK_FORBID_MODEL is set: this process may not load a model "
@@ -169,6 +194,9 @@ class LlamaBackend:
         # llama_decode returns once a GPU has the forward queued (llama_get_logits waits for it):
         # the decoder then does host work that can wait, during the forward (Decoder.learn)
         self.forward_overlaps = self.offload.on_gpu
+        # greedy tokens on the device (ARGMAX_ENV): sampler chains attached while greedy forwards
+        # run, detached for a forward whose logits are read (a sampled reply, diagnostics)
+        self.argmax_on_device = argmax_place(self.offload.on_gpu) == "device"
         self._load_model(model_path, "the model file", use_extra_bufts=False,
                          n_gpu_layers=self.offload.n_gpu_layers)
         L, model = self.llama, self.model
@@ -177,6 +205,10 @@ class LlamaBackend:
         cparams.n_batch = n_batch
         cparams.n_ubatch = n_batch
         cparams.n_seq_max = N_SEQ_MAX
+        # No forward outputs more rows than the widest verify (a prefill outputs its last row): the
+        # output buffers (logits, and the device argmax's) are sized by this, not by n_batch
+        cparams.n_outputs_max = N_SEQ_MAX
+        cparams.n_outputs_max_per_seq = N_SEQ_MAX  # a chain's rows are all in seq 0
         cparams.kv_unified = True
         cparams.n_threads = self.n_threads
         cparams.n_threads_batch = self.n_threads
@@ -207,6 +239,11 @@ class LlamaBackend:
         # (one trial per model and thread count in the process, shared by its engines)
         self._one_row_switch = native.one_row_switch()
         self.one_row = chooser_for(model_path, self.n_threads)
+        self._chains: list[Any] = []  # the attached chains, one per sequence
+        self._retired: list[Any] = []  # detached chains, freed after the next forward
+        self._chains_attached = False
+        self._raw_logits = False  # whether the last forward left its logits on the host
+        self._tokens_on_device(True)  # now: where the backend cannot, the host way is known up front
 
     def _init_vocab(self) -> None:
         """The vocabulary's handle and the per-token caches (tokenize, pieces, end-of-generation)."""
@@ -335,28 +372,75 @@ class LlamaBackend:
             lg[i] = 1 if logits[i] else 0
 
     def _decode(self) -> None:
+        self._raw_logits = not self._chains_attached
         rc = self.llama.llama_decode(self.ctx, self._batch)
+        if self._retired:
+            self._free_chains(self._retired)
         if rc != 0:
             if rc == 1:
                 raise ContextOverflowError(
                     f"the KV cache is full (context {self.n_ctx} tokens): start a new conversation")
             raise RuntimeError(f"llama_decode failed with code {rc}")
 
+    def _tokens_on_device(self, on: bool) -> None:
+        """Before a forward: attach a greedy sampler chain to every sequence (its rows' argmax is
+        taken in the forward's graph, no logits leave the device) or detach them (the logits are
+        copied to the host). A change makes llama.cpp reserve its graphs again on the next forward:
+        it happens when a greedy reply follows a sampled one or a diagnostic read of logits.
+        Where the backend cannot run the sampler, tokens are taken on the host from then on."""
+        on = on and self.argmax_on_device
+        if on == self._chains_attached:
+            return
+        if not on:
+            self._detach_chains()
+            return
+        L = self.llama
+        self._chains_attached = True
+        for seq in range(N_SEQ_MAX):
+            chain = L.llama_sampler_chain_init(L.llama_sampler_chain_default_params())
+            L.llama_sampler_chain_add(chain, L.llama_sampler_init_greedy())
+            self._chains.append(chain)
+            if not L.llama_set_sampler(self.ctx, seq, chain):  # e.g. no argmax there: the host way
+                self.argmax_on_device = False
+                self._detach_chains()
+                return
+
+    def _detach_chains(self) -> None:
+        """Detach every chain. A chain is initialised for a context once, so the next attach makes
+        new ones; these are freed after the next forward, which rebuilds its graph without them."""
+        for seq in range(len(self._chains)):
+            self.llama.llama_set_sampler(self.ctx, seq, None)
+        self._retired, self._chains = self._retired + self._chains, []
+        self._chains_attached = False
+
     def _argmax_rows(self, n_out: int) -> np.ndarray:
-        ptr = self.llama.llama_get_logits(self.ctx)
-        arr = np.ctypeslib.as_array(ptr, shape=(n_out, self.n_vocab))
-        return arr.argmax(axis=1).astype(np.int32)
+        """The target's greedy token for each of the last forward's n_out output rows."""
+        L, ctx = self.llama, self.ctx
+        if self._raw_logits:
+            arr = np.ctypeslib.as_array(L.llama_get_logits(ctx), shape=(n_out, self.n_vocab))
+            return arr.argmax(axis=1).astype(np.int32)
+        get = L.llama_get_sampled_token_ith
+        out = np.fromiter((get(ctx, i) for i in range(-n_out, 0)), dtype=np.int32, count=n_out)
+        if (out < 0).any():  # LLAMA_TOKEN_NULL: llama.cpp sampled no token for a row
+            raise RuntimeError(f"llama.cpp returned no device token for row {int(np.argmax(out < 0))} "
+                               f"of {n_out}")
+        return out
+
+    def _logits_ptr(self) -> Any:
+        if not self._raw_logits:
+            raise RuntimeError("the last forward took its tokens on the device and left no logits: "
+                               "pass argmax=False to read them")
+        return self.llama.llama_get_logits(self.ctx)
 
     def logits_view(self, n_out: int) -> np.ndarray:
         """The last decode's output logits, [n_out, n_vocab], without a copy: valid until the next
-        decode (the sampling path reads the rows it walks right after the verify)."""
-        ptr = self.llama.llama_get_logits(self.ctx)
-        return np.ctypeslib.as_array(ptr, shape=(n_out, self.n_vocab))
+        decode (the sampling path reads the rows it walks right after the verify). The forward must
+        have been asked for logits (argmax=False) where tokens are taken on the device."""
+        return np.ctypeslib.as_array(self._logits_ptr(), shape=(n_out, self.n_vocab))
 
     def logits_rows(self, n_out: int) -> np.ndarray:
         """A copy of the last decode's output logits, [n_out, n_vocab] (tests and diagnostics)."""
-        ptr = self.llama.llama_get_logits(self.ctx)
-        return np.ctypeslib.as_array(ptr, shape=(n_out, self.n_vocab)).copy()
+        return self.logits_view(n_out).copy()
 
     def prefill(self, tokens: Sequence[int], start: int,
                 on_chunk: Callable[[list[int], list[int]], None] | None = None,
@@ -369,6 +453,7 @@ class LlamaBackend:
             raise ContextOverflowError(
                 f"the conversation needs {start + len(tokens)} tokens but the context holds "
                 f"{self.n_ctx}: start a new conversation or pass a larger context")
+        self._tokens_on_device(argmax)
         last = None
         i = 0
         while i < len(tokens):
@@ -398,6 +483,7 @@ class LlamaBackend:
         costs no time; on the CPU the forward is done by then."""
         if positions[-1] >= self.n_ctx or max(positions) >= self.n_ctx:
             raise ContextOverflowError(f"the reply reached the context limit of {self.n_ctx} tokens")
+        self._tokens_on_device(argmax)
         self._fill_batch(tokens, positions, seq_ids, [True] * len(tokens))
         one = len(tokens) == 1 and self._one_row_switch is not None
         if one:  # between decodes: every thread of the step reads the same setting
@@ -461,9 +547,16 @@ class LlamaBackend:
         if getattr(self, "ctx", None):
             L.llama_free(self.ctx)
             self.ctx = None
+        self._free_chains(getattr(self, "_chains", []) + getattr(self, "_retired", []))  # after the context
+        self._chains, self._retired = [], []
         if getattr(self, "model", None):
             L.llama_model_free(self.model)
             self.model = None
+
+    def _free_chains(self, chains: list[Any]) -> None:
+        for chain in chains:
+            self.llama.llama_sampler_free(chain)
+        chains.clear()
 
     def __del__(self) -> None:  # pragma: no cover - best effort
         try:

@@ -179,11 +179,13 @@ class ChatEngine:
         from .offload import cuda_kernels, gpu_identity
 
         ident = gpu_identity() or {}
-        # the kernels and the CUDA graphs set the verify's cost curve: a table learned with the stock
-        # ones never prices the batch-invariant ones, nor one graph per context a graph per width
+        # the kernels, the CUDA graphs and where greedy tokens are taken set the verify's cost curve: a
+        # table learned with the stock kernels never prices the batch-invariant ones, nor one graph
+        # per context a graph per width, nor logits copied to the host tokens taken on the GPU
         return {"gpu": ident.get("name") or "GPU", "gpu_layers": off.n_gpu_layers,
                 "gpu_detail": {**{k: v for k, v in ident.items() if k != "name"},
-                               "kernels": cuda_kernels(self.cuda_exact_rows, self.cuda_graphs)}}
+                               "kernels": cuda_kernels(self.cuda_exact_rows, self.cuda_graphs,
+                                                        self.backend.argmax_on_device)}}
 
     def _backend_info(self) -> str:
         import llama_cpp

@@ -1,7 +1,7 @@
 """The trained DSpark drafter shipped for the bundled SmolLM2-135M-Instruct (`--drafter default`).
 
 Trained by `tools/train_drafter` (self-distillation on public ShareGPT prompts); the ids of every
-conversation it trained on sit beside it in `drafter-training-ids.txt`, so evaluations can leave
+conversation it trained on sit beside it in `drafter-training-ids.txt.gz`, so evaluations can leave
 them out.
 """
 

@@ -79,14 +79,19 @@ def build_can_offload() -> bool:
     return bool(llama_cpp.llama_supports_gpu_offload())
 
 
-def cuda_kernels(exact_rows: int | None, graphs: bool | None = None) -> str:
+def cuda_kernels(exact_rows: int | None, graphs: bool | None = None,
+                 tokens_on_device: bool = False) -> str:
     """The CUDA kernels in use, for the device fingerprint and reports: ``batch-invariant to N
     rows`` (AdaSpark's patched library with ADASPARK_CUDA_EXACT on), else ``stock``; from
     ``native.cuda_exact.library_rows()``. With ``graphs`` (``library_graphs()``: the patched
-    library replays a CUDA graph per batch shape), ``, a CUDA graph per width`` follows: it changes
-    what a verify and the step after it cost."""
+    library replays a CUDA graph per batch shape), ``, a CUDA graph per width`` follows; with
+    ``tokens_on_device`` (``LlamaBackend.argmax_on_device``: a greedy row's argmax taken in the
+    forward, its logits never copied), ``, greedy tokens on the GPU``. Each changes what a verify
+    costs, and so which cost table prices it."""
     kernels = f"batch-invariant to {exact_rows} rows" if exact_rows else "stock"
-    return f"{kernels}, a CUDA graph per width" if graphs else kernels
+    if graphs:
+        kernels += ", a CUDA graph per width"
+    return f"{kernels}, greedy tokens on the GPU" if tokens_on_device else kernels
 
 
 def cuda_kernels_notice(exact_rows: int | None, widest: int) -> str | None:

@@ -66,9 +66,10 @@ def run_arm(model: str, arm: str, prompts: list[tuple[str, str]], max_tokens: in
     tokens = []
     try:
         b = eng.backend
+        kernels = cuda_kernels(eng.cuda_exact_rows, eng.cuda_graphs, b.argmax_on_device)
         placement = {"offload": b.offload.describe(), "kv_types": list(b.kv_types), "device": eng.device_label,
-                     "kernels": (f"CUDA: {cuda_kernels(eng.cuda_exact_rows, eng.cuda_graphs)}" if b.offload.on_gpu
-                                 else f"CPU: {native.status()}"), "pricing": pricing.status()}
+                     "kernels": f"CUDA: {kernels}" if b.offload.on_gpu else f"CPU: {native.status()}",
+                     "pricing": pricing.status()}
         for cid, text in prompts:
             r = eng.generate(cid, [{"role": "user", "content": text}], max_tokens=max_tokens, on_round=on_round)
             tokens.append(list(r.tokens))

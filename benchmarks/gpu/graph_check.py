@@ -35,7 +35,8 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.common import command_line, cpu_model, emit_report
+from benchmarks.common import emit_report
+from benchmarks.gpu.checks import missing_model, parse_widths, report_head, verdict
 
 MODULE = "benchmarks.gpu.graph_check"
 #: The environment of each mode's process.
@@ -149,13 +150,12 @@ def unsound(results: dict) -> str | None:
 
 def report(results: dict, argv: list[str] | None = None) -> list[str]:
     """The markdown of ``results`` ({model: {mode: measure() or {"error"}}})."""
-    lines = ["# A verify between one-row steps, by CUDA graph mode", "",
-             f"`{command_line(MODULE, argv)}`", "",
-             f"Machine: {cpu_model()}. Each cycle: a verify of W rows, then three one-row steps, rolled "
-             "back (the same forwards every cycle); median ms, synchronized. `repeated`: W rows again "
-             "and again (what a probe of one width sees); `extra after`: what the three steps after the "
-             "verify cost over three steady one-row steps. Modes: `stock` one graph per context, "
-             "`width` a graph per width (ADASPARK_CUDA_GRAPHS=1), `none` no graphs.", ""]
+    lines = report_head("A verify between one-row steps, by CUDA graph mode", MODULE, argv,
+                        "Each cycle: a verify of W rows, then three one-row steps, rolled back (the same "
+                        "forwards every cycle); median ms, synchronized. `repeated`: W rows again and again "
+                        "(what a probe of one width sees); `extra after`: what the three steps after the verify "
+                        "cost over three steady one-row steps. Modes: `stock` one graph per context, `width` a "
+                        "graph per width (ADASPARK_CUDA_GRAPHS=1), `none` no graphs.")
     for model, modes in results.items():
         lines += [f"## {Path(model).name}", ""]
         ok = {m: r for m, r in modes.items() if "error" not in r}
@@ -204,32 +204,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if a.verdict:
-        try:
-            why = unsound(json.loads(Path(a.verdict).read_text()))
-        except (OSError, ValueError, KeyError, AttributeError) as e:
-            print(f"graph_check: {a.verdict}: not a graph check's results ({e})", file=sys.stderr)
-            return 2
-        if why:
-            print(f"graph_check: {why}", file=sys.stderr)
-        return 1 if why else 0
+        return verdict("graph_check", a.verdict, "a graph check's results", unsound)
     if not a.model:
         ap.error("--model: at least one GGUF")
-    try:
-        widths = sorted({int(x) for x in a.widths.split(",")})
-    except ValueError:
-        ap.error(f"--widths: comma-separated row counts, not {a.widths!r}")
-    if not widths or widths[0] < 1 or widths[-1] > 64:
-        ap.error("--widths: row counts from 1 to 64")
+    widths = parse_widths(ap, a.widths)
     if a.cycles < 1 or a.context < 1:
         ap.error("--cycles and --context: at least 1")
     modes = [m.strip() for m in a.modes.split(",") if m.strip()]
     bad = [m for m in modes if m not in MODES]
     if bad or not modes:
         ap.error(f"--modes: some of {', '.join(MODES)}, not {a.modes!r}")
-    for m in a.model:
-        if not Path(m).is_file():
-            print(f"graph_check: no model file {m}", file=sys.stderr)
-            return 2
+    if missing_model("graph_check", a.model):
+        return 2
     if a.child:
         print(json.dumps(measure(a.model[0], widths, a.cycles, a.context, a.gpu_layers)))
         return 0

@@ -38,7 +38,8 @@
 #
 # $OUT gets 8 files (a call brings back 8 at most): gpu.txt (the GPU, the payload, the build), placement.txt
 # (llama.cpp's own log of the load: offloaded layers, KV buffers, graph splits), graphs.md (graph_check.py: a
-# verify between one-row steps with stock CUDA graphs, a graph per width and none), real.md (run_peers' report
+# verify between one-row steps with stock CUDA graphs, a graph per width and none; then argmax_check.py: a
+# verify's greedy tokens taken on the host or on the GPU), real.md (run_peers' report
 # per kernel mode and set: speed over `ar` with intervals, replies identical to `ar`), engine.md
 # (benchmarks/gpu/engine_check.py per kernel mode: identity, verify ms per width, host time per round),
 # probes.json ({shape: {stock, exact}}: .gpu/probe.py per shape, q7, q15, q05), probe.log (their logs), and
@@ -149,7 +150,7 @@ fi
 switch() { case $1 in stock) echo 0;; exact) echo 1;; narrow) echo 2;; esac; }  # ADASPARK_CUDA_EXACT's values
 set -- ${MODES:-stock exact}; modes="$*"; nm=$#
 results() {  # what $OUT cannot hold file by file: each run's replies, reports and logs
-  tar -czf "$OUT/results.tar.gz" -C "$W" $(cd "$W" && ls -d real engine_*.json graphs.json 2>/dev/null) 2>/dev/null
+  tar -czf "$OUT/results.tar.gz" -C "$W" $(cd "$W" && ls -d real engine_*.json graphs.json argmax.json 2>/dev/null) 2>/dev/null
 }
 
 REAL_MODEL=$(python3 -c "from adaspark_app.engine.backend import default_model_path as d; print(d())" 2>/dev/null)
@@ -165,6 +166,14 @@ if part graphs; then
   python3 -m benchmarks.gpu.graph_check --verdict "$W/graphs.json" 2>&1 | tee -a "$OUT/graphs.md"
   [ "${PIPESTATUS[0]}" = 0 ] || { export ADASPARK_CUDA_GRAPHS=0; echo "graphs: stock from here (ADASPARK_CUDA_GRAPHS=0)" | tee -a "$OUT/graphs.md"; }
   results; stamp "graph check done"
+  # greedy tokens: every row's logits copied to the host and argmax'd there, or an argmax per row on the GPU
+  # (llama.cpp's backend sampling, the engine's default there): what each costs a verify, and the same tokens
+  timeout $(cap 60 200) python3 -m benchmarks.gpu.argmax_check --model "$W/q05.gguf" ${REAL_MODEL:+--model "$REAL_MODEL"} \
+    ${GRAPH_WIDTHS:+--widths 1,$GRAPH_WIDTHS} ${GRAPH_CYCLES:+--cycles $GRAPH_CYCLES} --out "$W/argmax.md" --out-json "$W/argmax.json" 2>&1 | tail -n 12
+  { echo; cat "$W/argmax.md" 2>/dev/null || echo "argmax_check: no report"; } >>"$OUT/graphs.md"
+  python3 -m benchmarks.gpu.argmax_check --verdict "$W/argmax.json" 2>&1 | tee -a "$OUT/graphs.md"
+  [ "${PIPESTATUS[0]}" = 0 ] || { export ADASPARK_ARGMAX=host; echo "argmax: on the host from here (ADASPARK_ARGMAX=host)" | tee -a "$OUT/graphs.md"; }
+  results; stamp "argmax check done"
 fi
 
 # the bundled model's replies on held-out sets against every peer (benchmarks/speed/run_peers.py), per kernel

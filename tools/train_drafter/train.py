@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import glob
+import gzip
 import math
 import os
 import random
@@ -242,7 +243,9 @@ def main() -> None:
                                      f"{len(train)} ShareGPT conversations, {step} steps, "
                                      f"draft vocabulary {len(d2t)}")
     ids = sorted({q.id for q in seqs})  # every conversation read, held-out ones included
-    Path(a.out).with_name("drafter-training-ids.txt").write_text("".join(f"sharegpt {i}\n" for i in ids))
+    listing = "".join(f"sharegpt {i}\n" for i in ids).encode()
+    with gzip.GzipFile(Path(a.out).with_name("drafter-training-ids.txt.gz"), "wb", mtime=0) as fp:
+        fp.write(listing)
     print(f"wrote {a.out} and the {len(ids)} ShareGPT ids beside it")
 
 

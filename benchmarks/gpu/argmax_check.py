@@ -1,0 +1,167 @@
+"""Where a greedy verify's tokens are taken, and what each way costs: every row's logits copied to
+the host and scanned by numpy (``host``), or an argmax per row inside the forward's graph, so only a
+token per row leaves the device (``device``: llama.cpp's backend sampling, the engine's default on a
+GPU; engine/backend.py, ARGMAX_ENV).
+
+For a 152k vocabulary the host way moves 0.6 MB per row (39 MB for a 64-row verify) and scans it on
+the CPU; on a GPU whose 7B step takes a few ms that is a large part of a wide verify. Per model, the
+backend the engine uses verifies W rows at a fixed context, rolled back, in blocks that alternate the
+two ways (a switch makes llama.cpp reserve its graphs again: each block's first forward of each
+width is a warm-up). It reports the median ms of a verify with its tokens read, per way and width,
+and whether the two ways gave the same token on every row.
+
+    python -m benchmarks.gpu.argmax_check --model M.gguf [--model M2.gguf] [--widths 1,2,4,8,16,32,64]
+        [--blocks 4] [--cycles 8] [--context 512] [--out F.md] [--out-json F.json]
+    python -m benchmarks.gpu.argmax_check --verdict F.json   # 0: tokens may be taken on the device
+
+On the CPU both ways run too (the host way is the default there: ggml's CPU argmax scans a row on
+one thread).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from benchmarks.common import emit_report
+from benchmarks.gpu.checks import missing_model, parse_widths, report_head, verdict
+
+MODULE = "benchmarks.gpu.argmax_check"
+PLACES = ("host", "device")
+
+
+def measure(model: str, widths: list[int], blocks: int, cycles: int, context: int, gpu_layers: str) -> dict:
+    """Per width, each way's median ms of a verify with its tokens read, and the rows whose token
+    the two ways agreed on."""
+    from adaspark_app.engine.backend import LlamaBackend
+
+    b = LlamaBackend(model, n_ctx=context + max(widths) + 64, gpu_layers=gpu_layers)
+    rng = np.random.default_rng(11)
+    top = min(b.n_vocab, 20000)
+    b.prefill(rng.integers(100, top, size=context).tolist(), 0, argmax=False)
+    toks = rng.integers(100, top, size=max(widths)).tolist()
+    ms: dict[str, dict[int, list[float]]] = {p: {w: [] for w in widths} for p in PLACES}
+    seen: dict[str, dict[int, list[int]]] = {p: {} for p in PLACES}
+    steady = {p: True for p in PLACES}  # every forward of a width gave the same tokens
+    available = True
+
+    def verify(w: int) -> tuple[float, list[int]]:
+        out = b.verify(toks[:w], list(range(context, context + w)), [(0,)] * w)
+        b.seq_rm(0, context, -1)
+        return out.seconds, out.argmax.tolist()
+
+    for k in range(blocks):
+        for place in PLACES if k % 2 == 0 else PLACES[::-1]:
+            b.argmax_on_device = place == "device"
+            for w in widths:  # warm-up: the graphs reserved again, CUDA graphs captured
+                verify(w)
+            if place == "device" and not b.argmax_on_device:
+                available = False  # the backend could not run the sampler: host tokens
+                continue
+            for _ in range(cycles):
+                for w in widths:
+                    dt, got = verify(w)
+                    ms[place][w].append(dt)
+                    steady[place] &= seen[place].setdefault(w, got) == got
+    info = {"offload": b.offload.describe(), "on_gpu": b.offload.on_gpu, "n_vocab": b.n_vocab,
+            "device_available": available, "steady": steady, "widths": {}}
+    for w in widths:
+        host, dev = seen["host"].get(w), seen["device"].get(w)
+        info["widths"][str(w)] = {
+            **{f"{p}_ms": float(np.median(ms[p][w])) * 1e3 if ms[p][w] else None for p in PLACES},
+            "same_tokens": None if dev is None else sum(int(x == y) for x, y in zip(host, dev))}
+    b.close()
+    return info
+
+
+def unsound(results: dict) -> str | None:
+    """Why greedy tokens are not to be taken on the device after these results ({model: measure()
+    or {"error"}}): a model failed, the device way gave a width other tokens from one forward to the
+    next, or other tokens than the host way on some row; None if none (or if it did not run there:
+    the engine then takes them on the host by itself)."""
+    if not results:
+        return "no model measured"
+    for model, r in results.items():
+        name = Path(model).name
+        if "error" in r:
+            return f"{name}: {r['error']}"
+        if not r["steady"]["device"]:
+            return f"{name}: the device's tokens changed between forwards of one width"
+        for w, row in r["widths"].items():
+            if row["same_tokens"] is not None and row["same_tokens"] < int(w):
+                return f"{name}: {int(w) - row['same_tokens']} of {w} rows got another token than the host's"
+    return None
+
+
+def report(results: dict, argv: list[str] | None = None) -> list[str]:
+    """The markdown of ``results`` ({model: measure() or {"error"}})."""
+    lines = report_head("Greedy tokens: logits to the host, or an argmax on the device", MODULE, argv,
+                        "A verify of W rows at a fixed context, rolled back, with its tokens read: `host` "
+                        "copies every row's logits and takes numpy's argmax, `device` takes an argmax per row "
+                        "in the forward (llama.cpp's backend sampling). Median ms over blocks that alternate "
+                        "the two ways.")
+    for model, r in results.items():
+        lines += [f"## {Path(model).name}", ""]
+        if "error" in r:
+            lines += [f"Failed: {r['error']}", ""]
+            continue
+        lines.append(f"- placement: {r['offload']}; vocabulary {r['n_vocab']} tokens")
+        if not r["device_available"]:
+            lines.append("- the device way did not run here: llama.cpp could not put the sampler on the backend")
+        lines.append("- the same tokens at every forward of a width: "
+                     + ", ".join(f"{p} {'yes' if ok else 'NO'}" for p, ok in r["steady"].items()))
+        lines += ["", "| W | host ms | device ms | device / host | rows with the same token |",
+                  "|---|---|---|---|---|"]
+        for w, row in r["widths"].items():
+            h, d = row["host_ms"], row["device_ms"]
+            ratio = f"{d / h:.3f}" if h and d else "-"
+            same = "-" if row["same_tokens"] is None else f"{row['same_tokens']} of {w}"
+            lines.append(f"| {w} | {h:.3f} | {d:.3f} | {ratio} | {same} |" if d is not None
+                         else f"| {w} | {h:.3f} | - | - | - |")
+        lines.append("")
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog=f"python -m {MODULE}", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", action="append", help="a GGUF (repeatable)")
+    ap.add_argument("--widths", default="1,2,4,8,16,32,64")
+    ap.add_argument("--blocks", type=int, default=4)
+    ap.add_argument("--cycles", type=int, default=8)
+    ap.add_argument("--context", type=int, default=512)
+    ap.add_argument("--gpu-layers", default="all")
+    ap.add_argument("--out")
+    ap.add_argument("--out-json")
+    ap.add_argument("--verdict", metavar="JSON", help="only judge an --out-json file: exit 0 if greedy tokens "
+                    "may be taken on the device after it, else 1 with the reason (run.sh takes them on the host then)")
+    a = ap.parse_args(argv)
+    if a.verdict:
+        return verdict("argmax_check", a.verdict, "an argmax check's results", unsound)
+    if not a.model:
+        ap.error("--model: at least one GGUF")
+    widths = parse_widths(ap, a.widths)
+    if a.blocks < 2 or a.cycles < 1 or a.context < 1:
+        ap.error("--blocks: at least 2 (one per way); --cycles and --context: at least 1")
+    if missing_model("argmax_check", a.model):
+        return 2
+    from adaspark_app import native
+
+    native.activate()  # the CPU kernels where they were built; a CUDA build has none and runs stock
+    results: dict[str, dict] = {}
+    for model in a.model:
+        try:
+            results[model] = measure(model, widths, a.blocks, a.cycles, a.context, a.gpu_layers)
+        except Exception as e:  # one model's failure is reported, the others still run
+            results[model] = {"error": f"{type(e).__name__}: {e}"}
+        if a.out_json:
+            Path(a.out_json).write_text(json.dumps(results, indent=1))
+    emit_report(report(results, argv), a.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
