@@ -102,6 +102,25 @@ def test_device_tokens_equal_the_host_argmax_on_chains_and_trees(device_backend,
 
 
 @pytest.mark.model
+def test_a_backend_that_leaves_no_device_token_takes_tokens_on_the_host(model_path, monkeypatch):
+    """llama.cpp accepts a sampler chain even where the device lacks one of its ops, and then
+    returns no token: the probe forward at load finds that, and the host way serves instead."""
+    import llama_cpp
+
+    monkeypatch.setenv(ARGMAX_ENV, "device")
+    monkeypatch.setattr(llama_cpp, "llama_get_sampled_token_ith", lambda ctx, i: -1)
+    b = LlamaBackend(model_path, n_ctx=256)
+    try:
+        assert not b.argmax_on_device and not b._chains_attached
+        toks = b.tokenize("The capital of France is")
+        first = b.prefill(toks, 0)
+        out = b.verify([first, 13], [len(toks), len(toks) + 1], [(0,), (0,)])
+        assert out.argmax.tolist() == [int(r.argmax()) for r in b.logits_rows(2)]
+    finally:
+        b.close()
+
+
+@pytest.mark.model
 def test_logits_are_refused_after_a_forward_that_left_none(device_backend):
     b = device_backend
     b.clear_kv()

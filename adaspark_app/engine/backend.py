@@ -244,6 +244,8 @@ class LlamaBackend:
         self._chains_attached = False
         self._raw_logits = False  # whether the last forward left its logits on the host
         self._tokens_on_device(True)  # now: where the backend cannot, the host way is known up front
+        if self._chains_attached:
+            self._probe_device_tokens()
 
     def _init_vocab(self) -> None:
         """The vocabulary's handle and the per-token caches (tokenize, pieces, end-of-generation)."""
@@ -404,6 +406,19 @@ class LlamaBackend:
                 self.argmax_on_device = False
                 self._detach_chains()
                 return
+
+    def _probe_device_tokens(self) -> None:
+        """One forward of one token, then the cache cleared: llama.cpp accepts a chain even where
+        the device lacks an op of its sampler, and then leaves no token and no logits either; such
+        a backend takes its tokens on the host from the start."""
+        L = self.llama
+        self._fill_batch([max(self.bos_token(), 0)], [0], [(0,)], [True])
+        self._decode()
+        ok = L.llama_get_sampled_token_ith(self.ctx, -1) >= 0
+        self.clear_kv()
+        if not ok:
+            self.argmax_on_device = False
+            self._detach_chains()
 
     def _detach_chains(self) -> None:
         """Detach every chain. A chain is initialised for a context once, so the next attach makes
