@@ -296,7 +296,7 @@ def test_gpu_argmax_check_times_both_ways_and_compares_their_tokens(model_path, 
     assert r["on_gpu"] is False and r["device_available"] and r["steady"] == {"host": True, "device": True}
     assert list(r["widths"]) == ["1", "3"]
     for w, row in r["widths"].items():
-        assert row["host_ms"] > 0 and row["device_ms"] > 0 and row["same_tokens"] == int(w)
+        assert row["host_ms"] > 0 and row["device_ms"] > 0 and row["same_tokens"] == int(w) and row["scan_ms"] > 0
     assert "| 3 |" in out_md.read_text() and "3 of 3 |" in out_md.read_text()
     assert main(["--model", str(tmp_path / "missing.gguf")]) == 2
     assert main(["--verdict", str(out_json)]) == 0
@@ -309,7 +309,7 @@ def test_argmax_check_verdict_keeps_device_tokens_only_when_they_ran_steady_and_
 
     def run(same: int = 4, steady: bool = True, available: bool = True) -> dict:
         return {"device_available": available, "steady": {"host": True, "device": steady},
-                "widths": {"4": {"host_ms": 2.0, "device_ms": 1.0, "same_tokens": same}}}
+                "widths": {"4": {"host_ms": 2.0, "device_ms": 1.0, "same_tokens": same, "scan_ms": 0.1}}}
 
     assert unsound({"m.gguf": run()}) is None
     assert unsound({"m.gguf": {**run(available=False), "widths": {"4": {"same_tokens": None}}}}) is None

@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -32,6 +33,26 @@ from benchmarks.gpu.checks import missing_model, parse_widths, report_head, verd
 
 MODULE = "benchmarks.gpu.argmax_check"
 PLACES = ("host", "device")
+
+
+def scan_ms(n_vocab: int, widths: list[int], reps: int = 7, pool_bytes: int = 256 << 20) -> dict[int, float]:
+    """numpy's argmax over W rows of a vocabulary alone, per width: median ms over rows read cold
+    (from a pool larger than the CPU's caches), as logits a device just copied to the host are."""
+    rows = max(max(widths), pool_bytes // (4 * n_vocab))
+    pool = np.random.default_rng(5).standard_normal((rows, n_vocab), dtype=np.float32)
+    out: dict[int, float] = {}
+    at = 0
+    for w in widths:
+        times = []
+        for _ in range(reps):
+            if at + w > rows:
+                at = 0
+            t = time.perf_counter()
+            pool[at:at + w].argmax(axis=1)
+            times.append(time.perf_counter() - t)
+            at += w
+        out[w] = float(np.median(times)) * 1e3
+    return out
 
 
 def measure(model: str, widths: list[int], blocks: int, cycles: int, context: int, gpu_layers: str) -> dict:
@@ -67,13 +88,15 @@ def measure(model: str, widths: list[int], blocks: int, cycles: int, context: in
                     dt, got = verify(w)
                     ms[place][w].append(dt)
                     steady[place] &= seen[place].setdefault(w, got) == got
+    scan = scan_ms(b.n_vocab, widths)
     info = {"offload": b.offload.describe(), "on_gpu": b.offload.on_gpu, "n_vocab": b.n_vocab,
             "device_available": available, "steady": steady, "widths": {}}
     for w in widths:
         host, dev = seen["host"].get(w), seen["device"].get(w)
         info["widths"][str(w)] = {
             **{f"{p}_ms": float(np.median(ms[p][w])) * 1e3 if ms[p][w] else None for p in PLACES},
-            "same_tokens": None if dev is None else sum(int(x == y) for x, y in zip(host, dev))}
+            "same_tokens": None if dev is None else sum(int(x == y) for x, y in zip(host, dev)),
+            "scan_ms": scan[w]}
     b.close()
     return info
 
@@ -103,7 +126,8 @@ def report(results: dict, argv: list[str] | None = None) -> list[str]:
                         "A verify of W rows at a fixed context, rolled back, with its tokens read: `host` "
                         "copies every row's logits and takes numpy's argmax, `device` takes an argmax per row "
                         "in the forward (llama.cpp's backend sampling). Median ms over blocks that alternate "
-                        "the two ways.")
+                        "the two ways. `numpy's scan alone`: the host way's argmax over W rows read cold (a "
+                        "pool larger than the caches), part of its time.")
     for model, r in results.items():
         lines += [f"## {Path(model).name}", ""]
         if "error" in r:
@@ -114,14 +138,14 @@ def report(results: dict, argv: list[str] | None = None) -> list[str]:
             lines.append("- the device way did not run here: llama.cpp could not put the sampler on the backend")
         lines.append("- the same tokens at every forward of a width: "
                      + ", ".join(f"{p} {'yes' if ok else 'NO'}" for p, ok in r["steady"].items()))
-        lines += ["", "| W | host ms | device ms | device / host | rows with the same token |",
-                  "|---|---|---|---|---|"]
+        lines += ["", "| W | host ms | device ms | device / host | rows with the same token | numpy's scan alone, ms |",
+                  "|---|---|---|---|---|---|"]
         for w, row in r["widths"].items():
             h, d = row["host_ms"], row["device_ms"]
             ratio = f"{d / h:.3f}" if h and d else "-"
             same = "-" if row["same_tokens"] is None else f"{row['same_tokens']} of {w}"
-            lines.append(f"| {w} | {h:.3f} | {d:.3f} | {ratio} | {same} |" if d is not None
-                         else f"| {w} | {h:.3f} | - | - | - |")
+            dev = "-" if d is None else f"{d:.3f}"
+            lines.append(f"| {w} | {h:.3f} | {dev} | {ratio} | {same} | {row['scan_ms']:.3f} |")
         lines.append("")
     return lines
 
