@@ -77,12 +77,13 @@ def test_modeled_gpu_runs_the_arms_on_the_replayed_replies_and_refuses_bad_input
     out = tmp_path / "gpu.md"
     run = subprocess.run(module_argv("benchmarks.speed.modeled_gpu", str(script), "--max-tokens", "32",
                                      "--arms", "ar,adaspark,pinned:4", "--curve", "1:0.5,64:1.0", "--warm-up", str(script),
-                                     "--out", str(out)),
+                                     "--host-argmax", "49152:25", "--out", str(out)),
                          cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-2000:]
     report = out.read_text()
     assert "Replies that differ from `ar`'s: 0 " in report, report
     assert f"Each engine first served `{script}` (1 conversations, untimed)" in report, report
+    assert "Tokens taken the host way: after each forward its rows' logits (49152 tokens a row) cross at 25 GB/s" in report
     found = {m.group(2): m for m in re.finditer(
         r"^\| multi-turn chat \| (\d+) \| `(adaspark|pinned:4)` \| ([\d.]+) \[([\d.]+), ([\d.]+)\] \| ([\d.]+) ",
         report, re.M)}
@@ -107,6 +108,8 @@ def test_modeled_gpu_runs_the_arms_on_the_replayed_replies_and_refuses_bad_input
     assert "learned / modeled" not in report  # no curve: no learned-price table
     for argv, said in ((("--arms", "adaspark"), "must include ar"), (("--arms", "ar,nonsense"), "nonsense"),
                        (("--curve", "16:8,1:6"), "rows must increase"),
+                       (("--host-argmax", "151936"), "give VOCAB:GBPS"), (("--host-argmax", "151936:0"), "positive rate"),
+                       (("--cpu", "--host-argmax", "151936:25"), "not with --cpu"),
                        (("--warm-up", str(tmp_path / "missing.jsonl")), "missing.jsonl"),
                        (("--model", str(tmp_path / "missing.gguf")), "missing.gguf: no such file")):
         bad = subprocess.run(module_argv("benchmarks.speed.modeled_gpu", str(script), *argv),

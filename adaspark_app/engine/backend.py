@@ -60,8 +60,9 @@ def kv_cache_types(on_gpu: bool) -> tuple[int, int]:
 #: the host and numpy takes the argmax there; "device": a greedy sampler chain on every sequence
 #: (llama.cpp's backend sampling) puts an argmax into the forward's graph, so only a token per row
 #: leaves the device. On a GPU the host way copies 0.6 MB per row for a 152k vocabulary (39 MB for
-#: a 64-row verify) and scans it on the CPU (0.6 ms for 16 rows here): the device way is the default
-#: there. On the CPU ggml's argmax scans each row on one thread, slower than numpy: host. Both arms
+#: a 64-row verify) and scans it on the CPU (0.72 ms for 16 rows read cold here, 2.8 ms for 64): the
+#: device way is the default there. On the CPU ggml's argmax scans each row on one thread, slower
+#: than numpy (1.03-1.29x the verify's time, benchmarks/results/cost/argmax_place_cpu.md): host. Both arms
 #: of a comparison take their tokens the same way, so replies stay byte-identical to `ar`; ties
 #: between two logits may break differently from one way to the other (numpy keeps the first
 #: maximum, ggml's CPU kernel the last). ADASPARK_ARGMAX=host|device overrides the choice.

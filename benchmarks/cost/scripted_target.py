@@ -26,6 +26,11 @@ bookkeeping, and replaces only what llama.cpp computes:
   prefill changes the shape too, and so does the context each time it crosses 256 cells (every
   graph then warms again).
 
+- with ``host_argmax`` (vocabulary, GB/s) the tokens are taken the host way (ARGMAX_ENV=host): after
+  the forward every row's logits cross to the host at that rate (modeled: a spin) and numpy scans
+  them (real: an argmax over rows of that vocabulary read cold from a pool larger than the caches).
+  Without it the tokens come as the device way brings them, at no cost past the forward.
+
 So the host code runs with warm caches, at the round mix a GPU's cheap wide verifies make.
 """
 
@@ -171,12 +176,46 @@ class GraphModel:
         return True
 
 
+class HostArgmax:
+    """The host way's cost of a forward's tokens: the rows' logits copied at ``gbps`` (a spin) and
+    scanned by numpy (a real argmax over rows of ``vocab`` read cold)."""
+
+    POOL_BYTES = 256 << 20
+
+    def __init__(self, vocab: int, gbps: float) -> None:
+        self.vocab, self.gbps = int(vocab), float(gbps)
+        rows = max(64, self.POOL_BYTES // (4 * self.vocab))
+        self._pool = np.random.default_rng(5).standard_normal((rows, self.vocab), dtype=np.float32)
+        self._at = 0
+
+    def take(self, n_out: int) -> None:
+        _spin(n_out * self.vocab * 4 / (self.gbps * 1e9))
+        if self._at + n_out > len(self._pool):
+            self._at = 0
+        self._pool[self._at:self._at + n_out].argmax(axis=1)
+        self._at += n_out
+
+
+def parse_host_argmax(text: str) -> tuple[int, float]:
+    """'151936:25' -> (151936, 25.0): a vocabulary and the device-to-host copy rate in GB/s."""
+    try:
+        vocab, gbps = text.split(":")
+        parsed = int(vocab), float(gbps)
+    except ValueError:
+        raise ValueError(f"host argmax {text!r}: give VOCAB:GBPS, e.g. 151936:25") from None
+    if parsed[0] < 2 or not parsed[1] > 0:
+        raise ValueError(f"host argmax {text!r}: a vocabulary of 2 or more and a positive rate")
+    return parsed
+
+
 class ScriptedTarget:
     """Replaces `backend`'s forward (``_decode``, ``_argmax_rows``) by the replay described above."""
 
     def __init__(self, backend: LlamaBackend, curve: Sequence[tuple[int, float]] = GPU_LIKE_CURVE,
-                 overlap: bool = False, graphs: str | None = None, ungraphed_ms: float = 0.0) -> None:
+                 overlap: bool = False, graphs: str | None = None, ungraphed_ms: float = 0.0,
+                 host_argmax: tuple[int, float] | None = None) -> None:
         self.backend = backend
+        self.host_argmax = HostArgmax(*host_argmax) if host_argmax is not None else None
         self.overlap = overlap
         self.graphs = GraphModel(graphs) if graphs is not None else None
         self.ungraphed_ms = float(ungraphed_ms)
@@ -236,5 +275,7 @@ class ScriptedTarget:
 
     def _argmax_rows(self, n_out: int) -> np.ndarray:
         _spin(self._ready - time.perf_counter())  # llama_get_logits waits for the forward
+        if self.host_argmax is not None:
+            self.host_argmax.take(n_out)
         ref, eos = self.ref, self.backend.eos_token()
         return np.array([ref[p + 1] if p + 1 < len(ref) else eos for p in self._out_pos[:n_out]], dtype=np.int32)

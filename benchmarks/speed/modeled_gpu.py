@@ -39,7 +39,11 @@ model's).
 
     python -m benchmarks.speed.modeled_gpu SET.jsonl [--limit N] [--max-tokens 128]
         [--arms ar,adaspark,pinned:4,pinned:16] [--curve 1:6.6,16:8.3,32:9.3,64:11.8 | --cpu] [--host-clock]
-        [--no-chain-end] [--model GGUF] [--warm-up SCRIPT] [--out FILE.md]
+        [--no-chain-end] [--model GGUF] [--warm-up SCRIPT] [--host-argmax VOCAB:GBPS] [--out FILE.md]
+
+With ``--host-argmax VOCAB:GBPS`` every arm takes its tokens the host way (``ADASPARK_ARGMAX=host``):
+each forward's rows' logits cross to the host at GBPS (modeled) and numpy scans them (real, read
+cold); without it, the device way (the engine's default on a GPU), at no cost past the forward.
 """
 
 from __future__ import annotations
@@ -65,7 +69,7 @@ from adaspark_app.learn.cost import VerifyCostModel
 from adaspark_app.runner import load_script, run_conversation
 from benchmarks.common import cpu_model, emit_report
 from benchmarks.cost.scripted_target import GRAPH_MODES, Reference, ScriptedTarget, add_run_arguments, curve_ms, \
-    parse_curve, reference_replies, replay_conversation
+    parse_curve, parse_host_argmax, reference_replies, replay_conversation
 from benchmarks.oracle.ngram_mod_replay import group_of, oracle_width, positions, simulate
 
 DEFAULT_ARMS = "ar,adaspark,pinned:4,pinned:16"
@@ -227,10 +231,17 @@ def main() -> None:
                          "a graph per width (ADASPARK_CUDA_GRAPHS=1); default: every forward costs the curve")
     ap.add_argument("--ungraphed-ms", type=float, default=0.6,
                     help="with --graphs: what a forward without a graph costs over the curve (default %(default)s)")
+    ap.add_argument("--host-argmax", metavar="VOCAB:GBPS", default=None,
+                    help="take tokens the host way (ADASPARK_ARGMAX=host): after each forward its rows' logits of "
+                         "VOCAB tokens cross at GBPS GB/s (modeled) and numpy scans them (real); default: the "
+                         "device way, no cost past the forward")
     ap.add_argument("--out", type=Path, default=None)
     a = ap.parse_args()
     try:
         curve = parse_curve(a.curve)
+        host_argmax = parse_host_argmax(a.host_argmax) if a.host_argmax else None
+        if host_argmax and a.cpu:
+            raise ValueError("--host-argmax models the curve's forwards: not with --cpu")
         arms = [x.strip() for x in a.arms.split(",") if x.strip()]
         for arm in arms:
             if arm not in VARIANTS:
@@ -259,7 +270,8 @@ def main() -> None:
             arms.append(variant)
     engines = {arm: _engine(arm, a.model) for arm in arms}
     targets = {arm: None if a.cpu else ScriptedTarget(eng.backend, curve, overlap=True, graphs=a.graphs,
-                                                      ungraphed_ms=a.ungraphed_ms) for arm, eng in engines.items()}
+                                                      ungraphed_ms=a.ungraphed_ms, host_argmax=host_argmax)
+               for arm, eng in engines.items()}
     if warm:
         print(f"warm-up: `ar` replies of {len(warm)} conversations, then each arm serves them untimed ...", flush=True)
         warm_refs = reference_replies(warm, a.max_tokens, model=a.model)
@@ -306,6 +318,7 @@ def main() -> None:
     cmd += f" --model {a.model}" if a.model else ""
     cmd += f" --warm-up {a.warm_up}" if a.warm_up else ""
     cmd += f" --graphs {a.graphs} --ungraphed-ms {a.ungraphed_ms:g}" if a.graphs else ""
+    cmd += f" --host-argmax {a.host_argmax}" if a.host_argmax else ""
     capped = sum(ref.capped for turns in refs for ref in turns)
     n_replies = sum(len(turns) for turns in refs)
     where = ("on this CPU" if a.cpu else "on a modeled GPU")
@@ -320,6 +333,12 @@ def main() -> None:
                     f"costs {a.ungraphed_ms:g} ms more with the host busy launching it; forwards without a graph: "
                     + ", ".join(f"`{arm}` {100 * v:.0f}%" for arm, v in share.items())
                     + " (the oracle and ngram-mod are priced at the curve alone). ")
+    if host_argmax:
+        forward += (f"Tokens taken the host way: after each forward its rows' logits ({host_argmax[0]} tokens a row) "
+                    f"cross at {host_argmax[1]:g} GB/s (modeled) and numpy scans them, read cold (real); the oracle "
+                    "and ngram-mod pay neither. ")
+    elif not a.cpu:
+        forward += "Tokens taken on the device: nothing past the forward. "
     lines = [f"# Speed {where}: `{a.script}` ({len(convs)} conversations, {n_replies} replies, {a.max_tokens} tokens)",
              "", f"`{cmd}`", "",
              f"Machine: {cpu_model()} ({platform.machine()}, {len(os.sched_getaffinity(0))} cores), Python "
