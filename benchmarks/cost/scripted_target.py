@@ -25,7 +25,6 @@ bookkeeping, and replaces only what llama.cpp computes:
   a graph per width (``ADASPARK_CUDA_GRAPHS=1``): each width's first two forwards go without. A
   prefill changes the shape too, and so does the context each time it crosses 256 cells (every
   graph then warms again).
-
 - with ``host_argmax`` (vocabulary, GB/s) the tokens are taken the host way (ARGMAX_ENV=host): after
   the forward every row's logits cross to the host at that rate (modeled: a spin) and numpy scans
   them (real: an argmax over rows of that vocabulary read cold from a pool larger than the caches).
