@@ -302,6 +302,26 @@ def test_gpu_argmax_check_times_both_ways_and_compares_their_tokens(model_path, 
     assert main(["--verdict", str(out_json)]) == 0
 
 
+@pytest.mark.model
+def test_gpu_argmax_check_reports_a_device_way_that_cannot_run(model_path, tmp_path, monkeypatch):
+    """Where the backend's probe at load finds no device token, the check times the host way alone,
+    says so, and its verdict leaves the engine to take tokens on the host by itself."""
+    import llama_cpp
+
+    from benchmarks.gpu.argmax_check import main
+
+    monkeypatch.setattr(llama_cpp, "llama_get_sampled_token_ith", lambda ctx, i: -1)
+    out_json, out_md = tmp_path / "argmax.json", tmp_path / "argmax.md"
+    assert main(["--model", model_path, "--widths", "2", "--blocks", "2", "--cycles", "1", "--context", "24",
+                 "--out-json", str(out_json), "--out", str(out_md)]) == 0
+    r = json.loads(out_json.read_text())[model_path]
+    assert not r["device_available"] and r["steady"] == {"host": True}
+    assert r["widths"]["2"]["device_ms"] is None and r["widths"]["2"]["host_ms"] > 0
+    text = out_md.read_text()
+    assert "the device way did not run here" in text and "| 2 |" in text and "| - | - | - |" in text
+    assert main(["--verdict", str(out_json)]) == 0
+
+
 def test_argmax_check_verdict_keeps_device_tokens_only_when_they_ran_steady_and_agreed(tmp_path, capsys):
     """run.sh takes greedy tokens on the host after the verdict when a model failed, the device's
     tokens changed between forwards, or differed from the host's on a row."""
