@@ -4,7 +4,8 @@
 # and the README's CUDA install build it? Run it after any change to the patch, before spending GPU
 # time. It builds the wheel from the trimmed source in .gpu/ into $CHECK_WORK/wheel and prints the
 # patched library's exported switch, its size and what it links. On 2 cores (AMD EPYC Zen 3) it took
-# 28-30.5 minutes (three runs; on a Zen 4 31.6 with tests beside it, 23 alone); libggml-cuda.so came to 61 MB (39 MB with xz), too large to carry to the GPU
+# 28-30.5 minutes (three runs; on a Zen 4 31.6 with tests beside it, 23 alone; on an Intel Xeon family 6
+# model 207, 29); libggml-cuda.so came to 61 MB (39 MB with xz), too large to carry to the GPU
 # beside the 30 MB checkout (64 MiB a call), so the GPU builds its own (run.sh).
 #
 # What this machine lacks is made up without a GPU:
