@@ -175,24 +175,37 @@ class GraphModel:
         return True
 
 
+class ColdRows:
+    """Rows of logits over a vocabulary, read cold as a device's copy leaves them: a pool larger than
+    the CPU's caches, taken in turn."""
+
+    POOL_BYTES = 256 << 20
+
+    def __init__(self, vocab: int, min_rows: int = 64) -> None:
+        rows = max(min_rows, self.POOL_BYTES // (4 * vocab))
+        self._pool = np.random.default_rng(5).standard_normal((rows, vocab), dtype=np.float32)
+        self._at = 0
+
+    def argmax(self, n: int) -> np.ndarray:
+        """numpy's argmax of the next ``n`` rows."""
+        if self._at + n > len(self._pool):
+            self._at = 0
+        out = self._pool[self._at:self._at + n].argmax(axis=1)
+        self._at += n
+        return out
+
+
 class HostArgmax:
     """The host way's cost of a forward's tokens: the rows' logits copied at ``gbps`` (a spin) and
     scanned by numpy (a real argmax over rows of ``vocab`` read cold)."""
 
-    POOL_BYTES = 256 << 20
-
     def __init__(self, vocab: int, gbps: float) -> None:
         self.vocab, self.gbps = int(vocab), float(gbps)
-        rows = max(64, self.POOL_BYTES // (4 * self.vocab))
-        self._pool = np.random.default_rng(5).standard_normal((rows, self.vocab), dtype=np.float32)
-        self._at = 0
+        self._rows = ColdRows(self.vocab)
 
     def take(self, n_out: int) -> None:
         _spin(n_out * self.vocab * 4 / (self.gbps * 1e9))
-        if self._at + n_out > len(self._pool):
-            self._at = 0
-        self._pool[self._at:self._at + n_out].argmax(axis=1)
-        self._at += n_out
+        self._rows.argmax(n_out)
 
 
 def parse_host_argmax(text: str) -> tuple[int, float]:

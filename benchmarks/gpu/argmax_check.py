@@ -36,22 +36,19 @@ MODULE = "benchmarks.gpu.argmax_check"
 PLACES = ("host", "device")
 
 
-def scan_ms(n_vocab: int, widths: list[int], reps: int = 7, pool_bytes: int = 256 << 20) -> dict[int, float]:
+def scan_ms(n_vocab: int, widths: list[int], reps: int = 7) -> dict[int, float]:
     """numpy's argmax over W rows of a vocabulary alone, per width: median ms over rows read cold
-    (from a pool larger than the CPU's caches), as logits a device just copied to the host are."""
-    rows = max(max(widths), pool_bytes // (4 * n_vocab))
-    pool = np.random.default_rng(5).standard_normal((rows, n_vocab), dtype=np.float32)
+    (``ColdRows``), as logits a device just copied to the host are."""
+    from benchmarks.cost.scripted_target import ColdRows
+
+    rows = ColdRows(n_vocab, max(widths))
     out: dict[int, float] = {}
-    at = 0
     for w in widths:
         times = []
         for _ in range(reps):
-            if at + w > rows:
-                at = 0
             t = time.perf_counter()
-            pool[at:at + w].argmax(axis=1)
+            rows.argmax(w)
             times.append(time.perf_counter() - t)
-            at += w
         out[w] = float(np.median(times)) * 1e3
     return out
 
