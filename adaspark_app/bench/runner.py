@@ -119,11 +119,7 @@ def device_line(engine: Any) -> str | None:
         return None
     if not offload.on_gpu:
         return offload.describe()
-    from ..engine.offload import cuda_kernels
-
-    kernels = cuda_kernels(getattr(engine, "cuda_exact_rows", None), getattr(engine, "cuda_graphs", None),
-                           bool(getattr(engine.backend, "argmax_on_device", False)))
-    return f"{engine.device_label}, CUDA kernels {kernels}"
+    return f"{engine.device_label}, CUDA kernels {engine.cuda_kernels}"
 
 
 def warm_page_cache(paths: Sequence[str | None], block: int = 1 << 22) -> None:

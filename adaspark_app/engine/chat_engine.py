@@ -171,12 +171,20 @@ class ChatEngine:
             return f"CPU, {self.backend.n_threads} threads"
         return f"{self._gpu()['gpu']}, {off.describe()}"
 
+    @property
+    def cuda_kernels(self) -> str:
+        """The CUDA kernels, graphs and token place a verify runs with (``offload.cuda_kernels``),
+        for the fingerprint and reports; meaningful where layers are on a GPU."""
+        from .offload import cuda_kernels
+
+        return cuda_kernels(self.cuda_exact_rows, self.cuda_graphs, self.backend.argmax_on_device)
+
     def _gpu(self) -> dict:
         """The GPU and layers the fingerprint names, when layers are offloaded (none on the CPU)."""
         off = self.backend.offload
         if not off.on_gpu:
             return {}
-        from .offload import cuda_kernels, gpu_identity
+        from .offload import gpu_identity
 
         ident = gpu_identity() or {}
         # the kernels, the CUDA graphs and where greedy tokens are taken set the verify's cost curve: a
@@ -184,8 +192,7 @@ class ChatEngine:
         # per context a graph per width, nor logits copied to the host tokens taken on the GPU
         return {"gpu": ident.get("name") or "GPU", "gpu_layers": off.n_gpu_layers,
                 "gpu_detail": {**{k: v for k, v in ident.items() if k != "name"},
-                               "kernels": cuda_kernels(self.cuda_exact_rows, self.cuda_graphs,
-                                                        self.backend.argmax_on_device)}}
+                               "kernels": self.cuda_kernels}}
 
     def _backend_info(self) -> str:
         import llama_cpp

@@ -32,7 +32,6 @@ import numpy as np
 from adaspark_app import native
 from adaspark_app.native import pricing
 from adaspark_app.engine.chat_engine import ChatEngine
-from adaspark_app.engine.offload import cuda_kernels
 from adaspark_app.runner import load_script
 from benchmarks.common import cpu_model
 from benchmarks.cost.round_host_time import KINDS, _cache_table, _capture_pricing, _instrument, _instrument_parts, \
@@ -66,9 +65,8 @@ def run_arm(model: str, arm: str, prompts: list[tuple[str, str]], max_tokens: in
     tokens = []
     try:
         b = eng.backend
-        kernels = cuda_kernels(eng.cuda_exact_rows, eng.cuda_graphs, b.argmax_on_device)
         placement = {"offload": b.offload.describe(), "kv_types": list(b.kv_types), "device": eng.device_label,
-                     "kernels": f"CUDA: {kernels}" if b.offload.on_gpu else f"CPU: {native.status()}",
+                     "kernels": f"CUDA: {eng.cuda_kernels}" if b.offload.on_gpu else f"CPU: {native.status()}",
                      "pricing": pricing.status()}
         for cid, text in prompts:
             r = eng.generate(cid, [{"role": "user", "content": text}], max_tokens=max_tokens, on_round=on_round)
