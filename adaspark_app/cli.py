@@ -11,11 +11,12 @@ import os
 import sys
 import tempfile
 from pathlib import Path
-from typing import Sequence
+from typing import Sequence, TextIO
 
 from . import native
 from .engine import limits
 from .errors import AdaSparkError
+from .output_paths import check_writable, open_output
 from .options import add_gpu_layers_option, add_sampling_options, check_gpu_layers_option, check_sampling_options
 
 class OneLineParser(argparse.ArgumentParser):
@@ -103,6 +104,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     gpu_layers = check_gpu_layers_option(args)
     parse_arm(args.arm)
     convs = load_script(args.script)
+    for path, what in ((args.out, "--out"), (args.log_rounds, "--log-rounds")):
+        if path:
+            check_writable(path, what)  # before the model loads, and without truncating an earlier run
     if args.model:
         from .config import resolve_model_arg
 
@@ -128,8 +132,8 @@ def cmd_run(args: argparse.Namespace) -> int:
                         n_ctx=args.n_ctx, self_check=args.self_check, gpu_layers=gpu_layers)
     for note in engine.notices:
         sys.stderr.write(f"adaspark: note: {note}\n")
-    out = open(args.out, "w", encoding="utf-8") if args.out else sys.stdout
-    log = open(args.log_rounds, "w", encoding="utf-8") if args.log_rounds else None
+    out: TextIO = sys.stdout
+    log: TextIO | None = None
     total_turns = sum(len(c.turns) for c in convs)
     progress = None
     if sys.stderr.isatty():
@@ -154,6 +158,10 @@ def cmd_run(args: argparse.Namespace) -> int:
             progress.advance(task)
 
     try:
+        if args.out:
+            out = open_output(args.out, "--out")
+        if args.log_rounds:
+            log = open_output(args.log_rounds, "--log-rounds")
         for conv in convs:
             run_conversation(engine, conv, args.max_tokens, log_rounds=log, sampling=args.sampling,
                              on_reply=lambda res, conv=conv: write(conv, res))

@@ -33,6 +33,10 @@ class StoreError(AdaSparkError):
     """The learned store is not ours, is from a newer schema, or is corrupt. Never modified."""
 
 
+class OutputError(AdaSparkError):
+    """A file or folder a command writes (--out, --log-rounds, --report, --store-dir) cannot be written."""
+
+
 class BindingError(AdaSparkError):
     """The installed llama-cpp-python lacks a symbol this build needs."""
 

@@ -135,12 +135,17 @@ def run_corpus(args: argparse.Namespace) -> int:
     """Handler of `adaspark bench-corpus`."""
     from pathlib import Path
 
+    from ..errors import OutputError
+    from ..output_paths import make_output_dir
     from .corpus import build_all
 
+    out = make_output_dir(args.out, "the corpora folder (--out)")  # OutputError: one line, exit 2 (cli.main)
     try:
-        manifest = build_all(Path(args.out))
+        manifest = build_all(out)
     except FileNotFoundError as err:
         return _error(err)
+    except OSError as err:
+        raise OutputError(f"cannot write the corpora into {out}: {err.strerror or err}") from None
     for name, f in manifest["files"].items():
         print(f"{args.out}/{name}: {f['conversations']} conversations, {f['turns']} turns")
     return 0

@@ -27,7 +27,8 @@ from typing import Any, Callable, Sequence
 
 from .. import native
 from ..native import pricing
-from ..errors import ArgumentError, ScriptError
+from ..errors import ArgumentError, OutputError, ScriptError
+from ..output_paths import make_output_dir
 from . import stats
 
 
@@ -291,10 +292,14 @@ def run_bench(
     convs = conversations if conversations is not None else _load_script(config.script)
     if not convs:
         raise ScriptError(f"{config.script}: no conversations")
-    out_dir = Path(config.report_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    out_dir = make_output_dir(config.report_dir, "the report folder (--report)")
+    if config.store_dir is not None:
+        make_output_dir(config.store_dir, "the stores' folder (--store-dir)")
     replies_path = out_dir / "replies.jsonl"
-    replies_path.write_text("")
+    try:
+        replies_path.write_text("")
+    except OSError as exc:
+        raise OutputError(f"cannot write {replies_path}: {exc.strerror or exc}") from None
 
     plan = schedule(len(convs), [label for label, _ in labels], config.repeats)
     total_replies = sum(len(c.turns) for c in convs) * len(labels) * config.repeats
@@ -339,8 +344,7 @@ def run_bench(
         if config.store_dir is None:
             store_root = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="adaspark-bench-")))
         else:
-            store_root = Path(config.store_dir)
-            store_root.mkdir(parents=True, exist_ok=True)
+            store_root = Path(config.store_dir).expanduser()  # made above, before any engine
         shown: set[str] = set()
         for label, arm in labels:
             store = store_factory(store_root / f"{_safe(label)}.db")

@@ -29,7 +29,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from adaspark_app.errors import ArgumentError, ModelLoadError
+from adaspark_app.errors import ArgumentError, ModelLoadError, OutputError
+from adaspark_app.output_paths import make_output_dir
 
 #: Rank of the Markov head's low-rank bias (markov_w1 rows are rank-dim token codes).
 MARKOV_RANK = 32
@@ -205,9 +206,14 @@ def write_random_drafter(
     if d2t is not None:
         tensors.append(("d2t", d2t))
 
-    out_path = Path(out)
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=out_path.name + ".", suffix=".tmp", dir=out_path.parent)
+    out_path = Path(out).expanduser()
+    if out_path.is_dir():
+        raise OutputError(f"cannot write --out {out_path}: it is a folder")
+    make_output_dir(out_path.parent, "the folder of --out")
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=out_path.name + ".", suffix=".tmp", dir=out_path.parent)
+    except OSError as exc:
+        raise OutputError(f"cannot write --out {out_path}: {exc.strerror or exc}") from None
     os.close(fd)
     try:
         writer = gguf.GGUFWriter(tmp, "dflash")
@@ -254,9 +260,11 @@ def write_random_drafter(
         os.umask(umask)
         os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600; give the file the usual mode
         os.replace(tmp, out_path)
-    except BaseException:
+    except BaseException as exc:
         if os.path.exists(tmp):
             os.unlink(tmp)
+        if isinstance(exc, OSError):  # a full disk, or the folder gone: one line, nothing half-written left
+            raise OutputError(f"cannot write --out {out_path}: {exc.strerror or exc}") from None
         raise
 
 
