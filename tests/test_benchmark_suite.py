@@ -5,6 +5,7 @@ new held-out set never takes a conversation an earlier set held (in the tree or 
 from __future__ import annotations
 
 import importlib
+import gzip
 import json
 import re
 import subprocess
@@ -365,6 +366,9 @@ def test_curve_learn_prices_a_stepped_curve_as_measured_and_its_widths_pay(tmp_p
     both = tmp_path / "probes.json"  # run.sh's gathering: {shape: {mode: probe}}
     both.write_text(json.dumps({"q7": {"exact": probe, "stock": {"curves": {}}}}))
     assert load_curve(both, "q7/exact")[1] == table
+    packed = tmp_path / "probes.json.gz"  # as committed where the tree needs the room
+    packed.write_bytes(gzip.compress(both.read_bytes(), mtime=0))
+    assert load_curve(packed, "q7/exact")[1] == table
     with pytest.raises(ValueError, match="no probe 'q7/fast'"):
         load_curve(both, "q7/fast")
     lines = run(path, "paste", requests=2, rounds=150)

@@ -3,7 +3,7 @@
     python -m benchmarks.cost.curve_learn PROBE.json [--pick SHAPE/MODE] [--acceptance paste|chat]
         [--requests 3] [--rounds 200] [--seed 7] [--out FILE.md]
 
-PROBE.json is a probe's output (`benchmarks/gpu/run.sh` gathers one per model shape and kernel
+PROBE.json (or PROBE.json.gz) is a probe's output (`benchmarks/gpu/run.sh` gathers one per model shape and kernel
 mode in probes.json: pick one with ``--pick q7/exact``): the one-row time and T(n)/T(1) per context for the widths it measured. The true curve
 T(n, c) is that table, linear in n between measured widths and in c between the measured
 contexts (held flat outside them). AdaSpark's width scheduler then runs seeded rounds on it
@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from adaspark_app.learn.cost import context_band
-from benchmarks.common import emit_report
+from benchmarks.common import emit_report, open_text
 from benchmarks.sim.learn_sim import Acceptance, Machine, interp_table, simulate
 
 ACCEPTANCE = {"paste": Acceptance(pick=0.7, ngram_share=0.5), "chat": Acceptance(pick=0.6, ngram_share=0.2)}
@@ -37,7 +37,8 @@ ACCEPTANCE = {"paste": Acceptance(pick=0.7, ngram_share=0.5), "chat": Acceptance
 def load_curve(path: str | Path, pick: str | None = None):
     """(curve(n, c) in seconds, {context: {width: measured seconds}}) from a probe's JSON, or with
     ``pick`` ("SHAPE/MODE", e.g. "q7/exact") from run.sh's probes.json ({shape: {mode: probe}})."""
-    probe = json.loads(Path(path).read_text(encoding="utf-8"))
+    with open_text(path) as fh:  # plain, or .json.gz as committed where the tree needs the room
+        probe = json.load(fh)
     if pick:
         shape, _, mode = pick.partition("/")
         probe = probe.get(shape, {}).get(mode) if isinstance(probe, dict) else None
