@@ -174,6 +174,25 @@ def test_import_of_a_corrupted_learned_state_exits_2_with_one_line(tmp_path, def
         assert s.list_learned() == []
 
 
+@pytest.mark.parametrize("turn", [10**30, 1e308, -2**63 - 1])
+def test_import_of_a_summary_integer_sqlite_cannot_hold_exits_2(tmp_path, default_db, capsys, turn):
+    """A request summary whose integer field is past SQLite's 64-bit range (a tampered export) is
+    refused with one line naming the field, not an OverflowError; nothing imported."""
+    fill(default_db)
+    f = tmp_path / "e.json"
+    assert cli("store", "export", "--out", str(f)) == 0
+    doc = json.loads(f.read_text())
+    doc["learned"][0]["requests"][0]["turn"] = turn
+    f.write_text(json.dumps(doc))
+    other = tmp_path / "other.db"
+    capsys.readouterr()
+    assert cli("store", "import", str(f), "--store", str(other)) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("adaspark: error: ") and "'turn'" in err
+    with Store.open(other) as s:
+        assert s.list_learned() == []
+
+
 def test_export_import_files_round_trip(tmp_path, default_db, capsys):
     """export --out, import into another store, export again: identical files."""
     fill(default_db)

@@ -26,6 +26,9 @@ SUMMARY_FIELDS: dict[str, type] = {
     "tokens_per_s": float,
     "created": str,
 }
+_SQLITE_INT_MIN, _SQLITE_INT_MAX = -2**63, 2**63 - 1  # an INTEGER column's range
+
+
 def to_jsonable(obj: Any) -> Any:
     """Plain JSON types from learner state: numpy scalars/arrays to Python, dict keys to str.
 
@@ -140,8 +143,8 @@ def summary_row(summary: dict) -> dict:
             row[name] = v if isinstance(v, str) else str(v)
         elif typ is int:
             whole = isinstance(v, int) or (isinstance(v, float) and v.is_integer())
-            if isinstance(v, bool) or not whole:
-                raise StoreError(f"request summary field {name!r} must be an integer, got {v!r}")
+            if isinstance(v, bool) or not whole or not _SQLITE_INT_MIN <= v <= _SQLITE_INT_MAX:
+                raise StoreError(f"request summary field {name!r} must be an integer that SQLite holds, got {v!r}")
             row[name] = int(v)
         else:
             if isinstance(v, bool) or not isinstance(v, (int, float)):
