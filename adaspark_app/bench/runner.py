@@ -27,8 +27,8 @@ from typing import Any, Callable, Sequence
 
 from .. import native
 from ..native import pricing
-from ..errors import ArgumentError, OutputError, ScriptError
-from ..output_paths import make_output_dir
+from ..errors import ArgumentError, ScriptError
+from ..output_paths import make_output_dir, open_output
 from . import stats
 
 
@@ -296,10 +296,7 @@ def run_bench(
     if config.store_dir is not None:
         make_output_dir(config.store_dir, "the stores' folder (--store-dir)")
     replies_path = out_dir / "replies.jsonl"
-    try:
-        replies_path.write_text("")
-    except OSError as exc:
-        raise OutputError(f"cannot write {replies_path}: {exc.strerror or exc}") from None
+    open_output(replies_path, "the report's replies").close()  # emptied: this run's replies only
 
     plan = schedule(len(convs), [label for label, _ in labels], config.repeats)
     total_replies = sum(len(c.turns) for c in convs) * len(labels) * config.repeats
