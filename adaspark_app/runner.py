@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import gzip
 import json
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator, TextIO
 
 from .engine.events import ReplyResult, RoundEvent
 from .errors import MessageTooLongError, ScriptError
+
+GZ_LIMIT = 256 << 20  # bytes a .gz script may unpack to: a script is text, not a compression bomb
 
 
 @dataclass
@@ -45,13 +49,21 @@ def parse_line(obj: Any, where: str) -> Conversation:
 
 
 def read_jsonl(path: str, what: str) -> Iterator[tuple[int, Any]]:
-    """The JSON value of each non-blank line of a JSONL file, with its line number; a missing or
-    unreadable file or a malformed line is a ScriptError naming `what`, the file and the line."""
+    """The JSON value of each non-blank line of a JSONL file (gzip-compressed where its name ends in
+    .gz), with its line number; a missing or unreadable file or a malformed line is a ScriptError
+    naming `what`, the file and the line."""
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        if str(path).endswith(".gz"):  # a gzip-compressed file (SCRIPT.jsonl.gz), read whole as a plain one is
+            with gzip.open(path, "rb") as fh:
+                data = fh.read(GZ_LIMIT + 1)
+            if len(data) > GZ_LIMIT:
+                raise ScriptError(f"{what} {path} unpacks to more than {GZ_LIMIT >> 20} MiB")
+            text = data.decode("utf-8")
+        else:
+            text = Path(path).read_text(encoding="utf-8")
     except FileNotFoundError:
         raise ScriptError(f"{what} not found: {path}") from None
-    except (OSError, UnicodeDecodeError) as exc:
+    except (OSError, EOFError, UnicodeDecodeError, zlib.error) as exc:  # gzip: BadGzipFile is an OSError
         raise ScriptError(f"cannot read {what} {path}: {exc}") from None
     for n, raw in enumerate(text.splitlines(), start=1):
         if not raw.strip():

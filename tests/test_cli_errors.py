@@ -139,3 +139,34 @@ def test_chat_user_errors_are_one_line_before_the_window_opens(no_config, case):
         (tmp / "none.toml").write_text("[sampling]\ntemperature = \"hot\"\n")
         args, needles = ["chat"], ("none.toml", "sampling.temperature")
     _one_line_error(_run(*args, cwd=tmp), *needles)
+
+
+def test_a_gzip_script_reads_as_the_plain_one(tmp_path, monkeypatch):
+    """SCRIPT.jsonl.gz (how scripts are kept in results folders) gives the same conversations as
+    the plain file; one past the unpack limit is refused with one line."""
+    import gzip
+
+    from adaspark_app import runner
+    from adaspark_app.errors import ScriptError
+
+    lines = [{"id": "a", "turns": ["Hello", "And then?"]}, {"id": "b", "system": "Be brief.", "turns": ["Hi"]}]
+    plain = tmp_path / "s.jsonl"
+    plain.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    packed = tmp_path / "s.jsonl.gz"
+    packed.write_bytes(gzip.compress(plain.read_bytes(), mtime=0))
+    strip = lambda convs: [(c.id, c.turns, c.system, c.line) for c in convs]  # noqa: E731
+    assert strip(runner.load_script(str(packed))) == strip(runner.load_script(str(plain)))
+    monkeypatch.setattr(runner, "GZ_LIMIT", plain.stat().st_size - 1)
+    with pytest.raises(ScriptError, match="unpacks to more than"):
+        runner.load_script(str(packed))
+
+
+def test_a_broken_gzip_script_is_one_line(tmp_path, good_script):
+    import gzip
+
+    notgz = tmp_path / "not.jsonl.gz"
+    notgz.write_bytes(b"plain text, not gzip")
+    _one_line_error(_run("run", str(notgz)), "cannot read script", "not.jsonl.gz")
+    cut = tmp_path / "cut.jsonl.gz"
+    cut.write_bytes(gzip.compress(good_script.read_bytes() * 50, mtime=0)[:20])
+    _one_line_error(_run("run", str(cut)), "cannot read script", "cut.jsonl.gz")

@@ -1,6 +1,6 @@
 """Held-out sets: the next ShareGPT conversations, by the corpus rules, that no committed set holds.
 
-Every SCRIPT.jsonl under benchmarks/ (the corpora and the sets in benchmarks/sets/) names the
+Every SCRIPT.jsonl (or .jsonl.gz) under benchmarks/ (the corpora and the sets in benchmarks/sets/) names the
 conversations already run, and benchmarks/sets/used-ids.txt names those of every set that has
 left the tree (one ShareGPT conversation id a line; git history keeps the sets themselves); a ShareGPT conversation is one id before its ``_N`` part suffix, so a
 set that holds one part of a conversation uses the whole of it. The rest of ShareGPT is walked in
@@ -26,7 +26,7 @@ from typing import Iterable, Iterator
 
 from adaspark_app.bench.corpus import (iter_sharegpt, longcode_conversations, longpaste_conversations,
                                        sharegpt_conversations)
-from benchmarks.common import BENCH, SETS
+from benchmarks.common import BENCH, SETS, open_text
 
 USED_IDS = SETS / "used-ids.txt"  # the conversations of the sets that have left the tree
 
@@ -45,10 +45,10 @@ def conversation_key(script_id: str) -> str | None:
 def used_conversations(root: Path) -> set[str]:
     """The ShareGPT conversations any committed set under `root` holds."""
     used: set[str] = set()
-    for path in sorted(root.rglob("*.jsonl")):
+    for path in sorted([*root.rglob("*.jsonl"), *root.rglob("*.jsonl.gz")]):
         if any(s in path.name for s in SKIP_NAMES):
             continue
-        with path.open(encoding="utf-8") as fh:
+        with open_text(path) as fh:
             for line in fh:
                 try:
                     row = json.loads(line)
