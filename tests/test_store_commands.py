@@ -282,6 +282,30 @@ def test_reset_yes(default_db, capsys):
         assert s.list_learned() == []
 
 
+@pytest.mark.parametrize("n", ["-3", str(commands.SHOW_REQUESTS_MAX + 1), str(1 << 70)])
+def test_show_requests_out_of_range_exits_2(default_db, capsys, n):
+    """`show --requests N` past 0..SHOW_REQUESTS_MAX is one line, exit 2 (a negative count listed
+    nothing; one past SQLite's 64-bit LIMIT was an OverflowError)."""
+    fill(default_db)
+    assert cli("store", "show", "--requests", n) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("adaspark: error: ") and err.count("\n") == 1
+    assert f"--requests must be from 0 to {commands.SHOW_REQUESTS_MAX}, got {n}" in err
+
+
+def test_show_requests_zero_lists_none_and_n_lists_n(default_db, capsys):
+    """--requests 0 shows the state without the request table; N caps the table at N rows."""
+    with Store.open(default_db) as s:
+        for turn in range(3):
+            s.save_learned(K1, learned_state(0), {"arm": "adaspark", "conversation": "c", "turn": turn,
+                           "n_tokens": 10, "decode_s": 1.0, "widths": {"1": 1}}, key_meta=META1)
+    assert cli("store", "show", "--requests", "0") == 0
+    out = capsys.readouterr().out
+    assert "key " + K1.key_id + ": 3 requests" in out and "last " not in out
+    assert cli("store", "show", "--requests", "2") == 0
+    assert "last 2 requests" in capsys.readouterr().out
+
+
 def test_ambiguous_or_unknown_key(default_db, capsys):
     fill(default_db)
     assert cli("store", "show", "--key", "zzz") == 2

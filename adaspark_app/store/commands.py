@@ -29,6 +29,8 @@ from .transfer import export_json, import_json
 
 PRICE_CONTEXTS = (256, 1024, 4096)
 SHOW_REQUESTS = 10
+# ``show --requests N`` lists at most this many (SQLite's LIMIT takes a 64-bit integer; nobody reads more)
+SHOW_REQUESTS_MAX = 1_000_000
 ACTIONS = ("list", "show", "export", "import", "reset")
 
 
@@ -92,6 +94,10 @@ def run(args: argparse.Namespace, console: Console | None = None) -> int:
     if console is None:
         # piped output (scripts, tests) gets room for key ids instead of rich's default 80 columns
         console = Console(highlight=False, markup=False, width=None if sys.stdout.isatty() else 160)
+    if action == "show":
+        n = getattr(args, "requests", SHOW_REQUESTS)
+        if not 0 <= n <= SHOW_REQUESTS_MAX:
+            raise StoreError(f"store show: --requests must be from 0 to {SHOW_REQUESTS_MAX}, got {n}")
     path = resolve_store_path(getattr(args, "store", None))
     if action in ("list", "show", "export") and not path.exists():
         # looking must not create a store (a typo in --store would leave an empty database)
@@ -287,7 +293,7 @@ def _show_raw(name: str, part: Any, console: Console) -> None:
 
 
 def _show_requests(store: Store, key: LearnedKey, n: int, console: Console) -> None:
-    rows = store.request_summaries(key, limit=max(0, n))
+    rows = store.request_summaries(key, limit=n)
     if not rows:
         return
     t = Table(title=f"last {len(rows)} requests", title_justify="left")
