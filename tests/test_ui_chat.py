@@ -161,6 +161,28 @@ async def test_model_load_error_exits_with_code_2(store, tmp_path):
     assert app.return_code == 2
 
 
+async def test_a_prompt_sent_while_a_load_fails_comes_back(store, tmp_path):
+    """A prompt sent while the model loads waits for it; when the load fails (a restarted engine,
+    or a model picked in the chat: the app stays open), the prompt is back in the box and the chat
+    takes the next one, where it used to wait for ever (Esc did not end it either)."""
+    app = make_app(store, failing(ModelLoadError("cannot load /x.gguf: tensors missing"), after_s=0.6), tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        chat = app.chat_screen
+        assert app.load_error is None and not app.engine.ready
+        await type_and_send(pilot, "still loading?")
+        assert chat.generating
+        await wait_until(pilot, lambda: app.load_error is not None, timeout=30, what="the failed load")
+        await finished(pilot)
+        assert chat.prompt.text == "still loading?"
+        assert not chat.chat_view.messages() and store.list_conversations() == []
+        await notified(pilot, "your message is back in the box")
+        assert app.engine.pending is None
+        assert "failed to load" in str(chat.query_one("#status").render())
+        await pilot.press("enter")  # refused now, with the reason, instead of waiting again
+        assert not chat.generating
+        await notified(pilot, "The model failed to load: cannot load /x.gguf")
+
+
 # ---------------------------------------------------------------------------- stopping
 async def test_escape_mid_reply_keeps_the_partial_text(store, tmp_path):
     full = "one two three four five six seven eight nine ten eleven twelve thirteen fourteen"

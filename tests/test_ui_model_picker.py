@@ -170,30 +170,43 @@ async def test_picker_switches_model_with_a_new_conversation_and_its_learned_sta
         conn.close()
 
 
-@pytest.mark.model
-async def test_a_picked_model_that_fails_to_load_leaves_the_app_running(tmp_path, monkeypatch):
-    """A file whose header passes but that llama.cpp cannot load (tensors missing): the chat says
-    so and stays open (as `adaspark chat` runs it, exit_on_load_error on), and another pick works."""
+@pytest.fixture
+def hollow_folder(tmp_path, monkeypatch) -> Path:
+    """The only models listed: the bundled one and `hollow.gguf`, a llama header with 2 of its
+    tensors (it passes the list's checks; llama.cpp cannot load it)."""
     from model_trees import write_gguf
 
-    write_gguf(tmp_path / "folder" / "hollow.gguf")  # a llama header with 2 of its tensors
+    write_gguf(tmp_path / "folder" / "hollow.gguf")
     monkeypatch.setenv("ADASPARK_MODELS", str(tmp_path / "folder"))
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "no-hub"))
     monkeypatch.setenv("OLLAMA_MODELS", str(tmp_path / "no-ollama"))
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    return tmp_path / "folder"
+
+
+def chat_app(factory, chats: Store, tmp_path: Path) -> AdaSparkApp:
+    """The app as `adaspark chat` runs it (exit_on_load_error on: only its first load may end it)."""
+    return AdaSparkApp(factory, chats, store_label="chats.db", export_dir=tmp_path, max_tokens=8,
+                       exit_on_load_error=True, engine_log=str(tmp_path / "engine.log"))
+
+
+async def pick(pilot, name: str) -> None:
+    """Ctrl+T, then the picker's row named `name`."""
+    app = pilot.app
+    await pilot.press("ctrl+t")
+    await wait_until(pilot, lambda: isinstance(app.screen, ModelPickerScreen) and app.screen.loaded,
+                     what="the picker")
+    picker = app.screen
+    picker.table.move_cursor(row=[e.name for e in picker.entries].index(name))
+    await pilot.press("enter")
+
+
+@pytest.mark.model
+async def test_a_picked_model_that_fails_to_load_leaves_the_app_running(tmp_path, hollow_folder):
+    """A file whose header passes but that llama.cpp cannot load: the chat says so and stays open,
+    and another pick works."""
     chats = Store.open(tmp_path / "chats.db")
-    app = AdaSparkApp(EngineConfig(store_path=str(tmp_path / "learned.db"), n_ctx=1024), chats,
-                      store_label="chats.db", export_dir=tmp_path, max_tokens=8, exit_on_load_error=True,
-                      engine_log=str(tmp_path / "engine.log"))
-
-    async def pick(pilot, name: str) -> None:
-        await pilot.press("ctrl+t")
-        await wait_until(pilot, lambda: isinstance(app.screen, ModelPickerScreen) and app.screen.loaded,
-                         what="the picker")
-        picker = app.screen
-        picker.table.move_cursor(row=[e.name for e in picker.entries].index(name))
-        await pilot.press("enter")
-
+    app = chat_app(EngineConfig(store_path=str(tmp_path / "learned.db"), n_ctx=1024), chats, tmp_path)
     try:
         async with app.run_test(size=SIZE) as pilot:
             chat = app.chat_screen
@@ -210,6 +223,42 @@ async def test_a_picked_model_that_fails_to_load_leaves_the_app_running(tmp_path
             assert await chat.send("What is the capital of France?")
             await wait_until(pilot, lambda: not chat.generating, timeout=REPLY_TIMEOUT, what="the reply")
             assert chat.chat_view.messages()[-1].text.strip()
+    finally:
+        chats.close()
+
+
+@pytest.mark.model
+async def test_a_message_sent_while_a_picked_model_loads_comes_back_when_it_fails(tmp_path, hollow_folder):
+    """A message typed while the picked model loads waits for it; when that load fails, the chat
+    is not left waiting for ever (Esc did not help): the message is back in the box, nothing is
+    stored, and the next model answers only what is sent to it."""
+    log = tmp_path / "calls.jsonl"
+    chats = Store.open(tmp_path / "chats.db")
+    app = chat_app(recording(EngineConfig(store_path=str(tmp_path / "learned.db"), n_ctx=1024), log), chats,
+                   tmp_path)
+    try:
+        async with app.run_test(size=SIZE) as pilot:
+            chat = app.chat_screen
+            await wait_until(pilot, lambda: app.engine.ready, timeout=REPLY_TIMEOUT, what="the first engine")
+            await pick(pilot, "hollow.gguf")
+            await wait_until(pilot, lambda: app.screen is chat, what="the chat again")
+            assert not app.engine.ready and app.load_error is None  # still loading
+            assert await chat.send("lost in the load")
+            assert chat.generating
+            await wait_until(pilot, lambda: app.load_error is not None, timeout=REPLY_TIMEOUT, what="the failed load")
+            await wait_until(pilot, lambda: not chat.generating, what="the waiting reply given back")
+            assert chat.prompt.text == "lost in the load"
+            assert chat.chat_view.messages() == []
+            assert any("your message is back in the box" in n.message for n in app._notifications)
+            assert chats.list_conversations() == []
+            await pick(pilot, "SmolLM2-135M-Instruct (bundled)")
+            await wait_until(pilot, lambda: app.engine.ready and app.load_error is None, timeout=REPLY_TIMEOUT,
+                             what="the bundled model again")
+            chat.prompt.clear()
+            assert await chat.send("What is the capital of France?")
+            await wait_until(pilot, lambda: not chat.generating, timeout=REPLY_TIMEOUT, what="the reply")
+            asked = read_log(log, "generate")
+            assert [c["messages"][-1]["content"] for c in asked] == ["What is the capital of France?"]
     finally:
         chats.close()
 

@@ -211,13 +211,15 @@ def scripted(replies: list[str] | None = None, **kwargs: Any) -> Callable[[], Sc
     return functools.partial(ScriptedEngine, replies, **kwargs)
 
 
-def _raise(error: BaseException) -> Any:
+def _raise(error: BaseException, after_s: float = 0.0) -> Any:
+    time.sleep(after_s)
     raise error
 
 
-def failing(error: BaseException) -> Callable[[], Any]:
-    """A factory whose engine fails to load with `error` (in the engine process)."""
-    return functools.partial(_raise, error)
+def failing(error: BaseException, after_s: float = 0.0) -> Callable[[], Any]:
+    """A factory whose engine fails to load with `error` (in the engine process), `after_s`
+    seconds into its load."""
+    return functools.partial(_raise, error, after_s)
 
 
 class RecordingEngine:

@@ -188,7 +188,7 @@ class AdaSparkApp(App[int]):
             self.exit(2, return_code=2, message=f"adaspark: error: {message.error}")  # as the CLI says it
             return
         self.notify(message.error, title="The model failed to load", severity="error", timeout=30)
-        self._to_chat(EngineStateChanged())
+        self._to_chat(message)  # a reply that waited for this engine is given back
 
     @on(EngineDied)
     def _engine_died(self, message: EngineDied) -> None:

@@ -235,8 +235,13 @@ class EngineClient:
             flag.set()
 
     def reply_ended(self, request_id: int) -> None:
-        if self.pending == request_id:
-            self.pending = None
+        """The UI is done with `request_id` (answered, or given back): a copy of it still queued
+        for a process yet to start (one whose start failed) must not be sent to the next one."""
+        with self._lock:
+            if self.pending == request_id:
+                self.pending = None
+            if self._queued is not None and self._queued[1] == request_id:
+                self._queued = None
 
     def switch(self, factory: Callable[[], Any]) -> None:
         """Replace the engine process by one built from `factory` (the model picker: another

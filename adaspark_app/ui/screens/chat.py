@@ -35,7 +35,8 @@ from ...store import title_from
 from ..chat_settings import ChatSettings
 from ..compositor import install as install_cropped_compositor
 from ..conversation import Conversation
-from ..engine_client import EngineDied, EngineDone, EngineLoaded, EngineReplyFailed, EngineRounds, EngineStopped
+from ..engine_client import (EngineDied, EngineDone, EngineLoaded, EngineLoadFailed, EngineReplyFailed, EngineRounds,
+                             EngineStopped)
 from ..export import reply_file_name, write_export
 from ..host import ChatHost, EngineStateChanged
 from ..stats import SpecStats, gauges_from
@@ -201,6 +202,11 @@ class ChatScreen(Screen):
         self.set_status()
 
     def on_engine_state_changed(self, _: EngineStateChanged) -> None:
+        self.set_status()
+
+    async def on_engine_load_failed(self, _: EngineLoadFailed) -> None:
+        """The engine did not load (the app has said why): a reply that waited for it is given back."""
+        await self.replies.load_failed()
         self.set_status()
 
     async def on_engine_rounds(self, message: EngineRounds) -> None:

@@ -288,6 +288,20 @@ class ReplyRunner:
         finally:
             self._end()
 
+    async def load_failed(self) -> None:
+        """The engine failed to load (the app has said why): a reply asked for meanwhile waits for
+        an engine that will not come. Its prompt goes back in the box; the conversation is kept."""
+        request, pending, self._pending = self._request, self._pending, None
+        if request is None:
+            return
+        try:
+            if pending is not None:
+                pending.stream.stop()
+                await self._withdraw(request, pending)
+            self.owner.notify("No reply: the model did not load; " + request.given_back(), severity="warning")
+        finally:
+            self._end()
+
     async def engine_died(self) -> str:
         """The engine process ended mid-reply or idle. A reply in progress keeps the text that
         had arrived (saved as a stopped reply), or gives the prompt back if none had. Returns a
