@@ -126,7 +126,7 @@ def run(args: argparse.Namespace) -> int:
         else:
             lo, hi = h["ci95"]
             console.print(f"{arm} / {report['summary']['base_arm']}: {h['geomean_ratio']:.3f}x "
-                          f"[{lo:.3f}, {hi:.3f}] over {h['replies']} replies")
+                          f"[{lo:.3f}, {hi:.3f}] over {h['replies']} repl{'y' if h['replies'] == 1 else 'ies'}")
     console.print(f"report: {config.report_dir}/report.md")
     return 0
 

@@ -264,7 +264,7 @@ class ReplyRunner:
             await self.view.mark_context(pending.reply_msg, result.dropped_turns, result.capped_to)
             self.owner.refresh_conversations()
             if result.stopped:
-                self.owner.notify(f"Stopped: kept {result.n_tokens} tokens.")
+                self.owner.notify(f"Stopped: kept {result.n_tokens} token{'s' if result.n_tokens != 1 else ''}.")
         finally:
             self._end()
 
@@ -326,7 +326,8 @@ class ReplyRunner:
             await pending.reply_msg.write(rest)
             await pending.reply_msg.finish(reply_note(meta))
             self.owner.refresh_conversations()
-            return f"Kept the {stream.received_tokens} tokens generated so far. "
+            n = stream.received_tokens
+            return f"Kept the {n} token{'s' if n != 1 else ''} generated so far. "
         finally:
             self._end()
 
