@@ -298,7 +298,8 @@ def test_gpu_argmax_check_times_both_ways_and_compares_their_tokens(model_path, 
     assert list(r["widths"]) == ["1", "3"]
     for w, row in r["widths"].items():
         assert row["host_ms"] > 0 and row["device_ms"] > 0 and row["same_tokens"] == int(w) and row["scan_ms"] > 0
-    assert "| 3 |" in out_md.read_text() and "3 of 3 |" in out_md.read_text()
+    assert "| 3 |" in out_md.read_text() and "| 3 of 3, - |" in out_md.read_text()
+    assert "one launch: not timed (no CUDA library with AdaSpark's patch mapped)" in out_md.read_text()
     assert main(["--model", str(tmp_path / "missing.gguf")]) == 2
     assert main(["--verdict", str(out_json)]) == 0
 
@@ -344,6 +345,64 @@ def test_argmax_check_verdict_keeps_device_tokens_only_when_they_ran_steady_and_
     f.write_text(json.dumps({"m.gguf": run()}))
     assert main(["--verdict", str(f)]) == 0
     assert main(["--verdict", str(tmp_path / "missing.json")]) == 2
+
+
+@pytest.mark.model
+def test_gpu_argmax_check_times_the_one_launch_way_where_the_patched_library_has_its_switch(
+        model_path, tmp_path, monkeypatch):
+    """With a patched CUDA library mapped (its switch stood in for: this CPU build has none), the
+    device way runs twice, a kernel per row and one launch, the switch set before each block and set
+    back after; both ways' tokens are compared with the host's and reported."""
+    from adaspark_app.native import cuda_exact
+    from benchmarks.gpu.argmax_check import main
+
+    switch = {"on": True, "set": []}
+
+    def set_argmax(on: bool) -> bool:
+        switch["on"] = bool(on)
+        switch["set"].append(switch["on"])
+        return switch["on"]
+
+    monkeypatch.setattr(cuda_exact, "library_argmax", lambda lib=None: switch["on"])
+    monkeypatch.setattr(cuda_exact, "set_library_argmax", set_argmax)
+    out_json, out_md = tmp_path / "argmax.json", tmp_path / "argmax.md"
+    assert main(["--model", model_path, "--widths", "2", "--blocks", "2", "--cycles", "1", "--context", "24",
+                 "--out-json", str(out_json), "--out", str(out_md)]) == 0
+    r = json.loads(out_json.read_text())[model_path]
+    assert r["one_launch_available"] and r["steady"] == {"host": True, "device": True, "one_launch": True}
+    row = r["widths"]["2"]
+    assert row["one_launch_ms"] > 0 and row["same_tokens_one_launch"] == 2 == row["same_tokens"]
+    # one block per way in turn, then the block order reversed; the switch as it was at the end
+    assert switch["set"] == [False, False, True, True, False, False, True]
+    assert "| 2 of 2, 2 of 2 |" in out_md.read_text()
+
+
+def test_argmax_check_verdict_on_one_launch_keeps_it_only_where_its_tokens_agreed_and_it_was_not_slower(
+        tmp_path, capsys):
+    """run.sh sets ADASPARK_CUDA_ARGMAX=0 after this verdict when the one-launch tokens changed
+    between forwards, differed from the host's, or took longer than a kernel per row."""
+    from benchmarks.gpu.argmax_check import ONE_LAUNCH_SLACK, main, one_launch_unsound
+
+    def run(same: int = 8, steady: bool = True, one_ms: float = 1.0, available: bool = True) -> dict:
+        return {"device_available": True, "one_launch_available": available,
+                "steady": {"host": True, "device": True, "one_launch": steady},
+                "widths": {"1": {"device_ms": 0.5, "one_launch_ms": 9.0, "same_tokens_one_launch": 1},
+                           "8": {"device_ms": 1.0, "one_launch_ms": one_ms, "same_tokens_one_launch": same}}}
+
+    assert one_launch_unsound({"m.gguf": run()}) is None
+    assert one_launch_unsound({"m.gguf": run(one_ms=ONE_LAUNCH_SLACK - 0.001)}) is None  # one row: not judged
+    assert one_launch_unsound({"m.gguf": run(available=False, same=0)}) is None  # no switch: nothing to judge
+    assert one_launch_unsound({}) == "no model measured"
+    assert "segfault" in one_launch_unsound({"m.gguf": {"error": "rc -11: segfault"}})
+    assert "changed between forwards" in one_launch_unsound({"m.gguf": run(steady=False)})
+    assert "3 of 8 rows got another token" in one_launch_unsound({"a.gguf": run(), "m.gguf": run(same=5)})
+    assert "1.100x the stock device way" in one_launch_unsound({"m.gguf": run(one_ms=1.1)})
+    f = tmp_path / "argmax.json"
+    f.write_text(json.dumps({"m.gguf": run(one_ms=1.1)}))
+    assert main(["--verdict-one-launch", str(f)]) == 1 and "1.100x" in capsys.readouterr().err
+    f.write_text(json.dumps({"m.gguf": run()}))
+    assert main(["--verdict-one-launch", str(f)]) == 0
+    assert main(["--verdict-one-launch", str(tmp_path / "missing.json")]) == 2
 
 
 def test_curve_learn_prices_a_stepped_curve_as_measured_and_its_widths_pay(tmp_path):

@@ -65,7 +65,7 @@ def test_the_command_patches_an_unpacked_source_and_says_one_line_on_failure(tmp
     _tree_of_anchors(tmp_path / "src" / "vendor" / "llama.cpp")
     run = [sys.executable, "-m", "adaspark_app.native.cuda_exact", str(tmp_path / "src")]
     ok = subprocess.run(run, capture_output=True, text=True, cwd=ROOT, timeout=60)
-    assert ok.returncode == 0 and "patched 6 files" in ok.stdout, ok.stderr
+    assert ok.returncode == 0 and "patched 8 files" in ok.stdout, ok.stderr
     again = subprocess.run(run, capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert again.returncode == 2 and again.stdout == ""
     assert again.stderr.count("\n") == 1 and "patched already" in again.stderr
@@ -93,7 +93,7 @@ def test_the_patch_applies_to_the_pinned_source(tmp_path):
     root = cuda_dir.parents[2]  # .../vendor/llama.cpp
     stock = {p: p.read_text() for p in cuda_dir.iterdir() if p.is_file()}
     changed = cuda_exact.apply(root)
-    assert len(changed) == 6
+    assert len(changed) == 8
     for p, text in stock.items():
         now = p.read_text()
         assert (now != text) == (str(p.relative_to(root)) in changed)
@@ -143,15 +143,18 @@ _SWITCH_PROBE = """
 import os, sys
 from adaspark_app import native
 native.activate()
-print(os.environ.get("ADASPARK_CUDA_EXACT"), os.environ.get("ADASPARK_CUDA_GRAPHS"))
+print(os.environ.get("ADASPARK_CUDA_EXACT"), os.environ.get("ADASPARK_CUDA_GRAPHS"),
+      os.environ.get("ADASPARK_CUDA_ARGMAX"))
 """
 
 
-@pytest.mark.parametrize("env,want", [({}, "1 1"), ({"ADASPARK_STOCK_KERNELS": "1"}, "0 0"),
-                                      ({"ADASPARK_CUDA_EXACT": "0"}, "0 1"),
-                                      ({"ADASPARK_CUDA_GRAPHS": "0"}, "1 0")])
-def test_activate_turns_the_exact_and_graph_switches_on_unless_stock_kernels_or_the_user_say_otherwise(env, want):
-    base = {k: v for k, v in _clean_env().items() if k not in (cuda_exact.SWITCH, cuda_exact.GRAPHS_SWITCH)}
+@pytest.mark.parametrize("env,want", [({}, "1 1 1"), ({"ADASPARK_STOCK_KERNELS": "1"}, "0 0 0"),
+                                      ({"ADASPARK_CUDA_EXACT": "0"}, "0 1 1"),
+                                      ({"ADASPARK_CUDA_GRAPHS": "0"}, "1 0 1"),
+                                      ({"ADASPARK_CUDA_ARGMAX": "0"}, "1 1 0")])
+def test_activate_turns_the_cuda_switches_on_unless_stock_kernels_or_the_user_say_otherwise(env, want):
+    base = {k: v for k, v in _clean_env().items()
+            if k not in (cuda_exact.SWITCH, cuda_exact.GRAPHS_SWITCH, cuda_exact.ARGMAX_SWITCH)}
     out = subprocess.run([sys.executable, "-c", _SWITCH_PROBE], env={**base, **env}, capture_output=True,
                          text=True, cwd=ROOT, timeout=60)
     assert out.returncode == 0, out.stderr
@@ -172,7 +175,24 @@ int adaspark_cuda_graphs(void) {
     if (graphs < 0) { const char * e = getenv("ADASPARK_CUDA_GRAPHS"); graphs = e != NULL && atoi(e) != 0; }
     return graphs;
 }
+static int argmax = -1;
+int adaspark_cuda_argmax(void) {
+    if (argmax < 0) { const char * e = getenv("ADASPARK_CUDA_ARGMAX"); argmax = e != NULL && atoi(e) != 0; }
+    return argmax;
+}
+int adaspark_cuda_set_argmax(int value) {
+    argmax = value != 0;
+    return argmax;
+}
 """
+
+
+def _python(code: str, env: dict[str, str]) -> list[str]:
+    """The lines a fresh Python prints running ``code`` with ``env`` added to this one's."""
+    out = subprocess.run([sys.executable, "-c", code], env={**os.environ, **env}, capture_output=True, text=True,
+                         cwd=ROOT, timeout=60)
+    assert out.returncode == 0, out.stderr
+    return out.stdout.splitlines()
 
 
 @pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler")
@@ -181,33 +201,33 @@ def test_library_rows_reads_the_patched_librarys_switch_and_none_from_a_stock_on
     src.write_text(_FAKE_LIB)
     lib = tmp_path / "libggml-cuda.so"
     subprocess.run(["cc", "-shared", "-fPIC", "-o", str(lib), str(src)], check=True, timeout=60)
-    code = f"from adaspark_app.native import cuda_exact; print(cuda_exact.library_rows({str(lib)!r}))"
-    for value, want in (("1", "64"), ("0", "0")):
-        out = subprocess.run([sys.executable, "-c", code], env={**os.environ, cuda_exact.SWITCH: value},
-                             capture_output=True, text=True, cwd=ROOT, timeout=60)
-        assert out.returncode == 0 and out.stdout.strip() == want, out.stderr
+    # each switch as the library reads it from the environment
+    for reader, switch, on, off in (("library_rows", cuda_exact.SWITCH, "64", "0"),
+                                    ("library_graphs", cuda_exact.GRAPHS_SWITCH, "True", "False"),
+                                    ("library_argmax", cuda_exact.ARGMAX_SWITCH, "True", "False")):
+        code = f"from adaspark_app.native import cuda_exact; print(cuda_exact.{reader}({str(lib)!r}))"
+        assert [_python(code, {switch: value}) for value in ("1", "0")] == [[on], [off]], reader
+        assert getattr(cuda_exact, reader)(tmp_path / "missing.so") is None
     # by default the library llama.cpp has mapped: none before it is loaded, then that very one
     mapped = ("import ctypes; from adaspark_app.native import cuda_exact\n"
               "print(cuda_exact.library_rows())\n"
               f"ctypes.CDLL({str(lib)!r})\n"
               "print(cuda_exact.library_rows())\n")
-    out = subprocess.run([sys.executable, "-c", mapped], env={**os.environ, cuda_exact.SWITCH: "1"},
-                         capture_output=True, text=True, cwd=ROOT, timeout=60)
-    assert out.returncode == 0 and out.stdout.split() == ["None", "64"], out.stderr
-    assert cuda_exact.library_rows(tmp_path / "missing.so") is None
-    # the graph switch, read the same way
-    code = f"from adaspark_app.native import cuda_exact; print(cuda_exact.library_graphs({str(lib)!r}))"
-    for value, want in (("1", "True"), ("0", "False")):
-        out = subprocess.run([sys.executable, "-c", code], env={**os.environ, cuda_exact.GRAPHS_SWITCH: value},
-                             capture_output=True, text=True, cwd=ROOT, timeout=60)
-        assert out.returncode == 0 and out.stdout.strip() == want, out.stderr
-    assert cuda_exact.library_graphs(tmp_path / "missing.so") is None
+    assert _python(mapped, {cuda_exact.SWITCH: "1"}) == ["None", "64"]
+    # the argmax switch is also set at run time, in the library llama.cpp has mapped
+    setting = ("import ctypes; from adaspark_app.native import cuda_exact as c\n"
+               "print(c.set_library_argmax(False), c.library_argmax())\n"
+               f"ctypes.CDLL({str(lib)!r})\n"
+               "print(c.library_argmax(), c.set_library_argmax(False), c.library_argmax(), "
+               "c.set_library_argmax(True), c.library_argmax())\n")
+    assert _python(setting, {cuda_exact.ARGMAX_SWITCH: "1"}) == ["None None", "True False False True True"]
     import llama_cpp
 
     stock_cpu = Path(llama_cpp.__file__).parent / "lib" / "libggml-base.so"
     assert stock_cpu.is_file()
     assert cuda_exact.library_rows(stock_cpu) is None, "a library without the symbol is stock"
     assert cuda_exact.library_graphs(stock_cpu) is None
+    assert cuda_exact.library_argmax(stock_cpu) is None
 
 
 def test_the_install_builds_the_patched_cuda_library_and_keeps_the_cpu_kernels_stamped(tmp_path, monkeypatch):

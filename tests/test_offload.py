@@ -82,6 +82,12 @@ def test_a_cpu_device_keeps_its_id_and_each_gpu_setting_is_its_own_device():
             != device_fingerprint(2, info, **dict(h200, gpu_detail=graphs))["id"])
     assert (device_fingerprint(2, info, **dict(h200, gpu_detail=graphs))["id"]
             != device_fingerprint(2, info, **dict(h200, gpu_detail=exact))["id"])
+    # and whether a verify's argmaxes are one kernel or a kernel per row (only where tokens are on the GPU)
+    one = {**h200["gpu_detail"], "kernels": cuda_kernels(64, True, tokens_on_device=True, argmax_one_launch=True)}
+    assert one["kernels"].endswith("greedy tokens on the GPU in one launch")
+    assert (device_fingerprint(2, info, **dict(h200, gpu_detail=one))["id"]
+            != device_fingerprint(2, info, **dict(h200, gpu_detail=on_gpu))["id"])
+    assert cuda_kernels(64, True, tokens_on_device=False, argmax_one_launch=True) == graphs["kernels"]
 
 
 def test_a_gpu_whose_kernels_may_round_a_verify_otherwise_says_so_in_one_line():

@@ -52,13 +52,15 @@ class ChatEngine:
         self.notices: list[str] = [b.offload.notice] if b.offload.notice else []
         self.cuda_exact_rows: int | None = None  # on a GPU: native.cuda_exact.library_rows()
         self.cuda_graphs: bool | None = None  # on a GPU: native.cuda_exact.library_graphs()
+        self.cuda_argmax: bool | None = None  # on a GPU: native.cuda_exact.library_argmax()
         if b.offload.on_gpu:
-            from ..native.cuda_exact import library_graphs, library_rows
+            from ..native.cuda_exact import library_argmax, library_graphs, library_rows
 
             from .offload import cuda_kernels_notice
 
             self.cuda_exact_rows = library_rows()
             self.cuda_graphs = library_graphs()
+            self.cuda_argmax = library_argmax()
             note = cuda_kernels_notice(self.cuda_exact_rows, MAX_WIDTH)
             if note:
                 self.notices.append(note)
@@ -177,7 +179,8 @@ class ChatEngine:
         for the fingerprint and reports; meaningful where layers are on a GPU."""
         from .offload import cuda_kernels
 
-        return cuda_kernels(self.cuda_exact_rows, self.cuda_graphs, self.backend.argmax_on_device)
+        return cuda_kernels(self.cuda_exact_rows, self.cuda_graphs, self.backend.argmax_on_device,
+                            self.cuda_argmax)
 
     def _gpu(self) -> dict:
         """The GPU and layers the fingerprint names, when layers are offloaded (none on the CPU)."""

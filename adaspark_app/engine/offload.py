@@ -80,18 +80,21 @@ def build_can_offload() -> bool:
 
 
 def cuda_kernels(exact_rows: int | None, graphs: bool | None = None,
-                 tokens_on_device: bool = False) -> str:
+                 tokens_on_device: bool = False, argmax_one_launch: bool | None = None) -> str:
     """The CUDA kernels in use, for the device fingerprint and reports: ``batch-invariant to N
     rows`` (AdaSpark's patched library with ADASPARK_CUDA_EXACT on), else ``stock``; from
     ``native.cuda_exact.library_rows()``. With ``graphs`` (``library_graphs()``: the patched
     library replays a CUDA graph per batch shape), ``, a CUDA graph per width`` follows; with
     ``tokens_on_device`` (``LlamaBackend.argmax_on_device``: a greedy row's argmax taken in the
-    forward, its logits never copied), ``, greedy tokens on the GPU``. Each changes what a verify
-    costs, and so which cost table prices it."""
+    forward, its logits never copied), ``, greedy tokens on the GPU``, and ``in one launch`` after it
+    with ``argmax_one_launch`` (``library_argmax()``: a verify's argmaxes are one kernel). Each
+    changes what a verify costs, and so which cost table prices it."""
     kernels = f"batch-invariant to {exact_rows} rows" if exact_rows else "stock"
     if graphs:
         kernels += ", a CUDA graph per width"
-    return f"{kernels}, greedy tokens on the GPU" if tokens_on_device else kernels
+    if not tokens_on_device:
+        return kernels
+    return f"{kernels}, greedy tokens on the GPU" + (" in one launch" if argmax_one_launch else "")
 
 
 def cuda_kernels_notice(exact_rows: int | None, widest: int) -> str | None:

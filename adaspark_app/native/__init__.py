@@ -126,11 +126,12 @@ def activate() -> str:
     _variant = None
     # the CUDA library built with cuda_exact.patch reads these once, at its first use: batch-invariant
     # rows unless the stock kernels were asked for (a library without the patch ignores it), and a CUDA
-    # graph per batch shape (its other switch), off too with the stock kernels
-    from .cuda_exact import GRAPHS_SWITCH, SWITCH  # here: `python -m adaspark_app.native.cuda_exact` imports this package first
+    # graph per batch shape and a verify's argmaxes in one launch (its other switches), off too with the
+    # stock kernels
+    from .cuda_exact import ARGMAX_SWITCH, GRAPHS_SWITCH, SWITCH  # here: `python -m adaspark_app.native.cuda_exact` imports this package first
 
-    os.environ.setdefault(SWITCH, "0" if os.environ.get("ADASPARK_STOCK_KERNELS") else "1")
-    os.environ.setdefault(GRAPHS_SWITCH, "0" if os.environ.get("ADASPARK_STOCK_KERNELS") else "1")
+    for switch in (SWITCH, GRAPHS_SWITCH, ARGMAX_SWITCH):
+        os.environ.setdefault(switch, "0" if os.environ.get("ADASPARK_STOCK_KERNELS") else "1")
     if "llama_cpp" in sys.modules:
         _status = "stock (llama_cpp was imported before native.activate())"
         return _status

@@ -18,6 +18,13 @@ keeps one graph per context, so a verify between one-row steps costs the verify'
 step's (both launched node by node from the host, and the step after recaptures); with the switch
 each batch shape keeps a graph of its own. The library exports ``adaspark_cuda_graphs()``: 1 when on.
 
+A third switch, ``ADASPARK_CUDA_ARGMAX=1`` (``native.activate`` sets it with the others), changes no
+token either: where greedy tokens are taken on the GPU (llama.cpp's backend sampling), a verify of W
+rows ends in W argmax kernels of one block each, one after the other; with the switch a run of them
+is one launch of a block per row, each row scanned by the stock kernel's code. It can be set at run
+time (``set_library_argmax``: ``benchmarks/gpu/argmax_check.py`` times both ways in one process), and
+keys the CUDA graphs. The library exports ``adaspark_cuda_argmax()``: 1 when on.
+
     python -m adaspark_app.native.cuda_exact SOURCE   # patch an unpacked llama-cpp-python source
 
 Then build it as usual, e.g. ``CMAKE_ARGS="-DGGML_CUDA=on" pip install --no-build-isolation SOURCE``.
@@ -37,6 +44,8 @@ PATCH = Path(__file__).resolve().parent / "cuda_exact.patch"
 SWITCH = "ADASPARK_CUDA_EXACT"
 #: The patched library's other switch, read the same way: a CUDA graph per batch shape.
 GRAPHS_SWITCH = "ADASPARK_CUDA_GRAPHS"
+#: The third, which can also be set at run time (``set_library_argmax``): a verify's argmaxes in one launch.
+ARGMAX_SWITCH = "ADASPARK_CUDA_ARGMAX"
 #: The widest batch the patch keeps row for row (ADASPARK_EXACT_MAX_ROWS in the patch): the widest verify.
 EXACT_MAX_ROWS = 64
 #: Marks a patched file (each hunk's comments name AdaSpark).
@@ -103,7 +112,7 @@ def apply(root: Path) -> list[str]:
             if not f.is_file():
                 raise PatchError(f"{f} is missing: not a llama.cpp source with the CUDA backend")
             texts[h.path] = f.read_text()
-            if "adaspark_cuda_exact" in texts[h.path]:
+            if MARK in texts[h.path]:
                 raise PatchError(f"{f} is patched already")
         n = texts[h.path].count(h.old)
         if n != 1:
@@ -150,6 +159,27 @@ def library_graphs(lib: str | os.PathLike | None = None) -> bool | None:
     was built without CUDA graphs."""
     value = _library_value("adaspark_cuda_graphs", lib)
     return None if value is None else bool(value)
+
+
+def library_argmax(lib: str | os.PathLike | None = None) -> bool | None:
+    """Whether the libggml-cuda at ``lib`` (default: the one llama.cpp has mapped) takes a run of
+    one-row argmaxes in one launch (``adaspark_cuda_argmax()``); None if there is none or it is stock."""
+    value = _library_value("adaspark_cuda_argmax", lib)
+    return None if value is None else bool(value)
+
+
+def set_library_argmax(on: bool) -> bool | None:
+    """Set the mapped patched library's argmax switch for the forwards from now on
+    (``adaspark_cuda_set_argmax``); returns it, or None where no mapped library has the switch."""
+    from .mapped import mapped_libraries
+
+    for h in mapped_libraries("libggml-cuda"):
+        fn = getattr(h, "adaspark_cuda_set_argmax", None)
+        if fn is not None:
+            fn.restype = ctypes.c_int
+            fn.argtypes = [ctypes.c_int]
+            return bool(fn(1 if on else 0))
+    return None
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -5,7 +5,7 @@
 # time. It builds the wheel from the trimmed source in .gpu/ into $CHECK_WORK/wheel and prints the
 # patched library's exported switch, its size and what it links. On 2 cores (AMD EPYC Zen 3) it took
 # 28-30.5 minutes (three runs; on a Zen 4 31.6 with tests beside it, 23 alone; on an Intel Xeon family 6
-# model 207, 29); libggml-cuda.so came to 61 MB (39 MB with xz), too large to carry to the GPU
+# model 207, 29 and 21); libggml-cuda.so came to 61 MB (39 MB with xz), too large to carry to the GPU
 # beside the 30 MB checkout (64 MiB a call), so the GPU builds its own (run.sh).
 #
 # What this machine lacks is made up without a GPU:
@@ -54,6 +54,7 @@ rm -rf "$W/x"; mkdir -p "$W/x"; (cd "$W/x" && python3 -m zipfile -e "$W"/wheel/l
 lib=$W/x/llama_cpp/lib/libggml-cuda.so
 nm -D --defined-only "$lib" | grep adaspark_cuda_exact_rows || { echo "the patched switch is not exported"; exit 1; }
 nm -D --defined-only "$lib" | grep adaspark_cuda_graphs || { echo "no graph switch: built without CUDA graphs?"; exit 1; }
+nm -D --defined-only "$lib" | grep adaspark_cuda_set_argmax || { echo "the argmax switch is not exported"; exit 1; }
 ls -la "$lib"; readelf -d "$lib" | grep NEEDED
 readelf -d "$lib" | grep -q 'libcuda\.so\.1' || { echo "libggml-cuda does not name libcuda.so.1: it will not load"; exit 1; }
 missing=$(nm -D --undefined-only "$lib" | awk '$2 ~ /^cu[A-Z]/ {print $2}' | while read -r f; do

@@ -39,7 +39,7 @@
 # $OUT gets 8 files (a call brings back 8 at most): gpu.txt (the GPU, the payload, the build), placement.txt
 # (llama.cpp's own log of the load: offloaded layers, KV buffers, graph splits), graphs.md (graph_check.py: a
 # verify between one-row steps with stock CUDA graphs, a graph per width and none; then argmax_check.py: a
-# verify's greedy tokens taken on the host or on the GPU), real.md (run_peers' report
+# verify's greedy tokens taken on the host or on the GPU, a kernel per row or one launch), real.md (run_peers' report
 # per kernel mode and set: speed over `ar` with intervals, replies identical to `ar`), engine.md
 # (benchmarks/gpu/engine_check.py per kernel mode: identity, verify ms per width, host time per round),
 # probes.json ({shape: {stock, exact}}: .gpu/probe.py per shape, q7, q15, q05), probe.log (their logs), and
@@ -167,12 +167,16 @@ if part graphs; then
   [ "${PIPESTATUS[0]}" = 0 ] || { export ADASPARK_CUDA_GRAPHS=0; echo "graphs: stock from here (ADASPARK_CUDA_GRAPHS=0)" | tee -a "$OUT/graphs.md"; }
   results; stamp "graph check done"
   # greedy tokens: every row's logits copied to the host and argmax'd there, or an argmax per row on the GPU
-  # (llama.cpp's backend sampling, the engine's default there): what each costs a verify, and the same tokens
+  # (llama.cpp's backend sampling, the engine's default there), as a kernel per row or all in one launch:
+  # what each costs a verify, and the same tokens
   timeout $(cap 60 200) python3 -m benchmarks.gpu.argmax_check --model "$W/q05.gguf" ${REAL_MODEL:+--model "$REAL_MODEL"} \
     ${GRAPH_WIDTHS:+--widths 1,$GRAPH_WIDTHS} ${GRAPH_CYCLES:+--cycles $GRAPH_CYCLES} --out "$W/argmax.md" --out-json "$W/argmax.json" 2>&1 | tail -n 12
   { echo; cat "$W/argmax.md" 2>/dev/null || echo "argmax_check: no report"; } >>"$OUT/graphs.md"
   python3 -m benchmarks.gpu.argmax_check --verdict "$W/argmax.json" 2>&1 | tee -a "$OUT/graphs.md"
   [ "${PIPESTATUS[0]}" = 0 ] || { export ADASPARK_ARGMAX=host; echo "argmax: on the host from here (ADASPARK_ARGMAX=host)" | tee -a "$OUT/graphs.md"; }
+  # and a verify's argmaxes in one launch (ADASPARK_CUDA_ARGMAX=1, the engine's default there) against a kernel each
+  python3 -m benchmarks.gpu.argmax_check --verdict-one-launch "$W/argmax.json" 2>&1 | tee -a "$OUT/graphs.md"
+  [ "${PIPESTATUS[0]}" = 0 ] || { export ADASPARK_CUDA_ARGMAX=0; echo "argmax: a kernel per row from here (ADASPARK_CUDA_ARGMAX=0)" | tee -a "$OUT/graphs.md"; }
   results; stamp "argmax check done"
 fi
 

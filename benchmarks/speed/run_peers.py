@@ -22,8 +22,9 @@ Peers (names for --peers):
                        the suffix, adaspark peers take --drafter only where it is given
 
 --gpu-layers N|all|0 puts the layers of every peer on the GPU (llama-server: -ngl); unset, each
-peer keeps its own default. llama-server always runs the stock CUDA kernels and graphs
-(ADASPARK_CUDA_EXACT=0 and ADASPARK_CUDA_GRAPHS=0 in its environment), whichever AdaSpark's peers run.
+peer keeps its own default. llama-server always runs the stock CUDA kernels, graphs and argmax
+(ADASPARK_CUDA_EXACT=0, ADASPARK_CUDA_GRAPHS=0 and ADASPARK_CUDA_ARGMAX=0 in its environment), whichever
+AdaSpark's peers run.
 
 llama-server listens on 127.0.0.1 only, one server per peer, started and stopped by this script.
 See README.md beside this file for the build command of llama-server.
@@ -176,8 +177,9 @@ class ServerPeer:
                 self.cmd += ["-ngld", server_gpu_layers(gpu_layers)]
         self.log = open(log_dir / f"{name}.log", "w")
         # the peer a GPU user runs: llama.cpp's own kernels and CUDA graphs, also where the library it
-        # loads carries AdaSpark's batch-invariant ones and a graph per width (native/cuda_exact.patch)
-        env = {**os.environ, "ADASPARK_CUDA_EXACT": "0", "ADASPARK_CUDA_GRAPHS": "0"}
+        # loads carries AdaSpark's batch-invariant ones, a graph per width and the one-launch argmax
+        # (native/cuda_exact.patch)
+        env = {**os.environ, "ADASPARK_CUDA_EXACT": "0", "ADASPARK_CUDA_GRAPHS": "0", "ADASPARK_CUDA_ARGMAX": "0"}
         self.proc = subprocess.Popen(self.cmd, stdout=self.log, stderr=subprocess.STDOUT, env=env)
         deadline = time.time() + 120
         while time.time() < deadline:
