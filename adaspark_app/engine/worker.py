@@ -205,10 +205,15 @@ class EventBatcher:
 def _quiet_process(log_path: str | None) -> None:
     """The engine shares the UI's terminal: anything written to fds 1 and 2 (llama.cpp, a
     traceback) would draw over the TUI, so both go to a log file; a crash's Python stack too.
-    Ctrl+C is the UI's to handle (it is a key in Textual's raw mode): the engine ignores SIGINT."""
+    Ctrl+C is the UI's to handle (it is a key in Textual's raw mode): the engine ignores SIGINT. A
+    closed terminal sends SIGHUP to the UI and the engine together: the UI then stops the reply and
+    saves it, which needs the engine to finish its round, so the engine ignores SIGHUP too (it exits
+    when the UI's pipe closes)."""
     import faulthandler
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if hasattr(signal, "SIGHUP"):
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
     target = log_path or os.devnull
     try:
         fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import sys
 from pathlib import Path
 from typing import Any, Callable, Iterable
@@ -38,6 +39,7 @@ from .styles_cache_fix import install as install_styles_cache_fix
 from .widgets.sidebar import ConversationList
 
 QUIT_GRACE_S = 5.0  # how long Ctrl+Q waits for a running reply to stop and be saved
+QUIT_SIGNALS = ("SIGHUP", "SIGTERM")  # the terminal closed (an SSH link dropped, a window shut), or `kill`
 MAX_RESTARTS = 3  # engine deaths in a row (no reply completed between them) before giving up
 
 # Keys handled inside widgets rather than by bindings, listed so the help screen shows them.
@@ -67,7 +69,7 @@ class AdaSparkApp(App[int]):
                  max_tokens: int = MAX_TOKENS, exit_on_load_error: bool = True,
                  engine_log: str | None = None, sampling: Any = None, system: str | None = None,
                  model_path: str | None = None, resume_id: str | None = None,
-                 sampling_given: dict[str, Any] | None = None) -> None:
+                 sampling_given: dict[str, Any] | None = None, quit_on_signals: bool = False) -> None:
         """`engine_factory` builds the engine inside the engine process, so it must be picklable
         (an `EngineConfig`, or a module-level callable): it crosses a "spawn" process start.
 
@@ -75,7 +77,9 @@ class AdaSparkApp(App[int]):
         conversation then keeps its own: `Conversation.settings`); resume_id opens that stored
         conversation at start (`chat --continue`). sampling_given: the sampling values the user
         set (options, config file); with it, a model switch gives new conversations the new
-        model's recommended settings (its GGUF's general.sampling.*) under those values."""
+        model's recommended settings (its GGUF's general.sampling.*) under those values.
+        quit_on_signals: SIGHUP and SIGTERM quit as Ctrl+Q does (`adaspark chat`; not for an app a
+        test drives in its own process)."""
         install_styles_cache_fix()  # Textual keeps dead widgets' lines alive otherwise (styles_cache_fix.py)
         super().__init__()
         self.engine = EngineClient(engine_factory, self.post_message, log_path=engine_log)
@@ -99,6 +103,7 @@ class AdaSparkApp(App[int]):
         self.load_error: str | None = None
         self._load_started = False
         self._quitting = False
+        self._quit_on_signals = quit_on_signals
         # what the header shows of the open conversation (show_settings; None: a new one's)
         self._shown_settings: ChatSettings | None = None
         self._context_used: int | None = 0
@@ -140,6 +145,30 @@ class AdaSparkApp(App[int]):
             return ""
         used = self._context_used
         return f"context {self.n_ctx} tok · " if used is None else f"context {used} of {self.n_ctx} tok · "
+
+    def on_mount(self) -> None:
+        if self._quit_on_signals:
+            self._install_quit_signals()
+
+    def _install_quit_signals(self) -> None:
+        """SIGHUP and SIGTERM quit as Ctrl+Q does: a reply in progress is stopped and what it had
+        generated saved, the engine closed, the terminal restored; a second signal quits at once.
+        Without this a closed terminal lost the message being answered and its reply."""
+        loop = asyncio.get_running_loop()
+        for name in QUIT_SIGNALS:
+            sig = getattr(signal, name, None)
+            if sig is None:
+                continue
+            try:
+                loop.add_signal_handler(sig, self._quit_on_signal)
+            except (NotImplementedError, RuntimeError, ValueError):  # not on this platform or thread
+                pass
+
+    def _quit_on_signal(self) -> None:
+        if self._quitting:
+            self.exit()
+            return
+        self.call_later(self.action_quit)
 
     @on(ChatScreen.Ready)
     def start_engine_load(self) -> None:
@@ -451,7 +480,7 @@ def run_chat(model: str | None, drafter: str | None, store_path: str | None, max
         store_label=_store_label(store, store_path),
         max_tokens=max_tokens, engine_log=engine_log_path(), sampling=sampling,
         system=system, model_path=model, resume_id=resume_id,
-        sampling_given=dict(sampling_given or {}),
+        sampling_given=dict(sampling_given or {}), quit_on_signals=True,
     )
     from ..config import load_config
 
