@@ -77,7 +77,8 @@ class Terminal:
 def test_a_closed_terminal_or_sigterm_mid_reply_saves_the_message_and_its_reply_so_far(tmp_path, sig):
     store = tmp_path / "chat.db"
     env = {**os.environ, "ADASPARK_STORE": str(store), "ADASPARK_CONFIG": str(tmp_path / "no-config.toml"),
-           "HOME": str(tmp_path / "home"), "XDG_STATE_HOME": str(tmp_path / "state"), "TERM": "xterm-256color"}
+           "HOME": str(tmp_path / "home"), "XDG_STATE_HOME": str(tmp_path / "state"), "TERM": "xterm-256color",
+           "COLUMNS": "100", "LINES": "30"}  # the terminal's size (pytest-xdist's workers export 80x24)
     term = Terminal([sys.executable, "-m", "adaspark_app.cli", "chat", "--max-tokens", "3000", "--temperature", "0.8",
                      "--seed", "1"], env)
     try:
