@@ -427,12 +427,41 @@ async def test_palette_command_runs_the_action(store, tmp_path):
 
 async def test_sidebar_and_panel_toggle(store, tmp_path):
     app = make_app(store, scripted(), tmp_path)
-    async with app.run_test(size=SIZE) as pilot:
+    async with app.run_test(size=SIZE) as pilot:  # 100 columns: the panel fits, the sidebar does not
         chat = app.chat_screen
+        assert not chat.sidebar.display and chat.panel.display
         await pilot.press("ctrl+b", "ctrl+g")
-        assert not chat.sidebar.display and not chat.panel.display
+        assert chat.sidebar.display and not chat.panel.display
         await pilot.press("ctrl+b", "ctrl+g")
-        assert chat.sidebar.display and chat.panel.display
+        assert not chat.sidebar.display and chat.panel.display
+
+
+async def test_the_sidebar_and_the_panel_show_where_the_conversation_keeps_its_room(store, tmp_path):
+    """At 80 columns the sidebar and the panel left the conversation 2 columns; now each shows only
+    where the conversation keeps CHAT_MIN_COLUMNS beside it, the panel first. A key's choice holds
+    until the terminal crosses a width where that answer changes."""
+    from adaspark_app.ui.screens.chat import CHAT_MIN_COLUMNS
+
+    app = make_app(store, scripted(), tmp_path)
+    async with app.run_test(size=(80, 24)) as pilot:
+        chat = app.chat_screen
+
+        def shown() -> tuple[bool, bool]:
+            return chat.sidebar.display, chat.panel.display
+
+        assert shown() == (False, False)
+        assert chat.chat_view.region.width >= CHAT_MIN_COLUMNS
+        for width, want in ((160, (True, True)), (100, (False, True)), (95, (False, False)), (130, (True, True))):
+            await pilot.resize_terminal(width, 30)
+            await wait_until(pilot, lambda: shown() == want, what=f"{want} at {width} columns")
+            await pilot.pause()
+            assert chat.chat_view.region.width >= CHAT_MIN_COLUMNS - 2  # inside the column's padding
+        await pilot.press("ctrl+g")  # hidden by hand: it stays so at any width with the same answer
+        await pilot.resize_terminal(170, 40)
+        await pilot.pause()
+        assert shown() == (True, False)
+        await pilot.resize_terminal(100, 30)  # the answer changes: the fit applies again
+        await wait_until(pilot, lambda: shown() == (False, True), what="the fit at 100 columns")
 
 
 async def test_quitting_mid_reply_stops_it_and_closes_the_engine(store, tmp_path, log):

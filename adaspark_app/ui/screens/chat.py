@@ -22,7 +22,7 @@ from __future__ import annotations
 from functools import partial
 from pathlib import Path
 
-from textual import on
+from textual import events, on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
@@ -45,6 +45,20 @@ from ..widgets.chat_view import WARM_LANGUAGES, code_at, warm_up
 from .dialogs import ConfirmScreen, RenameScreen, SaveFileScreen
 from .replies import BUSY, ReplyRunner
 from .settings import SettingsScreen
+
+
+#: The columns the sidebar and the panel take (their DEFAULT_CSS widths), and the fewest the
+#: conversation keeps: on a narrower terminal the sidebar, then the panel, start hidden.
+SIDEBAR_COLUMNS = 34
+PANEL_COLUMNS = 46
+CHAT_MIN_COLUMNS = 50
+
+
+def fitting_panels(width: int) -> tuple[bool, bool]:
+    """(sidebar, panel): which of the two fit beside a conversation of CHAT_MIN_COLUMNS on a screen
+    `width` columns wide; the panel (what speculation is doing) before the sidebar (Ctrl+B shows it)."""
+    panel = width >= PANEL_COLUMNS + CHAT_MIN_COLUMNS
+    return panel and width >= SIDEBAR_COLUMNS + PANEL_COLUMNS + CHAT_MIN_COLUMNS, panel
 
 
 class ChatScreen(Screen):
@@ -111,6 +125,7 @@ class ChatScreen(Screen):
         self.conversation = Conversation(host.store, host.default_settings())
         self.replies: ReplyRunner  # made with the widgets it shows replies in (compose)
         self._warm = list(WARM_LANGUAGES)  # highlighters still to build (see _warm_next)
+        self._fitted: tuple[bool, bool] | None = None  # what fitting_panels last decided (see _fit)
 
     # ------------------------------------------------------------------ layout
     def compose(self) -> ComposeResult:
@@ -127,6 +142,7 @@ class ChatScreen(Screen):
         yield KeyFooter()
 
     async def on_mount(self) -> None:
+        self._fit(self.app.size.width)
         self.sidebar.store = self.host.store
         self.refresh_conversations()
         self.prompt.focus()
@@ -460,6 +476,18 @@ class ChatScreen(Screen):
             return
         self.app.copy_to_clipboard(reply)
         self.notify(f"Copied the last reply ({len(reply)} characters).")
+
+    def on_resize(self, event: events.Resize) -> None:
+        self._fit(event.size.width)
+
+    def _fit(self, width: int) -> None:
+        """Show the sidebar and the panel where they fit (fitting_panels). Only when the answer
+        changes: Ctrl+B and Ctrl+G hold until the terminal crosses a width where it does (at 80
+        columns the two took all but 2 of the conversation's)."""
+        fitted = fitting_panels(width)
+        if fitted != self._fitted:
+            self._fitted = fitted
+            self.sidebar.display, self.panel.display = fitted
 
     def action_toggle_sidebar(self) -> None:
         self.sidebar.display = not self.sidebar.display
