@@ -73,7 +73,7 @@ def long_copy_floor(rows: int, streak: int) -> int:
     Qwen-0.5B's paste-and-ask replies (benchmarks/oracle/ngram_mod_replay.py), a floor on every firing of
     the rule cut the priced speed from 2.39x to 2.19x (pastes' copies part from their source every
     few dozen tokens, and a 64-row verify costs 14.7 one-row steps there against 7.7 for 32 rows,
-    verify_cost_cpu_qwen0.5b.json).
+    verify_cost_cpu_qwen0.5b.json.gz).
     """
     return rows if rows > 0 and streak >= LONG_COPY_CONFIRM else 0
 
