@@ -20,8 +20,10 @@ file, never IndexError or struct.error.
 
 from __future__ import annotations
 
+import errno
 import mmap
 import os
+import stat
 import struct
 from dataclasses import dataclass
 from typing import Any
@@ -68,8 +70,16 @@ def has_gguf_magic(head: bytes) -> bool:
     return head[:len(GGUF_MAGIC)] == GGUF_MAGIC
 
 
+def check_regular(path: str | os.PathLike) -> None:
+    """OSError unless `path` is a regular file (or a link to one): a FIFO named .gguf in a models
+    folder blocked `adaspark models` for ever on its first read, and a device never ends."""
+    if not stat.S_ISREG(os.stat(path).st_mode):
+        raise OSError(errno.EINVAL, "not a regular file", str(path))
+
+
 def is_gguf(path: str | os.PathLike) -> bool:
     """Whether the file at `path` starts with the GGUF magic; OSError if it cannot be read."""
+    check_regular(path)
     with open(path, "rb") as fh:
         return has_gguf_magic(fh.read(len(GGUF_MAGIC)))
 
@@ -158,6 +168,7 @@ def read_gguf_header(
         raise ValueError("read_gguf_header: full and skip_arrays exclude each other")
     path = str(path)
     try:
+        check_regular(path)
         with open(path, "rb") as fh:
             size = fh.seek(0, 2)
             if size < HEADER_BYTES:
@@ -185,6 +196,7 @@ def read_gguf_tensor(path: str | os.PathLike, header: GGUFHeader, name: str) -> 
     start = header.data_offset + info.offset
     nbytes = info.n_elements * stored.itemsize
     try:
+        check_regular(path)
         with open(path, "rb") as fh:
             size = fh.seek(0, 2)
             if start + nbytes > size:

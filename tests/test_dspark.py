@@ -442,6 +442,14 @@ def test_cli_init_writes_a_drafter_the_engine_loads(setup: Setup) -> None:
         bad.func(bad)
 
 
+def test_drafter_init_names_a_missing_target_and_one_that_is_no_file(tmp_path) -> None:
+    """A target that is not there, and one that is a folder (or a FIFO): one error each, saying which."""
+    for target, why in ((tmp_path / "missing.gguf", "no such file"), (tmp_path, "not a file")):
+        with pytest.raises(ModelLoadError, match=why):
+            write_random_drafter(str(target), str(tmp_path / "out.gguf"), block_size=3)
+    assert not (tmp_path / "out.gguf").exists()
+
+
 def test_drafter_without_confidence_head(setup: Setup) -> None:
     path = str(setup.tmp / "noconf.gguf")
     write_random_drafter(bundled_target_path(), path, block_size=3, target_layers=[2],

@@ -187,6 +187,40 @@ def test_garbage_never_crashes(tmp_path):
     assert found["GGUF-magic-only.gguf"].problem.startswith("corrupt GGUF")
 
 
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs here")
+def test_a_fifo_or_a_device_named_gguf_is_broken_not_a_hang(tmp_path):
+    """A FIFO named .gguf in a models folder blocked `adaspark models` for ever on its first read;
+    now it is listed as broken without being opened, beside a link to a device, and reading either
+    as a GGUF is one error."""
+    import threading
+
+    from adaspark_app.gguf_file import GGUFError, read_gguf_header
+
+    folder = tmp_path / "models"
+    folder.mkdir()
+    os.mkfifo(folder / "pipe.gguf")
+    (folder / "zeros.gguf").symlink_to("/dev/zero")
+    write_gguf(folder / "fine.gguf")
+    done: dict = {}
+
+    def list_models() -> None:
+        done["found"] = by_name(discover_models([folder], include_bundled=False, learned=False))
+        for name in ("pipe.gguf", "zeros.gguf"):
+            try:
+                read_gguf_header(folder / name)
+            except GGUFError as err:
+                done[name] = str(err)
+
+    t = threading.Thread(target=list_models, daemon=True)  # a hang fails the test instead of stopping it
+    t.start()
+    t.join(30)
+    assert not t.is_alive(), "listing a folder with a FIFO in it did not return"
+    found = done["found"]
+    assert found["pipe.gguf"].problem == found["zeros.gguf"].problem == "cannot read the file (not a regular file)"
+    assert found["fine.gguf"].problem is None
+    assert "not a regular file" in done["pipe.gguf"] and "not a regular file" in done["zeros.gguf"]
+
+
 def test_learned_state_on_this_device_is_shown(tmp_path):
     from adaspark_app.store import LearnedKey, Store
     from adaspark_app.store.fingerprint import _cpu_name, model_fingerprint

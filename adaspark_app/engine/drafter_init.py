@@ -106,8 +106,10 @@ def write_random_drafter(
         raise ArgumentError(f"--block-size must be at least 2, got {block_size}")
     if layers < 1:
         raise ArgumentError(f"--layers must be at least 1, got {layers}")
-    if not os.path.isfile(target):
+    if not os.path.exists(target):
         raise ModelLoadError(f"{target}: no such file")
+    if not os.path.isfile(target):
+        raise ModelLoadError(f"{target}: not a file")
     header = read_gguf_header(target, full=True)  # ModelLoadError if not a GGUF
     get = header.kv.get
 
