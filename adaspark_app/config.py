@@ -29,6 +29,7 @@ the key (the CLI prints one line and exits 2).
 from __future__ import annotations
 
 import os
+import stat
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,6 +40,8 @@ from .errors import ConfigError
 CONFIG_ENV = "ADASPARK_CONFIG"
 CONFIG_NAME = "config.toml"
 APP_NAME = "adaspark"
+#: A settings file is a few hundred bytes; a larger one is refused before it is read whole.
+CONFIG_MAX_BYTES = 1 << 20
 
 # key -> (python types accepted, what to call it in a message)
 _TOP_KEYS: dict[str, tuple[tuple[type, ...], str]] = {
@@ -104,6 +107,10 @@ def load_config(path: str | os.PathLike | None = None) -> Config:
     Config; anything wrong in it is a ConfigError naming the key."""
     p = Path(path).expanduser() if path is not None else config_path()
     try:
+        if not stat.S_ISREG(p.stat().st_mode):  # a FIFO would block the read, a device never end it
+            raise ConfigError(f"config file {p}: not a regular file")
+        if p.stat().st_size > CONFIG_MAX_BYTES:
+            raise ConfigError(f"config file {p}: over {CONFIG_MAX_BYTES} bytes, not a settings file")
         raw = p.read_bytes()
     except FileNotFoundError:
         return Config()

@@ -101,8 +101,37 @@ def test_not_utf8_and_a_directory(cfg_file):
         load_config()
     cfg_file.unlink()
     cfg_file.mkdir()
-    with pytest.raises(ConfigError, match="cannot read"):
+    with pytest.raises(ConfigError, match="not a regular file"):
         load_config()
+
+
+def test_a_fifo_a_device_or_a_huge_file_as_config_is_one_error_not_a_hang(tmp_path, monkeypatch):
+    """A config path that is a FIFO blocked every command on its read, one linked to /dev/zero
+    filled the memory; each is refused before it is read, as is a file far larger than settings."""
+    import os
+    import threading
+
+    fifo, zeros, huge = tmp_path / "fifo.toml", tmp_path / "zeros.toml", tmp_path / "huge.toml"
+    os.mkfifo(fifo)
+    zeros.symlink_to("/dev/zero")
+    huge.write_bytes(b"# " + b"x" * config_mod.CONFIG_MAX_BYTES + b"\n")
+    errors: dict = {}
+
+    def load_each() -> None:
+        for path in (fifo, zeros, huge):
+            monkeypatch.setenv("ADASPARK_CONFIG", str(path))
+            try:
+                load_config()
+            except ConfigError as err:
+                errors[path.name] = str(err)
+
+    t = threading.Thread(target=load_each, daemon=True)  # a hang fails the test instead of stopping it
+    t.start()
+    t.join(30)
+    assert not t.is_alive(), "reading the config did not return"
+    assert errors["fifo.toml"].endswith("fifo.toml: not a regular file")
+    assert errors["zeros.toml"].endswith("zeros.toml: not a regular file")
+    assert f"over {config_mod.CONFIG_MAX_BYTES} bytes" in errors["huge.toml"]
 
 
 @pytest.mark.parametrize("command", [["chat"], ["models"]])
