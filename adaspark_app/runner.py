@@ -13,6 +13,7 @@ from .engine.events import ReplyResult, RoundEvent
 from .errors import MessageTooLongError, ScriptError
 
 GZ_LIMIT = 256 << 20  # bytes a .gz script may unpack to: a script is text, not a compression bomb
+READ_LIMIT = GZ_LIMIT  # bytes a plain one may hold: read whole, it must fit (a device never ends)
 
 
 @dataclass
@@ -59,8 +60,12 @@ def read_jsonl(path: str, what: str) -> Iterator[tuple[int, Any]]:
             if len(data) > GZ_LIMIT:
                 raise ScriptError(f"{what} {path} unpacks to more than {GZ_LIMIT >> 20} MiB")
             text = data.decode("utf-8")
-        else:
-            text = Path(path).read_text(encoding="utf-8")
+        else:  # a regular file, or a pipe (`run <(make_script)`): read at most READ_LIMIT of it
+            with open(path, "rb") as fh:
+                data = fh.read(READ_LIMIT + 1)
+            if len(data) > READ_LIMIT:
+                raise ScriptError(f"{what} {path} is larger than {READ_LIMIT >> 20} MiB")
+            text = data.decode("utf-8")
     except FileNotFoundError:
         raise ScriptError(f"{what} not found: {path}") from None
     except (OSError, EOFError, UnicodeDecodeError, zlib.error) as exc:  # gzip: BadGzipFile is an OSError

@@ -161,6 +161,21 @@ def test_a_gzip_script_reads_as_the_plain_one(tmp_path, monkeypatch):
         runner.load_script(str(packed))
 
 
+def test_a_script_larger_than_the_read_limit_is_one_line(tmp_path, monkeypatch):
+    """A plain script is read whole: one past READ_LIMIT is refused, and a device that never ends
+    (it was a MemoryError traceback, or the machine's memory) is one line, exit 2."""
+    from adaspark_app import runner
+    from adaspark_app.errors import ScriptError
+
+    plain = tmp_path / "s.jsonl"
+    plain.write_text(json.dumps({"id": "a", "turns": ["Hello"]}) + "\n")
+    assert [c.id for c in runner.load_script(str(plain))] == ["a"]
+    monkeypatch.setattr(runner, "READ_LIMIT", plain.stat().st_size - 1)
+    with pytest.raises(ScriptError, match="s.jsonl is larger than"):
+        runner.load_script(str(plain))
+    _one_line_error(_run("run", "/dev/zero"), "script /dev/zero is larger than 256 MiB")
+
+
 def test_a_broken_gzip_script_is_one_line(tmp_path, good_script):
     import gzip
 

@@ -6,6 +6,7 @@ import argparse
 import hashlib
 import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -241,6 +242,28 @@ def test_import_errors_are_one_line_exit_2(tmp_path, default_db, capsys):
     assert str(bad) in err and "learned[0]" in err and err.count("\n") == 1
     with Store.open(default_db) as s:
         assert export_json(s) == before
+
+
+def test_import_reads_at_most_its_limit_and_a_device_is_one_line(tmp_path, default_db, capsys, monkeypatch):
+    """An export past IMPORT_LIMIT is refused before it is parsed, nothing imported; /dev/zero (a
+    read that never ends: a MemoryError traceback before) is one line, exit 2."""
+    fill(default_db)
+    f = tmp_path / "export.json"
+    assert cli("store", "export", "--out", str(f)) == 0
+    capsys.readouterr()
+    monkeypatch.setattr(commands, "IMPORT_LIMIT", f.stat().st_size - 1)
+    other = tmp_path / "other.db"
+    assert cli("store", "import", str(f), "--store", str(other)) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "export.json is larger than" in err
+    with Store.open(other) as s:
+        assert s.list_learned() == []
+    monkeypatch.setattr(commands, "IMPORT_LIMIT", f.stat().st_size)
+    assert cli("store", "import", str(f), "--store", str(other)) == 0
+    out = subprocess.run([sys.executable, "-m", "adaspark_app.cli", "store", "import", "/dev/zero"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and out.stderr.count("\n") == 1
+    assert "/dev/zero is larger than 256 MiB" in out.stderr
 
 
 def test_reset_without_tty_or_yes_refuses(default_db, capsys, monkeypatch):

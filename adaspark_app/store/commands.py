@@ -31,6 +31,8 @@ PRICE_CONTEXTS = (256, 1024, 4096)
 SHOW_REQUESTS = 10
 # ``show --requests N`` lists at most this many (SQLite's LIMIT takes a 64-bit integer; nobody reads more)
 SHOW_REQUESTS_MAX = 1_000_000
+# bytes `import` reads of an export at most (an export is a few kB a key; a device never ends)
+IMPORT_LIMIT = 256 << 20
 ACTIONS = ("list", "show", "export", "import", "reset")
 
 
@@ -401,17 +403,21 @@ def _cmd_export(store: Store, args: argparse.Namespace, console: Console) -> int
 
 def _cmd_import(store: Store, args: argparse.Namespace, console: Console) -> int:
     src = args.file
-    if src == "-":
-        text = sys.stdin.read()
-    else:
-        try:
-            text = Path(src).expanduser().read_text(encoding="utf-8")
-        except FileNotFoundError:
-            raise StoreError(f"import: no such file {src}") from None
-        except UnicodeDecodeError:
-            raise StoreError(f"import: {src} is not UTF-8 text") from None
-        except OSError as exc:
-            raise StoreError(f"import: cannot read {src}: {exc.strerror or exc}") from None
+    try:
+        if src == "-":
+            data = sys.stdin.buffer.read(IMPORT_LIMIT + 1)
+        else:
+            with open(Path(src).expanduser(), "rb") as fh:
+                data = fh.read(IMPORT_LIMIT + 1)
+        if len(data) > IMPORT_LIMIT:
+            raise StoreError(f"import: {src} is larger than {IMPORT_LIMIT >> 20} MiB, not an export")
+        text = data.decode("utf-8")
+    except FileNotFoundError:
+        raise StoreError(f"import: no such file {src}") from None
+    except UnicodeDecodeError:
+        raise StoreError(f"import: {src} is not UTF-8 text") from None
+    except OSError as exc:
+        raise StoreError(f"import: cannot read {src}: {exc.strerror or exc}") from None
     try:
         messages = import_json(store, text, "merge" if args.merge else "replace")
     except StoreError as exc:
