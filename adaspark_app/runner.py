@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator, TextIO
 
+from .bounded_read import TooLarge, read_at_most
 from .engine.events import ReplyResult, RoundEvent
 from .errors import MessageTooLongError, ScriptError
 
@@ -61,11 +62,9 @@ def read_jsonl(path: str, what: str) -> Iterator[tuple[int, Any]]:
                 raise ScriptError(f"{what} {path} unpacks to more than {GZ_LIMIT >> 20} MiB")
             text = data.decode("utf-8")
         else:  # a regular file, or a pipe (`run <(make_script)`): read at most READ_LIMIT of it
-            with open(path, "rb") as fh:
-                data = fh.read(READ_LIMIT + 1)
-            if len(data) > READ_LIMIT:
-                raise ScriptError(f"{what} {path} is larger than {READ_LIMIT >> 20} MiB")
-            text = data.decode("utf-8")
+            text = read_at_most(path, READ_LIMIT).decode("utf-8")
+    except TooLarge as exc:
+        raise ScriptError(f"{what} {path} is {exc}") from None
     except FileNotFoundError:
         raise ScriptError(f"{what} not found: {path}") from None
     except (OSError, EOFError, UnicodeDecodeError, zlib.error) as exc:  # gzip: BadGzipFile is an OSError

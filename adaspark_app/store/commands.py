@@ -18,6 +18,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from adaspark_app.bounded_read import TooLarge, read_at_most
 from adaspark_app.errors import AdaSparkError, StoreError
 
 from adaspark_app.learn.state import StateError
@@ -404,14 +405,9 @@ def _cmd_export(store: Store, args: argparse.Namespace, console: Console) -> int
 def _cmd_import(store: Store, args: argparse.Namespace, console: Console) -> int:
     src = args.file
     try:
-        if src == "-":
-            data = sys.stdin.buffer.read(IMPORT_LIMIT + 1)
-        else:
-            with open(Path(src).expanduser(), "rb") as fh:
-                data = fh.read(IMPORT_LIMIT + 1)
-        if len(data) > IMPORT_LIMIT:
-            raise StoreError(f"import: {src} is larger than {IMPORT_LIMIT >> 20} MiB, not an export")
-        text = data.decode("utf-8")
+        text = read_at_most(src if src == "-" else Path(src).expanduser(), IMPORT_LIMIT).decode("utf-8")
+    except TooLarge as exc:
+        raise StoreError(f"import: {src} is {exc}, not an export") from None
     except FileNotFoundError:
         raise StoreError(f"import: no such file {src}") from None
     except UnicodeDecodeError:
