@@ -107,9 +107,10 @@ def load_config(path: str | os.PathLike | None = None) -> Config:
     Config; anything wrong in it is a ConfigError naming the key."""
     p = Path(path).expanduser() if path is not None else config_path()
     try:
-        if not stat.S_ISREG(p.stat().st_mode):  # a FIFO would block the read, a device never end it
+        st = p.stat()
+        if not stat.S_ISREG(st.st_mode):  # a FIFO would block the read, a device never end it
             raise ConfigError(f"config file {p}: not a regular file")
-        if p.stat().st_size > CONFIG_MAX_BYTES:
+        if st.st_size > CONFIG_MAX_BYTES:
             raise ConfigError(f"config file {p}: over {CONFIG_MAX_BYTES} bytes, not a settings file")
         raw = p.read_bytes()
     except FileNotFoundError:

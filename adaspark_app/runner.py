@@ -54,16 +54,12 @@ def read_jsonl(path: str, what: str) -> Iterator[tuple[int, Any]]:
     """The JSON value of each non-blank line of a JSONL file (gzip-compressed where its name ends in
     .gz), with its line number; a missing or unreadable file or a malformed line is a ScriptError
     naming `what`, the file and the line."""
-    try:
-        if str(path).endswith(".gz"):  # a gzip-compressed file (SCRIPT.jsonl.gz), read whole as a plain one is
-            with gzip.open(path, "rb") as fh:
-                data = fh.read(GZ_LIMIT + 1)
-            if len(data) > GZ_LIMIT:
-                raise ScriptError(f"{what} {path} unpacks to more than {GZ_LIMIT >> 20} MiB")
-            text = data.decode("utf-8")
-        else:  # a regular file, or a pipe (`run <(make_script)`): read at most READ_LIMIT of it
-            text = read_at_most(path, READ_LIMIT).decode("utf-8")
+    packed = str(path).endswith(".gz")  # a gzip-compressed file (SCRIPT.jsonl.gz), read whole as a plain one is
+    try:  # a plain one may be a pipe (`run <(make_script)`)
+        text = read_at_most(path, GZ_LIMIT if packed else READ_LIMIT, gzip.open if packed else open).decode("utf-8")
     except TooLarge as exc:
+        if packed:
+            raise ScriptError(f"{what} {path} unpacks to more than {GZ_LIMIT >> 20} MiB") from None
         raise ScriptError(f"{what} {path} is {exc}") from None
     except FileNotFoundError:
         raise ScriptError(f"{what} not found: {path}") from None

@@ -6,20 +6,17 @@ answered and its reply were lost, and an empty conversation was left in the stor
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
-import pty
 import select
 import signal
 import sqlite3
-import struct
-import subprocess
 import sys
-import termios
 import time
 
 import pytest
+
+from benchmarks.ui.ui_cpu import spawn_in_pty
 
 pytestmark = [pytest.mark.model, pytest.mark.long]
 
@@ -33,10 +30,7 @@ class Terminal:
     """A process on the slave side of a pseudo-terminal of 100x30; its screen output read here."""
 
     def __init__(self, argv: list[str], env: dict[str, str]) -> None:
-        self.master, slave = pty.openpty()
-        fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 30, 100, 0, 0))
-        self.proc = subprocess.Popen(argv, stdin=slave, stdout=slave, stderr=slave, env=env, start_new_session=True)
-        os.close(slave)
+        self.proc, self.master = spawn_in_pty(argv, env, size=(100, 30), cwd=None)
         self.output = b""
 
     def read_for(self, seconds: float) -> None:

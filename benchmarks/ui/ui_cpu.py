@@ -312,18 +312,26 @@ def child(args: argparse.Namespace) -> None:
 
 
 # ---------------------------------------------------------------------------- the parent
-def run_in_pty(argv: list[str], env: dict[str, str], timeout: float) -> bytes:
-    """Run `argv` on a fresh pseudo-terminal of SIZE, reading (and dropping) what it draws as a
-    terminal would; returns the last 4 KB of output (for a failure's message)."""
+def spawn_in_pty(argv: list[str], env: dict[str, str], size: tuple[int, int] = SIZE,
+                 cwd: str | Path | None = ROOT) -> tuple[subprocess.Popen, int]:
+    """`argv` started in a session of its own on a fresh pseudo-terminal of `size` (columns,
+    rows); returns the process and the terminal's side to read what it draws and type keys into."""
     import fcntl
     import termios
 
     master, slave = pty.openpty()
-    cols, rows = SIZE
+    cols, rows = size
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
-    proc = subprocess.Popen(argv, stdin=slave, stdout=slave, stderr=slave, env=env, start_new_session=True, cwd=ROOT,
+    proc = subprocess.Popen(argv, stdin=slave, stdout=slave, stderr=slave, env=env, start_new_session=True, cwd=cwd,
                             close_fds=True)
     os.close(slave)
+    return proc, master
+
+
+def run_in_pty(argv: list[str], env: dict[str, str], timeout: float) -> bytes:
+    """Run `argv` on a fresh pseudo-terminal of SIZE, reading (and dropping) what it draws as a
+    terminal would; returns the last 4 KB of output (for a failure's message)."""
+    proc, master = spawn_in_pty(argv, env)
     tail = b""
     deadline = time.monotonic() + timeout
     try:

@@ -47,18 +47,17 @@ from .replies import BUSY, ReplyRunner
 from .settings import SettingsScreen
 
 
-#: The columns the sidebar and the panel take (their DEFAULT_CSS widths), and the fewest the
-#: conversation keeps: on a narrower terminal the sidebar, then the panel, start hidden.
-SIDEBAR_COLUMNS = 34
-PANEL_COLUMNS = 46
+#: The fewest columns the conversation keeps: on a narrower terminal the sidebar, then the panel,
+#: start hidden.
 CHAT_MIN_COLUMNS = 50
 
 
-def fitting_panels(width: int) -> tuple[bool, bool]:
-    """(sidebar, panel): which of the two fit beside a conversation of CHAT_MIN_COLUMNS on a screen
-    `width` columns wide; the panel (what speculation is doing) before the sidebar (Ctrl+B shows it)."""
-    panel = width >= PANEL_COLUMNS + CHAT_MIN_COLUMNS
-    return panel and width >= SIDEBAR_COLUMNS + PANEL_COLUMNS + CHAT_MIN_COLUMNS, panel
+def fitting_panels(width: int, sidebar: int, panel: int) -> tuple[bool, bool]:
+    """(sidebar, panel): which of the two, `sidebar` and `panel` columns wide, fit beside a
+    conversation of CHAT_MIN_COLUMNS on a screen `width` columns wide; the panel (what speculation
+    is doing) before the sidebar (Ctrl+B shows it)."""
+    show_panel = width >= panel + CHAT_MIN_COLUMNS
+    return show_panel and width >= sidebar + panel + CHAT_MIN_COLUMNS, show_panel
 
 
 class ChatScreen(Screen):
@@ -484,7 +483,7 @@ class ChatScreen(Screen):
         """Show the sidebar and the panel where they fit (fitting_panels). Only when the answer
         changes: Ctrl+B and Ctrl+G hold until the terminal crosses a width where it does (at 80
         columns the two took all but 2 of the conversation's)."""
-        fitted = fitting_panels(width)
+        fitted = fitting_panels(width, self.sidebar.styles.width.cells, self.panel.styles.width.cells)
         if fitted != self._fitted:
             self._fitted = fitted
             self.sidebar.display, self.panel.display = fitted
