@@ -94,3 +94,43 @@ def test_a_closed_terminal_or_sigterm_mid_reply_saves_the_message_and_its_reply_
     assert messages[0][1] == PROMPT
     reply, meta = messages[1][1], json.loads(messages[1][2])
     assert meta["stopped"] is True and reply.strip() and meta["n_tokens"] < 3000
+
+
+def test_a_chat_killed_mid_reply_loses_neither_the_message_nor_the_text_so_far(tmp_path):
+    """SIGKILL (or a crash) leaves no chance to save: the reply in flight, written to the
+    store as it streams, is what the next `adaspark chat` keeps, and it says so."""
+    store = tmp_path / "chat.db"
+    env = {**os.environ, "ADASPARK_STORE": str(store), "ADASPARK_CONFIG": str(tmp_path / "no-config.toml"),
+           "HOME": str(tmp_path / "home"), "XDG_STATE_HOME": str(tmp_path / "state"), "TERM": "xterm-256color",
+           "COLUMNS": "100", "LINES": "30"}
+    argv = [sys.executable, "-m", "adaspark_app.cli", "chat", "--max-tokens", "3000", "--temperature", "0.8",
+            "--seed", "1"]
+    term = Terminal(argv, env)
+    try:
+        term.wait_for(b"Ready.", LOAD_TIMEOUT_S)
+        term.type(PROMPT.encode() + b"\r")
+        term.wait_for(b"Generating", 10.0)
+        term.read_for(2.5)  # the text so far is written every second
+        assert term.proc.poll() is None
+        os.killpg(term.proc.pid, signal.SIGKILL)  # the chat and its engine process, with no warning
+    finally:
+        term.close()
+    with sqlite3.connect(store) as db:
+        assert db.execute("select count(*) from messages").fetchone() == (0,)  # nothing was recorded
+        ((left,),) = db.execute("select content from replies_in_flight").fetchall()
+    assert left.strip()
+
+    again = Terminal(argv, env)
+    try:
+        again.wait_for(b"Ready.", LOAD_TIMEOUT_S)
+        again.wait_for(b"generated so far", 10.0)  # the notice
+        again.type(b"\x11")  # Ctrl+Q
+    finally:
+        code = again.close()
+    assert code == 0
+    with sqlite3.connect(store) as db:
+        messages = db.execute("select role, content, meta from messages order by id").fetchall()
+        assert db.execute("select count(*) from replies_in_flight").fetchone() == (0,)
+    assert [(m[0], m[1]) for m in messages] == [("user", PROMPT), ("assistant", left)]
+    meta = json.loads(messages[1][2])
+    assert meta["chat_ended"] is True and 0 < meta["n_tokens"] < 3000

@@ -204,6 +204,14 @@ def _database(conn: sqlite3.Connection) -> Database:
         return Database(conn)
 
 
+def _check_messages(messages: list[tuple[str, str, dict | None]]) -> None:
+    for role, content, _meta in messages:
+        if role not in ROLES:
+            raise StoreError(f"unknown message role {role!r} (expected one of {', '.join(ROLES)})")
+        if not isinstance(content, str):
+            raise StoreError("message content must be a string")
+
+
 # --- the store ----------------------------------------------------------------------------------
 
 
@@ -638,35 +646,94 @@ class Store:
         return rows
 
     def replace_messages_from(self, conversation_id: str, first_id: int | None,
-                              messages: list[tuple[str, str, dict | None]]) -> list[int]:
+                              messages: list[tuple[str, str, dict | None]],
+                              in_flight: int | None = None) -> list[int]:
         """Drop the conversation's messages from id ``first_id`` on (None: drop none) and append
         ``messages`` ((role, content, meta) each), in one transaction: a regenerated reply or an
-        edited turn replaces the old ones, or nothing changes. Returns the new messages' ids."""
-        for role, content, _meta in messages:
-            if role not in ROLES:
-                raise StoreError(f"unknown message role {role!r} (expected one of {', '.join(ROLES)})")
-            if not isinstance(content, str):
-                raise StoreError("message content must be a string")
+        edited turn replaces the old ones, or nothing changes. ``in_flight``: the id of the reply
+        in flight (`begin_reply`) these messages settle; its row goes in the same transaction.
+        Returns the new messages' ids."""
+        _check_messages(messages)
+        with self.write() as conn:
+            if in_flight is not None:
+                conn.execute("delete from replies_in_flight where id = ?", (int(in_flight),))
+            return self._replace(conn, conversation_id, first_id, messages)
+
+    def _replace(self, conn: sqlite3.Connection, conversation_id: str, first_id: int | None,
+                 messages: list[tuple[str, str, dict | None]]) -> list[int]:
         now = now_iso()
+        cur = conn.execute("update conversations set updated = ? where id = ?", (now, conversation_id))
+        if cur.rowcount == 0:
+            raise StoreError(f"no conversation {conversation_id!r} in {self.path}")
+        if first_id is not None:
+            conn.execute("delete from messages where conversation_id = ? and id >= ?",
+                         (conversation_id, int(first_id)))
         ids: list[int] = []
+        for role, content, meta in messages:
+            cur = conn.execute(
+                "insert into messages (conversation_id, role, content, meta, created) values (?, ?, ?, ?, ?)",
+                (conversation_id, role, content, dumps_compact(meta) if meta is not None else None, now),
+            )
+            ids.append(int(cur.lastrowid))
+        return ids
+
+    # -- the chat's reply in flight --------------------------------------------------------------
+    # Written as it streams, so a chat that ends without recording it (killed, a crash)
+    # loses neither the message it answers nor the text so far: the next chat settles the row.
+
+    def begin_reply(self, conversation_id: str, prompt: str | None, replace_from: int | None,
+                    meta: dict, owner: str) -> int:
+        """A reply to the conversation has been asked for: `prompt` is the new user message
+        (None: a regenerate), `replace_from` the store id of the first message it replaces, and
+        `owner` the process that writes it (`owner.this_owner`). Returns the row's id."""
+        now = now_iso()
         with self.write() as conn:
             cur = conn.execute(
-                "update conversations set updated = ? where id = ?", (now, conversation_id)
+                "insert into replies_in_flight (conversation_id, prompt, replace_from, content, meta, owner, "
+                "created, updated) values (?, ?, ?, '', ?, ?, ?, ?)",
+                (conversation_id, prompt, replace_from, dumps_compact(meta), owner, now, now),
             )
-            if cur.rowcount == 0:
-                raise StoreError(f"no conversation {conversation_id!r} in {self.path}")
-            if first_id is not None:
-                conn.execute("delete from messages where conversation_id = ? and id >= ?",
-                             (conversation_id, int(first_id)))
-            for role, content, meta in messages:
-                cur = conn.execute(
-                    "insert into messages (conversation_id, role, content, meta, created) "
-                    "values (?, ?, ?, ?, ?)",
-                    (conversation_id, role, content,
-                     dumps_compact(meta) if meta is not None else None, now),
-                )
-                ids.append(int(cur.lastrowid))
-        return ids
+            return int(cur.lastrowid)
+
+    def update_reply(self, reply_id: int, content: str, meta: dict) -> None:
+        """The reply in flight's text and meta so far (nothing if the row has been settled)."""
+        with self.write() as conn:
+            conn.execute("update replies_in_flight set content = ?, meta = ?, updated = ? where id = ?",
+                         (content, dumps_compact(meta), now_iso(), int(reply_id)))
+
+    def end_reply(self, reply_id: int) -> None:
+        """The reply in flight will not be recorded (withdrawn: its prompt went back in the box)."""
+        with self.write() as conn:
+            conn.execute("delete from replies_in_flight where id = ?", (int(reply_id),))
+
+    def replies_in_flight(self) -> list[dict]:
+        """Every reply in flight: id, conversation_id, prompt, replace_from, content, meta (a
+        dict; {} where the stored one is not a JSON object), owner, created, updated."""
+        with self.read() as conn:
+            rows = fetch_rows(conn, "select * from replies_in_flight order by id")
+        for r in rows:
+            try:
+                meta = json.loads(r["meta"]) if r["meta"] is not None else {}
+            except (TypeError, ValueError):
+                meta = {}
+            r["meta"] = meta if isinstance(meta, dict) else {}
+        return rows
+
+    def settle_reply(self, reply_id: int, messages: list[tuple[str, str, dict | None]]) -> list[int] | None:
+        """Settle a reply in flight whose chat has gone: its row leaves, and ``messages`` replace
+        the conversation's from the row's ``replace_from`` on, in one transaction. None (nothing
+        written) when the row is gone (another chat settled it) or its conversation is (the row
+        is dropped)."""
+        _check_messages(messages)
+        with self.write() as conn:
+            row = conn.execute("select conversation_id, replace_from from replies_in_flight where id = ?",
+                               (int(reply_id),)).fetchone()
+            if row is None:
+                return None
+            conn.execute("delete from replies_in_flight where id = ?", (int(reply_id),))
+            if conn.execute("select 1 from conversations where id = ?", (row[0],)).fetchone() is None:
+                return None
+            return self._replace(conn, row[0], row[1], messages) if messages else []
 
     def rename_conversation(self, conversation_id: str, title: str) -> None:
         with self.write() as conn:
@@ -680,6 +747,7 @@ class Store:
     def delete_conversation(self, conversation_id: str) -> None:
         with self.write() as conn:
             conn.execute("delete from messages where conversation_id = ?", (conversation_id,))
+            conn.execute("delete from replies_in_flight where conversation_id = ?", (conversation_id,))
             cur = conn.execute("delete from conversations where id = ?", (conversation_id,))
             if cur.rowcount == 0:
                 raise StoreError(f"no conversation {conversation_id!r} in {self.path}")

@@ -203,3 +203,25 @@ def m004_conversation_settings(db: Database) -> None:
     """Each conversation's own settings (JSON: max tokens, sampling, model path) beside its
     system prompt and model label, so a resumed conversation replies as it did."""
     db["conversations"].add_column("settings", str)
+
+
+@migration
+def m005_replies_in_flight(db: Database) -> None:
+    """The chat's reply in flight, written as it streams: the message it answers and the text so
+    far, with the process that writes it. A chat that ends without recording the reply (killed,
+    a crash) leaves the row, and the next chat keeps the message and that text."""
+    db["replies_in_flight"].create(
+        {
+            "id": int,
+            "conversation_id": str,
+            "prompt": str,  # the new user message (null: a regenerate, which has none)
+            "replace_from": int,  # store id of the first message the reply replaces (null: none)
+            "content": str,  # the reply's text so far
+            "meta": str,  # JSON: what the reply's stored meta would hold so far
+            "owner": str,  # host, pid and start time of the chat process that writes it
+            "created": str,
+            "updated": str,
+        },
+        pk="id",
+        not_null={"conversation_id", "content", "owner"},
+    )

@@ -109,6 +109,11 @@ class AdaSparkApp(App[int]):
         self._context_used: int | None = 0
         self._update_subtitle()
 
+    @property
+    def quitting(self) -> bool:
+        """Whether a quit waits for the reply in flight to end (`action_quit`)."""
+        return self._quitting
+
     # ------------------------------------------------------------------ screens
     def get_default_screen(self) -> Screen:
         return ChatScreen(self)

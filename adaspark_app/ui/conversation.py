@@ -12,7 +12,9 @@ transaction, once the reply has ended.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from typing import Any, Protocol
 
 from markdown_it import MarkdownIt
@@ -21,11 +23,15 @@ from ..engine.events import ReplyResult, RoundEvent
 from ..engine.sampling import SamplingSettings
 from ..errors import AdaSparkError
 from ..store import title_from
+from ..store.owner import owner_alive, this_owner
 from .chat_settings import DEFAULT_MAX_TOKENS, ChatSettings
 
 MAX_TOKENS = DEFAULT_MAX_TOKENS  # per reply; the engine stops earlier at the end-of-generation token
 ROLES = ("system", "user", "assistant")  # the stored rows a conversation shows (others are skipped)
 NOTHING_TO_REGENERATE = "No reply to regenerate yet."
+# Another host's reply in flight (a store on a shared disk) not written for this long: its chat
+# has gone (a live one writes its text every IN_FLIGHT_INTERVAL_S, ui/screens/replies.py).
+STALE_IN_FLIGHT_S = 600.0
 
 
 class ConversationStore(Protocol):
@@ -46,6 +52,13 @@ class ConversationStore(Protocol):
 
     def delete_conversation(self, conversation_id: str) -> None: ...
 
+    def begin_reply(self, conversation_id: str, prompt: str | None, replace_from: int | None,
+                    meta: dict, owner: str) -> int: ...
+
+    def update_reply(self, reply_id: int, content: str, meta: dict) -> None: ...
+
+    def end_reply(self, reply_id: int) -> None: ...
+
 
 class ChatStore(ConversationStore, Protocol):
     """All the store's conversation methods the chat uses, the conversations list's too."""
@@ -53,6 +66,10 @@ class ChatStore(ConversationStore, Protocol):
     def list_conversations(self, search: str | None = None) -> list[dict]: ...
 
     def rename_conversation(self, conversation_id: str, title: str) -> None: ...
+
+    def replies_in_flight(self) -> list[dict]: ...
+
+    def settle_reply(self, reply_id: int, messages: list[tuple[str, str, dict | None]]) -> list[int] | None: ...
 
 
 class Refusal(Exception):
@@ -87,6 +104,7 @@ class ReplyRequest:
     edit_index: int | None = None  # the history index of the edited user message
     sampling: SamplingSettings | None = None  # the settings (and seed, if fixed) of this reply
     sent: bool = False  # asked of the engine (after the first paint of its messages)
+    in_flight: int | None = None  # its row among the store's replies in flight (None: not written)
     stop_before_send: bool = False  # Esc came before the request was sent
 
     @property
@@ -281,12 +299,64 @@ class Conversation:
         ids: list[int | None] = [None] * len(new)
         error: AdaSparkError | None = None
         try:
-            ids = list(self.store.replace_messages_from(request.conversation_id, request.replace_from, new))
+            ids = list(self.store.replace_messages_from(request.conversation_id, request.replace_from, new,
+                                                        in_flight=request.in_flight))
         except AdaSparkError as err:
             error = err
         self.turns = [*self.turns[:request.keep], *(Turn(r, c, i, m) for i, (r, c, m) in zip(ids, new))]
         if error is not None:
             raise error
+
+    # ------------------------------------------------------------------ while it streams
+    def begin_in_flight(self, request: ReplyRequest, model_label: str) -> None:
+        """Write the request to the store as a reply in flight, so a chat that ends before it is
+        recorded (killed, a crash) loses neither its message nor its text so far: the next
+        chat keeps them (`settle_cut_replies`). A store that refuses leaves the reply unwritten
+        until it ends (`record` then says if the store still refuses)."""
+        meta = cut_reply_meta(model_label, 0, None, None, request.sampling, ended=CHAT_ENDED)
+        try:
+            request.in_flight = self.store.begin_reply(request.conversation_id,
+                                                       None if request.regenerate else request.prompt,
+                                                       request.replace_from, meta, this_owner())
+        except AdaSparkError:
+            request.in_flight = None
+
+    def update_in_flight(self, request: ReplyRequest, text: str, meta: dict[str, Any]) -> None:
+        """The reply in flight's text so far and the meta a cut-short reply would be kept with."""
+        if request.in_flight is None:
+            return
+        try:
+            self.store.update_reply(request.in_flight, text, meta)
+        except AdaSparkError:
+            pass  # the next update, or the record at the end, tries again
+
+    def end_in_flight(self, request: ReplyRequest) -> None:
+        """The reply will not be recorded (withdrawn): its row among those in flight goes."""
+        if request.in_flight is None:
+            return
+        in_flight, request.in_flight = request.in_flight, None
+        try:
+            self.store.end_reply(in_flight)
+        except AdaSparkError:
+            pass  # the next chat finds it, with this process gone, and keeps the message
+
+    def keep_unanswered(self, request: ReplyRequest) -> None:
+        """The reply ended before its first token as the app quits: its new message joins the
+        turns and the store unanswered (in place of the turns it was replacing), where going back
+        in the message box would lose it. A regenerate leaves the previous reply. A store that
+        refuses leaves the reply in flight's row: the next chat keeps the message from it."""
+        if request.regenerate:
+            self.end_in_flight(request)
+            return
+        new: list[tuple[str, str, dict[str, Any] | None]] = [("user", request.prompt, None)]
+        try:
+            if request.in_flight is not None:
+                ids = self.store.settle_reply(request.in_flight, new) or [None]
+            else:
+                ids = self.store.replace_messages_from(request.conversation_id, request.replace_from, new)
+        except AdaSparkError:
+            return
+        self.turns = [*self.turns[:request.keep], Turn("user", request.prompt, ids[0])]
 
     def drop_created(self, request: ReplyRequest) -> bool:
         """A request that made this conversation gave no reply: the conversation leaves the store
@@ -335,14 +405,18 @@ def reply_meta(result: ReplyResult, model: str, shown_rate: float | None = None,
     return meta
 
 
+ENGINE_DIED = "engine_died"  # a cut-short reply's meta key: the engine process ended mid-reply
+CHAT_ENDED = "chat_ended"  # ... the chat ended mid-reply without recording it (a reply in flight)
+
+
 def cut_reply_meta(model: str, n_tokens: int, last: RoundEvent | None, reply_rate: float | None,
-                   sampling: SamplingSettings | None) -> dict[str, Any]:
-    """The meta of a reply the engine process's death cut short, from what had arrived: its
-    tokens, the engine time of its `last` round, and the seed it drew with (each round reports
-    it; else the request's own, for a later regenerate)."""
+                   sampling: SamplingSettings | None, ended: str = ENGINE_DIED) -> dict[str, Any]:
+    """The meta of a reply cut short (`ended`: by the engine process's death, or the chat's),
+    from what had arrived: its tokens, the engine time of its `last` round, and the seed it drew
+    with (each round reports it; else the request's own, for a later regenerate)."""
     meta: dict[str, Any] = {"model": model, "n_tokens": n_tokens,
                             "decode_s": round(last.reply_seconds, 4) if last else 0.0,
-                            "tokens_per_s": round(reply_rate or 0.0, 2), "stopped": True, "engine_died": True}
+                            "tokens_per_s": round(reply_rate or 0.0, 2), "stopped": True, ended: True}
     seed = last.seed if last is not None and last.seed is not None else None
     if seed is None and sampling is not None and not sampling.greedy:
         seed = sampling.seed
@@ -371,8 +445,10 @@ def reply_note(meta: dict[str, Any] | None) -> str:
         parts.append(f"{meta['tokens_per_s']:.1f} tok/s")
     if meta.get("rounds"):
         parts.append(f"{meta['rounds']} rounds")
-    if meta.get("engine_died"):
+    if meta.get(ENGINE_DIED):
         parts.append("stopped: the engine process ended")
+    elif meta.get(CHAT_ENDED):
+        parts.append("stopped: the chat ended")
     elif meta.get("stopped"):
         parts.append("stopped")
     elif meta.get("looped"):
@@ -393,3 +469,69 @@ def context_used_from(rows: list[dict[str, Any]]) -> int | None:
         return None
     return 0
 
+
+
+@dataclass
+class Settled:
+    """A reply in flight that a chat left behind, as the next chat kept it (`settle_cut_replies`)."""
+
+    conversation_id: str
+    prompt: str | None  # the message it answered, kept (None: a regenerate)
+    replied: bool  # text had arrived: it is kept as a stopped reply
+    n_tokens: int  # the tokens of that text, as its meta counts them (0: not counted)
+
+
+def settle_cut_replies(store: ChatStore, alive: Callable[[str], bool | None] = owner_alive) -> list[Settled]:
+    """Keep the replies in flight whose chat has gone (killed mid-reply, a crash) as that
+    chat would have kept them on a stop: the new message, and the text so far as a stopped reply
+    (its meta says CHAT_ENDED), in place of the turns it was replacing. A regenerate with no text
+    yet leaves the previous reply; a message with none is kept on its own (regenerate answers it).
+    A reply whose chat still runs (`alive`) is left to it. AdaSparkError from the store."""
+    settled: list[Settled] = []
+    for row in store.replies_in_flight():
+        live = alive(str(row.get("owner")))
+        if live is None:  # another host's chat: gone once it stopped writing
+            live = _age_s(row.get("updated")) < STALE_IN_FLIGHT_S
+        if live:
+            continue
+        prompt = row["prompt"] if isinstance(row.get("prompt"), str) else None
+        text = row["content"] if isinstance(row.get("content"), str) else ""
+        new: list[tuple[str, str, dict[str, Any] | None]] = [] if prompt is None else [("user", prompt, None)]
+        n_tokens = 0
+        if text.strip():
+            meta = {**row["meta"], "stopped": True, CHAT_ENDED: True}
+            meta.pop(ENGINE_DIED, None)
+            n = meta.get("n_tokens")
+            n_tokens = n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else 0
+            new.append(("assistant", text, meta))
+        if store.settle_reply(row["id"], new):
+            settled.append(Settled(row["conversation_id"], prompt, bool(text.strip()), n_tokens))
+    return settled
+
+
+def settled_notice(settled: list[Settled]) -> str:
+    """What the chat says at start of the replies it kept for a chat that ended mid-reply."""
+    where = "in the first conversation of the list"
+    if len(settled) > 1:
+        return (f"{len(settled)} replies were cut short when a chat ended. Their messages and the text "
+                "generated so far are kept, in the first conversations of the list.")
+    s = settled[0]
+    tokens = f"the {s.n_tokens} token{'s' if s.n_tokens != 1 else ''}" if s.n_tokens else "the text"
+    tokens += " generated so far"
+    if s.prompt is None:
+        verb = "is" if s.n_tokens <= 1 else "are"
+        return f"The chat ended during a regenerated reply last time. {tokens.capitalize()} {verb} kept, {where}."
+    if not s.replied:
+        return f"The chat ended before its reply to your last message began. The message is kept, {where}: F5 answers it."
+    return f"The chat ended during a reply last time. Your message and {tokens} are kept, {where}."
+
+
+def _age_s(iso: Any) -> float:
+    """Seconds since the store's timestamp `iso` (infinite when it cannot be read)."""
+    try:
+        then = datetime.fromisoformat(str(iso))
+    except ValueError:
+        return float("inf")
+    if then.tzinfo is None:
+        then = then.replace(tzinfo=timezone.utc)
+    return (datetime.now(timezone.utc) - then).total_seconds()

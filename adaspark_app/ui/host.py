@@ -30,6 +30,11 @@ class ChatHost(Protocol):
     load_error: str | None  # why no engine will answer (its load failed, or it kept dying)
     resume_id: str | None  # the stored conversation to open at start (`chat --continue`)
 
+    @property
+    def quitting(self) -> bool:
+        """Whether the app quits once the reply in flight has ended."""
+        ...
+
     def default_settings(self) -> ChatSettings:
         """The settings a new conversation starts with."""
         ...

@@ -34,7 +34,7 @@ from ...errors import AdaSparkError
 from ...store import title_from
 from ..chat_settings import ChatSettings
 from ..compositor import install as install_cropped_compositor
-from ..conversation import Conversation
+from ..conversation import Conversation, settle_cut_replies, settled_notice
 from ..engine_client import (EngineDied, EngineDone, EngineLoaded, EngineLoadFailed, EngineReplyFailed, EngineRounds,
                              EngineStopped)
 from ..export import reply_file_name, write_export
@@ -143,6 +143,7 @@ class ChatScreen(Screen):
     async def on_mount(self) -> None:
         self._fit(self.app.size.width)
         self.sidebar.store = self.host.store
+        self._settle_cut_replies()
         self.refresh_conversations()
         self.prompt.focus()
         self.set_status()
@@ -151,6 +152,17 @@ class ChatScreen(Screen):
         if self.host.resume_id:
             await self.open_conversation(self.host.resume_id)
         self.show_settings()
+
+    def _settle_cut_replies(self) -> None:
+        """Keep what a chat killed mid-reply left in the store (`settle_cut_replies`), and say so."""
+        try:
+            settled = settle_cut_replies(self.host.store)
+        except AdaSparkError as err:
+            self.notify(f"A reply cut short by the end of a chat could not be kept: {err}", title="Store",
+                        severity="error", timeout=10)
+            return
+        if settled:
+            self.notify(settled_notice(settled), timeout=10)
 
     def _warm_next(self) -> None:
         """One highlighter per tick while the model loads, so the UI stays responsive; none once a

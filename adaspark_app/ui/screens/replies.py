@@ -20,7 +20,8 @@ from typing import Any, Awaitable, Callable, Protocol
 from ...engine.events import RoundEvent
 from ...errors import AdaSparkError
 from ..collector import freeze_for_reply, thaw_after_reply
-from ..conversation import Conversation, Refusal, ReplyRequest, cut_reply_meta, reply_meta, reply_note
+from ..conversation import (CHAT_ENDED, ENGINE_DIED, Conversation, Refusal, ReplyRequest, cut_reply_meta, reply_meta,
+                            reply_note)
 from ..engine_client import EngineDone, EngineRounds
 from ..host import ChatHost
 from ..stats import SpecStats, gauges_from
@@ -30,6 +31,9 @@ from ..widgets.reply_stream import ReplyStream
 BUSY = "A reply is being generated; Esc stops it."
 THAW_DELAY_S = 0.3  # after a reply ends, the held-back garbage collection (ui/collector.py)
 SEND_WAIT_REFRESHES = 5  # refreshes a request may wait for its messages to be laid out and painted
+# How often a streaming reply's text so far is written to the store (a reply in flight): what a
+# chat killed mid-reply loses at most. One small write on the UI thread.
+IN_FLIGHT_INTERVAL_S = 1.0
 
 
 def laid_out(msg: ChatMessage) -> bool:
@@ -103,6 +107,7 @@ class ReplyRunner:
         # test (and a curious reader) count the rounds that ran after Esc.
         self.round_log: list[tuple[float, RoundEvent]] = []
         self.cancel_requested_at: float | None = None
+        self._in_flight_saved = 0.0  # monotonic time the reply's text was last written (see rounds)
 
     def is_current(self, request_id: int) -> bool:
         """Whether `request_id` is the reply in flight (late messages of an abandoned one are not)."""
@@ -160,6 +165,8 @@ class ReplyRunner:
         # the screen's message loop, which must find this reply's state in place.
         self._pending = Pending(user_msg, reply_msg, reply_msg.start_stream(self.stats, self.panel), hidden)
         self._request = request
+        self.conversation.begin_in_flight(request, self.host.model_label)
+        self._in_flight_saved = float("-inf")  # its first text is written at once
         self.round_log = []
         self.cancel_requested_at = None
         self.stats.start_reply()
@@ -227,7 +234,12 @@ class ReplyRunner:
         if not self.is_current(message.request_id) or self._pending is None:
             return  # a reply abandoned after an engine restart
         self.round_log.extend(zip(message.times, message.events))
-        await self._pending.stream.receive(message.times, message.events, message.gauges)
+        stream = self._pending.stream
+        await stream.receive(message.times, message.events, message.gauges)
+        now = time.monotonic()
+        if self._request is not None and stream.received and now - self._in_flight_saved >= IN_FLIGHT_INTERVAL_S:
+            self._in_flight_saved = now
+            self.conversation.update_in_flight(self._request, stream.text, self._cut_meta(stream, CHAT_ENDED))
 
     async def done(self, message: EngineDone) -> None:
         """The reply ended (complete, at the token cap, or stopped by the user)."""
@@ -318,9 +330,7 @@ class ReplyRunner:
                 await self._withdraw(request, pending)
                 return request.given_back().capitalize() + " "
             rest = stream.take_unshown()
-            last = self.round_log[-1][1] if self.round_log else None
-            meta = cut_reply_meta(self.host.model_label, stream.received_tokens, last, self.stats.reply_rate,
-                                  request.sampling)
+            meta = self._cut_meta(stream, ENGINE_DIED)
             self._record(request, text, meta)
             await self._drop_replaced(pending)
             await pending.reply_msg.write(rest)
@@ -330,6 +340,13 @@ class ReplyRunner:
             return f"Kept the {n} token{'s' if n != 1 else ''} generated so far. "
         finally:
             self._end()
+
+    def _cut_meta(self, stream: ReplyStream, ended: str) -> dict[str, Any]:
+        """The meta the reply in flight is kept with if it is cut short now (`ended`: why)."""
+        assert self._request is not None
+        last = self.round_log[-1][1] if self.round_log else None
+        return cut_reply_meta(self.host.model_label, stream.received_tokens, last, self.stats.reply_rate,
+                              self._request.sampling, ended=ended)
 
     # ------------------------------------------------------------------ the reply's end
     def _record(self, request: ReplyRequest, text: str, meta: dict[str, Any]) -> None:
@@ -349,6 +366,11 @@ class ReplyRunner:
         the prompt (an edit goes back to editing its message), drop a conversation made for it."""
         await self.view.withdraw(pending.user_msg, pending.reply_msg, pending.hidden)
         pending.hidden = []
+        if self.host.quitting:
+            # The box the prompt would go back to closes with the app: the message stays in the
+            # conversation instead, unanswered (F5 answers it).
+            self.conversation.keep_unanswered(request)
+            return
         if not request.regenerate:
             if request.edit_index is not None and request.edit_index < len(self.conversation.turns) \
                     and not self.prompt.text.strip():
@@ -356,6 +378,7 @@ class ReplyRunner:
             else:
                 self.prompt.restore(request.prompt)
         self.prompt.focus()
+        self.conversation.end_in_flight(request)
         if self.conversation.drop_created(request):
             self.owner.refresh_conversations()
 
