@@ -18,6 +18,7 @@ from typing import Any, TextIO
 
 from .errors import ScriptError
 from .runner import read_jsonl
+from .wording import counted
 from .learn.kinds import Decider
 
 REQUIRED = ("conversation", "turn", "width", "decided_by")
@@ -110,14 +111,15 @@ def _layer_line(name: str, t: LayerTally, rounds: int) -> str:
     else:
         unpriced = f", {t.rounds - t.priced} unpriced" if t.priced < t.rounds else ""
         cost = f"cost {t.cost_tokens:.2f} tokens ({t.cost_ms:.1f} ms at rho){unpriced}"
-    return f"  {name:<13} {t.rounds:>5} rounds {share:5.1f}%  {cost}"
+    rounds_word = "round " if t.rounds == 1 else "rounds"  # the column stays aligned
+    return f"  {name:<13} {t.rounds:>5} {rounds_word} {share:5.1f}%  {cost}"
 
 
 def write_report(accounts: list[ReplyAccount], out: TextIO) -> None:
     """A short account per reply, then the run's totals."""
     total = ReplyAccount("all replies", -1)
     for acc in accounts:
-        out.write(f"{acc.conversation} turn {acc.turn}: {acc.rounds} rounds, {acc.committed} tokens"
+        out.write(f"{acc.conversation} turn {acc.turn}: {counted(acc.rounds, 'round')}, {counted(acc.committed, 'token')}"
                   f" (draft gate skipped {acc.draft_skipped}, drafter left out {acc.drafter_skipped})\n")
         for name, t in sorted(acc.layers.items(), key=lambda kv: -kv[1].rounds):
             out.write(_layer_line(name, t, acc.rounds) + "\n")
@@ -130,7 +132,9 @@ def write_report(accounts: list[ReplyAccount], out: TextIO) -> None:
         total.committed += acc.committed
         total.draft_skipped += acc.draft_skipped
         total.drafter_skipped += acc.drafter_skipped
-    out.write(f"\nall {len(accounts)} replies: {total.rounds} rounds, {total.committed} tokens"
+    replies = counted(len(accounts), "reply", "replies")
+    out.write(f"\n{'all ' if len(accounts) > 1 else ''}{replies}: {counted(total.rounds, 'round')}, "
+              f"{counted(total.committed, 'token')}"
               f" (draft gate skipped {total.draft_skipped}, drafter left out {total.drafter_skipped})\n")
     for name, t in sorted(total.layers.items(), key=lambda kv: -kv[1].rounds):
         out.write(_layer_line(name, t, total.rounds) + "\n")

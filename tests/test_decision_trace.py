@@ -140,6 +140,9 @@ def test_explain_prices_each_layer_against_the_choosers_choice(tmp_path, capsys)
     out = capsys.readouterr().out
     assert "cold" in out and "cost 0.75 tokens (10.0 ms at rho)" in out
     assert "no tree built" in out
+    assert "c1 turn 1: 1 round, 1 token (" in out and "c1 turn 0: 4 rounds, 4 tokens (" in out
+    assert "all 2 replies: 5 rounds, 5 tokens (" in out
+    assert "hysteresis        1 round  100.0%" in out  # the count's column keeps its width
 
 
 @pytest.mark.parametrize("content, needle", [

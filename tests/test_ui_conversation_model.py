@@ -257,6 +257,9 @@ def test_the_note_and_marker_of_a_stored_reply():
     assert reply_note({"n_tokens": 42, "tokens_per_s": 95.33, "rounds": 20, "stopped": True}) == \
         "42 tokens · 95.3 tok/s · 20 rounds · stopped"
     assert reply_note({"n_tokens": 3, "engine_died": True, "stopped": True}).endswith("the engine process ended")
+    assert reply_note({"n_tokens": 1, "tokens_per_s": 12.0, "rounds": 1}) == "1 token · 12.0 tok/s · 1 round"
+    # a store from elsewhere: values of another type are left out, never a crash of the chat
+    assert reply_note({"n_tokens": "many", "tokens_per_s": "fast", "rounds": [3], "stopped": True}) == "stopped"
     assert context_marks({"dropped_turns": 2}) == (2, None)
     assert context_marks({"capped_to": 30, "dropped_turns": "x"}) == (0, 30)
     assert context_marks({"n_tokens": 4}) is None and context_marks(None) is None

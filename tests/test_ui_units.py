@@ -261,10 +261,15 @@ def test_markdown_export_has_every_message_and_reply_figures(tmp_path):
         {"role": "assistant", "content": "It is 4.", "meta": {"n_tokens": 5, "tokens_per_s": 99.0}},
         {"role": "user", "content": "And 3+3?"},
         {"role": "assistant", "content": "It is", "meta": {"n_tokens": 2, "stopped": True}},
+        {"role": "user", "content": "And 4+4?"},
+        {"role": "assistant", "content": "8", "meta": {"n_tokens": 1, "tokens_per_s": "fast", "rounds": 1}},
+        {"role": "assistant", "content": "From elsewhere", "meta": [1, 2]},
     ], model="SmolLM2")
     assert md.startswith("# Sum question\n")
     assert md.index("What is 2+2?") < md.index("It is 4.") < md.index("And 3+3?")
     assert "## Assistant (5 tokens, 99.0 tok/s)" in md and "(2 tokens, stopped)" in md
+    assert "## Assistant (1 token, 1 round)\n" in md  # a value of another type is left out
+    assert "## Assistant\n\nFrom elsewhere" in md
     assert "*Model: SmolLM2*" in md
     p1 = export_path(tmp_path, "Sum question?", now=0)
     p1.write_text(md)

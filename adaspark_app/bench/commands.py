@@ -12,6 +12,7 @@ import shlex
 import sys
 
 from ..options import add_gpu_layers_option, add_sampling_options, check_gpu_layers_option, check_sampling_options
+from ..wording import counted
 
 DEFAULT_MAX_TOKENS = 1024  # the loop cap: a reply reaching it is left out as a greedy loop (paper: 8,192)
 DEFAULT_REPORT_DIR = "bench-report"
@@ -126,7 +127,7 @@ def run(args: argparse.Namespace) -> int:
         else:
             lo, hi = h["ci95"]
             console.print(f"{arm} / {report['summary']['base_arm']}: {h['geomean_ratio']:.3f}x "
-                          f"[{lo:.3f}, {hi:.3f}] over {h['replies']} repl{'y' if h['replies'] == 1 else 'ies'}")
+                          f"[{lo:.3f}, {hi:.3f}] over {counted(h['replies'], 'reply', 'replies')}")
     console.print(f"report: {config.report_dir}/report.md")
     return 0
 

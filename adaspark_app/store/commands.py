@@ -23,6 +23,7 @@ from adaspark_app.errors import AdaSparkError, StoreError
 
 from adaspark_app.learn.state import StateError
 from adaspark_app.learn.learned_state import validate as validate_learned
+from adaspark_app.wording import counted
 
 from .db import Store, UnreadableState, resolve_store_path
 from .fingerprint import LearnedKey
@@ -395,7 +396,7 @@ def _cmd_export(store: Store, args: argparse.Namespace, console: Console) -> int
     if out and out != "-":
         _write_atomic(Path(out), text)
         n = len(json.loads(text)["learned"])
-        sys.stderr.write(f"exported {n} learned key{'s' if n != 1 else ''} to {out}\n")
+        sys.stderr.write(f"exported {counted(n, 'learned key')} to {out}\n")
     else:
         sys.stdout.write(text)
         sys.stdout.flush()
@@ -439,5 +440,5 @@ def _cmd_reset(store: Store, args: argparse.Namespace, console: Console) -> int:
             console.print("nothing deleted")
             return 1
     n = store.reset(key)
-    console.print(f"deleted learned state of {n} key{'s' if n != 1 else ''} in {store.path}")
+    console.print(f"deleted learned state of {counted(n, 'key')} in {store.path}")
     return 0

@@ -24,6 +24,7 @@ from ..engine.sampling import SamplingSettings
 from ..errors import AdaSparkError
 from ..store import title_from
 from ..store.owner import owner_alive, this_owner
+from ..wording import counted
 from .chat_settings import DEFAULT_MAX_TOKENS, ChatSettings
 
 MAX_TOKENS = DEFAULT_MAX_TOKENS  # per reply; the engine stops earlier at the end-of-generation token
@@ -239,7 +240,7 @@ class Conversation:
         later = len(self.turns) - index - 1
         title = f"Editing message {users.index(index) + 1} of {len(users)}"
         if later:
-            return title, (f"Enter resends, dropping the {later} later message{'s' if later != 1 else ''} · "
+            return title, (f"Enter resends, dropping the {counted(later, 'later message')} · "
                            "Ctrl+Up/Down other message · Esc cancels")
         return title, "Enter resends · Ctrl+Up earlier message · Esc cancels"
 
@@ -434,17 +435,19 @@ def context_marks(meta: dict[str, Any] | None) -> tuple[int, int | None] | None:
     return dropped if isinstance(dropped, int) else 0, capped if isinstance(capped, int) else None
 
 
-def reply_note(meta: dict[str, Any] | None) -> str:
-    """'42 tokens · 95.3 tok/s · 20 rounds · stopped' from a reply's stored meta."""
-    if not meta:
+def reply_note(meta: Any, sep: str = " · ") -> str:
+    """'42 tokens · 95.3 tok/s · 20 rounds · stopped' from a reply's stored meta (a value of
+    another type, in a store from elsewhere, is left out)."""
+    if not isinstance(meta, dict):
         return ""
     parts = []
-    if meta.get("n_tokens") is not None:
-        parts.append(f"{meta['n_tokens']} tokens")
-    if meta.get("tokens_per_s"):
-        parts.append(f"{meta['tokens_per_s']:.1f} tok/s")
-    if meta.get("rounds"):
-        parts.append(f"{meta['rounds']} rounds")
+    if isinstance(meta.get("n_tokens"), int):
+        parts.append(counted(meta["n_tokens"], "token"))
+    rate = meta.get("tokens_per_s")
+    if isinstance(rate, (int, float)) and not isinstance(rate, bool) and rate:
+        parts.append(f"{rate:.1f} tok/s")
+    if isinstance(meta.get("rounds"), int) and meta["rounds"]:
+        parts.append(counted(meta["rounds"], "round"))
     if meta.get(ENGINE_DIED):
         parts.append("stopped: the engine process ended")
     elif meta.get(CHAT_ENDED):
@@ -453,7 +456,7 @@ def reply_note(meta: dict[str, Any] | None) -> str:
         parts.append("stopped")
     elif meta.get("looped"):
         parts.append("token cap reached")
-    return " · ".join(parts)
+    return sep.join(parts)
 
 
 def context_used_from(rows: list[dict[str, Any]]) -> int | None:
@@ -511,12 +514,12 @@ def settle_cut_replies(store: ChatStore, alive: Callable[[str], bool | None] = o
 
 def settled_notice(settled: list[Settled]) -> str:
     """What the chat says at start of the replies it kept for a chat that ended mid-reply."""
-    where = "in the first conversation of the list"
+    where = "in the first conversation of the list (Ctrl+B)"
     if len(settled) > 1:
         return (f"{len(settled)} replies were cut short when a chat ended. Their messages and the text "
-                "generated so far are kept, in the first conversations of the list.")
+                "generated so far are kept, in the first conversations of the list (Ctrl+B).")
     s = settled[0]
-    tokens = f"the {s.n_tokens} token{'s' if s.n_tokens != 1 else ''}" if s.n_tokens else "the text"
+    tokens = f"the {counted(s.n_tokens, 'token')}" if s.n_tokens else "the text"
     tokens += " generated so far"
     if s.prompt is None:
         verb = "is" if s.n_tokens <= 1 else "are"

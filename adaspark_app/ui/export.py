@@ -7,6 +7,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from .conversation import reply_note
+
 ROLE_HEADINGS = {"system": "System", "user": "You", "assistant": "Assistant"}
 
 
@@ -17,13 +19,8 @@ def conversation_markdown(title: str, messages: list[dict[str, Any]], model: str
         lines += [f"*Model: {model}*", ""]
     for m in messages:
         heading = ROLE_HEADINGS.get(m.get("role", ""), str(m.get("role", "")).title())
-        meta = m.get("meta") or {}
-        note = ""
-        if m.get("role") == "assistant" and meta.get("n_tokens"):
-            note = f" ({meta['n_tokens']} tokens"
-            if meta.get("tokens_per_s"):
-                note += f", {meta['tokens_per_s']:.1f} tok/s"
-            note += ", stopped)" if meta.get("stopped") else ")"
+        note = reply_note(m.get("meta"), sep=", ") if m.get("role") == "assistant" else ""
+        note = f" ({note})" if note else ""
         lines += [f"## {heading}{note}", "", str(m.get("content", "")).rstrip(), ""]
     return "\n".join(lines).rstrip() + "\n"
 

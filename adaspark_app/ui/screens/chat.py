@@ -32,6 +32,7 @@ from textual.widgets import Header, Static
 
 from ...errors import AdaSparkError
 from ...store import title_from
+from ...wording import counted
 from ..chat_settings import ChatSettings
 from ..compositor import install as install_cropped_compositor
 from ..conversation import Conversation, settle_cut_replies, settled_notice
@@ -398,7 +399,7 @@ class ChatScreen(Screen):
         code = code.rstrip("\n")  # no final line break: pasted into a shell, it would run at once
         self.app.copy_to_clipboard(code)
         lines = code.count("\n") + 1
-        self.notify(f"Copied {which} ({lines} line{'s' if lines != 1 else ''}).")
+        self.notify(f"Copied {which} ({counted(lines, 'line')}).")
 
     def action_save_reply(self) -> None:
         """Save the last reply as a Markdown file (a dialog asks where)."""

@@ -19,6 +19,7 @@ from typing import Any, Awaitable, Callable, Protocol
 
 from ...engine.events import RoundEvent
 from ...errors import AdaSparkError
+from ...wording import counted
 from ..collector import freeze_for_reply, thaw_after_reply
 from ..conversation import (CHAT_ENDED, ENGINE_DIED, Conversation, Refusal, ReplyRequest, cut_reply_meta, reply_meta,
                             reply_note)
@@ -276,7 +277,7 @@ class ReplyRunner:
             await self.view.mark_context(pending.reply_msg, result.dropped_turns, result.capped_to)
             self.owner.refresh_conversations()
             if result.stopped:
-                self.owner.notify(f"Stopped: kept {result.n_tokens} token{'s' if result.n_tokens != 1 else ''}.")
+                self.owner.notify(f"Stopped: kept {counted(result.n_tokens, 'token')}.")
         finally:
             self._end()
 
@@ -337,7 +338,7 @@ class ReplyRunner:
             await pending.reply_msg.finish(reply_note(meta))
             self.owner.refresh_conversations()
             n = stream.received_tokens
-            return f"Kept the {n} token{'s' if n != 1 else ''} generated so far. "
+            return f"Kept the {counted(n, 'token')} generated so far. "
         finally:
             self._end()
 
