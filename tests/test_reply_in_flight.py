@@ -183,16 +183,19 @@ def test_an_edit_replaces_the_turns_it_was_replacing(store, gone):
     assert contents(store, cid) == [("user", "q1 edited"), ("assistant", "b1")]
 
 
-def test_a_row_of_a_deleted_conversation_or_with_damaged_meta_does_not_stop_the_others(store, gone):
+def test_rows_of_a_deleted_conversation_or_damaged_do_not_stop_the_others(store, gone):
     cid, _ = conversation(store, "hi", "hello")
     rid = store.begin_reply(cid, "q", None, {}, gone)
     with store.write() as conn:
         conn.execute("update replies_in_flight set meta = '[1, 2', content = 'partial' where id = ?", (rid,))
         conn.execute("insert into replies_in_flight (conversation_id, prompt, content, owner, created, updated) "
                      "values ('no-such-conversation', 'lost', '', ?, 'x', 'x')", (gone,))
-    (s,) = settle_cut_replies(store)
-    assert s.replied and s.n_tokens == 0 and "the text generated so far" in settled_notice([s])
-    assert contents(store, cid)[-1] == ("assistant", "partial")
+        conn.execute("insert into replies_in_flight (conversation_id, prompt, replace_from, content, owner, created, "
+                     "updated) values (?, x'c3a9', 'first', x'21', ?, 'x', 'x')", (cid, gone))
+    first, second = settle_cut_replies(store)
+    assert first.replied and first.n_tokens == 0 and "the text generated so far" in settled_notice([first])
+    assert second.prompt == "é"  # a blob where text belongs (a store edited by hand) reads as text
+    assert contents(store, cid)[2:] == [("user", "q"), ("assistant", "partial"), ("user", "é"), ("assistant", "!")]
     assert store.replies_in_flight() == []
 
 

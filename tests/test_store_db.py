@@ -456,6 +456,33 @@ def test_conversation_errors(tmp_path):
             s.add_message(cid, "robot", "x")
 
 
+def test_messages_written_elsewhere_read_as_text_with_their_figures_or_none(tmp_path):
+    """SQLite keeps any type in any column: a store written by another version or by hand may hold
+    a number or a blob as a message's text, or meta that is not JSON. Each message still reads
+    (its text as text, unreadable meta as None), so the conversation opens."""
+    with Store.open(tmp_path / "s.db") as s:
+        cid = s.create_conversation("x", "m")
+        with s.write() as conn:
+            for content, meta in [(5, '{"n_tokens": 1}'), (b"caf\xc3\xa9 \xff", None), ("ok", "not json")]:
+                conn.execute("insert into messages (conversation_id, role, content, meta, created) "
+                             "values (?, 'user', ?, ?, 'x')", (cid, content, meta))
+        rows = s.get_messages(cid)
+    assert [r["content"] for r in rows] == ["5", "café \ufffd", "ok"]
+    assert [r["meta"] for r in rows] == [{"n_tokens": 1}, None, None]
+
+
+def test_conversations_written_elsewhere_list_and_open_with_text_titles(tmp_path):
+    """A blob as a conversation's title or model (a store edited by hand) reads as text, so the
+    conversations list and the chat's header show it instead of failing."""
+    with Store.open(tmp_path / "s.db") as s:
+        with s.write() as conn:
+            conn.execute("insert into conversations (id, title, model, created, updated) "
+                         "values ('c1', x'c3a9ff', x'00', 'x', x'31')")
+        (row,) = s.list_conversations()
+        assert (row["title"], row["model"], row["updated"]) == ("é\ufffd", "\x00", "1")
+        assert s.get_conversation("c1")["title"] == "é\ufffd"
+
+
 def test_conversations_newest_first_and_search(tmp_path):
     """The history list is most recently updated first; search matches titles and message text,
     case-insensitively, with % and _ taken literally."""

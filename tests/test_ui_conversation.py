@@ -114,6 +114,29 @@ def test_replace_messages_from_drops_the_tail_in_one_write(store):
 
 
 # ---------------------------------------------------------------------------- settings
+async def test_a_conversation_written_elsewhere_opens_and_goes_on(store, tmp_path, log):
+    """A blob as a message's text or a conversation's title, and meta that is not JSON (a store
+    from another version or edited by hand): the chat lists and shows them instead of failing,
+    and replies."""
+    cid = store.create_conversation("elsewhere", "m")
+    with store.write() as conn:
+        for role, content, meta in [("user", b"caf\xc3\xa9", None), ("assistant", 42, "{not json")]:
+            conn.execute("insert into messages (conversation_id, role, content, meta, created) values (?, ?, ?, ?, 'x')",
+                         (cid, role, content, meta))
+        conn.execute("insert into conversations (id, title, model, created, updated) values ('c2', x'ff', 'm', 'x', 'x')")
+    app = make_app(store, scripted(["and more"], log_path=log), tmp_path)
+    async with app.run_test(size=(140, 30)) as pilot:  # the conversations list shown
+        chat = app.chat_screen
+        assert chat.sidebar.option_list.option_count == 2
+        await chat.open_conversation(cid)
+        assert texts(chat) == ["café", "42"]
+        await send(pilot, "go on")
+        await finished(pilot)
+        assert texts(chat) == ["café", "42", "go on", "and more"]
+    assert read_log(log, "generate")[0]["messages"][:2] == [{"role": "user", "content": "café"},
+                                                          {"role": "assistant", "content": "42"}]
+
+
 def test_regenerate_seed_rule():
     fixed = ChatSettings(sampling=SamplingSettings(temperature=0.7, seed=11))
     assert fixed.regenerate_sampling(11).seed == 12 and fixed.regenerate_sampling(12).seed == 13

@@ -204,6 +204,24 @@ def _database(conn: sqlite3.Connection) -> Database:
         return Database(conn)
 
 
+def as_text(value: object) -> str:
+    """A stored text column's value as text: a store written elsewhere (another version, by hand)
+    may hold a number or a blob there, which the chat shows rather than fails on."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return bytes(value).decode("utf-8", errors="replace")
+    return "" if value is None else str(value)
+
+
+def _texts(row: dict, *columns: str) -> dict:
+    """`row` with each of `columns` as text (`as_text`; None stays None)."""
+    for c in columns:
+        if row.get(c) is not None:
+            row[c] = as_text(row[c])
+    return row
+
+
 def _check_messages(messages: list[tuple[str, str, dict | None]]) -> None:
     for role, content, _meta in messages:
         if role not in ROLES:
@@ -603,7 +621,10 @@ class Store:
             params += [like, like]
         sql += " order by c.updated desc, c.rowid desc"
         with self.read() as conn:
-            return fetch_rows(conn, sql, params)
+            rows = fetch_rows(conn, sql, params)
+        for r in rows:
+            _texts(r, "id", "title", "model", "created", "updated")
+        return rows
 
     def get_conversation(self, conversation_id: str) -> dict | None:
         """The conversation's row: id, title, model, system, settings, created, updated.
@@ -617,7 +638,7 @@ class Store:
             )
         if not rows:
             return None
-        row = rows[0]
+        row = _texts(rows[0], "id", "title", "model", "created", "updated")
         raw = row.get("settings")
         row["settings"] = None
         if raw is not None:
@@ -633,7 +654,8 @@ class Store:
         return row
 
     def get_messages(self, conversation_id: str) -> list[dict]:
-        """The conversation's messages in order: id, role, content, meta, created."""
+        """The conversation's messages in order: id, role, content (text), meta (None where the
+        stored one is not JSON), created."""
         with self.read() as conn:
             rows = fetch_rows(
                 conn,
@@ -642,7 +664,11 @@ class Store:
                 (conversation_id,),
             )
         for r in rows:
-            r["meta"] = loads(r["meta"], f"message {r['id']} metadata")
+            try:
+                r["meta"] = loads(r["meta"], f"message {r['id']} metadata")
+            except StoreError:
+                r["meta"] = None  # the message still shows, without its figures
+            _texts(r, "role", "content", "created")  # SQLite keeps any type in any column
         return rows
 
     def replace_messages_from(self, conversation_id: str, first_id: int | None,
@@ -714,9 +740,10 @@ class Store:
         for r in rows:
             try:
                 meta = json.loads(r["meta"]) if r["meta"] is not None else {}
-            except (TypeError, ValueError):
+            except (TypeError, ValueError, RecursionError):
                 meta = {}
             r["meta"] = meta if isinstance(meta, dict) else {}
+            _texts(r, "conversation_id", "prompt", "content", "owner", "created", "updated")
         return rows
 
     def settle_reply(self, reply_id: int, messages: list[tuple[str, str, dict | None]]) -> list[int] | None:
@@ -733,7 +760,8 @@ class Store:
             conn.execute("delete from replies_in_flight where id = ?", (int(reply_id),))
             if conn.execute("select 1 from conversations where id = ?", (row[0],)).fetchone() is None:
                 return None
-            return self._replace(conn, row[0], row[1], messages) if messages else []
+            first_id = row[1] if isinstance(row[1], int) else None  # another type: replace nothing
+            return self._replace(conn, row[0], first_id, messages) if messages else []
 
     def rename_conversation(self, conversation_id: str, title: str) -> None:
         with self.write() as conn:
