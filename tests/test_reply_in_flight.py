@@ -99,6 +99,14 @@ def test_a_reply_in_flight_is_written_updated_and_settled_by_its_record(store):
     assert contents(store, cid)[-1] == ("assistant", "Now we talk.")
 
 
+def test_a_reply_asked_for_makes_its_conversation_the_last_one(store, gone):
+    """`chat --continue` opens the conversation a killed chat was replying in."""
+    cid, _ = conversation(store, "hi", "hello")
+    conversation(store, "a later conversation")
+    store.begin_reply(cid, "back to the first", None, {}, gone)
+    assert store.last_conversation()["id"] == cid
+
+
 def test_a_withdrawn_or_deleted_reply_in_flight_leaves_no_row(store):
     cid, _ = conversation(store, "hi", "hello")
     rid = store.begin_reply(cid, "x", None, {}, this_owner())

@@ -719,6 +719,8 @@ class Store:
                 "created, updated) values (?, ?, ?, '', ?, ?, ?, ?)",
                 (conversation_id, prompt, replace_from, dumps_compact(meta), owner, now, now),
             )
+            # the conversation in use: `chat --continue` opens it, also when the chat is killed now
+            conn.execute("update conversations set updated = ? where id = ?", (now, conversation_id))
             return int(cur.lastrowid)
 
     def update_reply(self, reply_id: int, content: str, meta: dict) -> None:
