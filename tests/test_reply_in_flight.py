@@ -21,7 +21,8 @@ from adaspark_app.store import Store
 from adaspark_app.store import migrations as mig
 from adaspark_app.store.owner import owner_alive, this_owner
 from adaspark_app.ui.app import AdaSparkApp
-from adaspark_app.ui.conversation import CHAT_ENDED, reply_note, settle_cut_replies, settled_notice
+from adaspark_app.ui.conversation import CHAT_ENDED, reply_note
+from adaspark_app.ui.cut_replies import settle_cut_replies, settled_notice
 from ui_fakes import notified, scripted, spawn_event, wait_until
 
 SIZE = (100, 30)

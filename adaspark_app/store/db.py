@@ -38,7 +38,8 @@ from adaspark_app.errors import StoreError
 
 from .fingerprint import LearnedKey
 from .migrations import APPLICATION_ID, MIGRATIONS_TABLE, applied_names, known_names, migrate, now_iso, schema_version
-from .rows import dumps_compact, fetch_rows, insert_summary, loads, names, summary_out, summary_row, upsert_learned
+from .rows import (dumps_compact, fetch_rows, insert_summary, loads, names, summary_out, summary_row, texts,
+                   upsert_learned)
 
 ENV_VAR = "ADASPARK_STORE"
 APP_NAME = "adaspark"
@@ -202,24 +203,6 @@ def _database(conn: sqlite3.Connection) -> Database:
         return Database(conn, execute_plugins=False)
     except TypeError:  # sqlite-utils older than 3.34
         return Database(conn)
-
-
-def as_text(value: object) -> str:
-    """A stored text column's value as text: a store written elsewhere (another version, by hand)
-    may hold a number or a blob there, which the chat shows rather than fails on."""
-    if isinstance(value, str):
-        return value
-    if isinstance(value, (bytes, bytearray, memoryview)):
-        return bytes(value).decode("utf-8", errors="replace")
-    return "" if value is None else str(value)
-
-
-def _texts(row: dict, *columns: str) -> dict:
-    """`row` with each of `columns` as text (`as_text`; None stays None)."""
-    for c in columns:
-        if row.get(c) is not None:
-            row[c] = as_text(row[c])
-    return row
 
 
 def _check_messages(messages: list[tuple[str, str, dict | None]]) -> None:
@@ -623,7 +606,7 @@ class Store:
         with self.read() as conn:
             rows = fetch_rows(conn, sql, params)
         for r in rows:
-            _texts(r, "id", "title", "model", "created", "updated")
+            texts(r, "id", "title", "model", "created", "updated")
         return rows
 
     def get_conversation(self, conversation_id: str) -> dict | None:
@@ -638,7 +621,7 @@ class Store:
             )
         if not rows:
             return None
-        row = _texts(rows[0], "id", "title", "model", "created", "updated")
+        row = texts(rows[0], "id", "title", "model", "created", "updated")
         raw = row.get("settings")
         row["settings"] = None
         if raw is not None:
@@ -668,7 +651,7 @@ class Store:
                 r["meta"] = loads(r["meta"], f"message {r['id']} metadata")
             except StoreError:
                 r["meta"] = None  # the message still shows, without its figures
-            _texts(r, "role", "content", "created")  # SQLite keeps any type in any column
+            texts(r, "role", "content", "created")  # SQLite keeps any type in any column
         return rows
 
     def replace_messages_from(self, conversation_id: str, first_id: int | None,
@@ -745,7 +728,7 @@ class Store:
             except (TypeError, ValueError, RecursionError):
                 meta = {}
             r["meta"] = meta if isinstance(meta, dict) else {}
-            _texts(r, "conversation_id", "prompt", "content", "owner", "created", "updated")
+            texts(r, "conversation_id", "prompt", "content", "owner", "created", "updated")
         return rows
 
     def settle_reply(self, reply_id: int, messages: list[tuple[str, str, dict | None]]) -> list[int] | None:

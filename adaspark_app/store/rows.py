@@ -1,6 +1,6 @@
 """The store's rows: learned-state and request-summary rows as the SQLite tables hold them, and
-back (JSON columns, typed summary columns). Shared by ``db`` (the store) and ``transfer``
-(export and import)."""
+back (JSON columns, typed summary columns), and text columns read as text. Shared by ``db`` (the
+store) and ``transfer`` (export and import)."""
 
 from __future__ import annotations
 
@@ -183,3 +183,21 @@ def fetch_rows(conn: sqlite3.Connection, sql: str, params: tuple | list = ()) ->
     cur = conn.execute(sql, params)
     cols = [d[0] for d in cur.description]
     return [dict(zip(cols, r)) for r in cur.fetchall()]
+
+
+def as_text(value: object) -> str:
+    """A stored text column's value as text: a store written elsewhere (another version, by hand)
+    may hold a number or a blob there, which the chat shows rather than fails on."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return bytes(value).decode("utf-8", errors="replace")
+    return "" if value is None else str(value)
+
+
+def texts(row: dict, *columns: str) -> dict:
+    """`row` with each of `columns` as text (`as_text`; None stays None)."""
+    for c in columns:
+        if row.get(c) is not None:
+            row[c] = as_text(row[c])
+    return row

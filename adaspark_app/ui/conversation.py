@@ -12,9 +12,7 @@ transaction, once the reply has ended.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from typing import Any, Protocol
 
 from markdown_it import MarkdownIt
@@ -23,16 +21,13 @@ from ..engine.events import ReplyResult, RoundEvent
 from ..engine.sampling import SamplingSettings
 from ..errors import AdaSparkError
 from ..store import title_from
-from ..store.owner import owner_alive, this_owner
+from ..store.owner import this_owner
 from ..wording import counted
 from .chat_settings import DEFAULT_MAX_TOKENS, ChatSettings
 
 MAX_TOKENS = DEFAULT_MAX_TOKENS  # per reply; the engine stops earlier at the end-of-generation token
 ROLES = ("system", "user", "assistant")  # the stored rows a conversation shows (others are skipped)
 NOTHING_TO_REGENERATE = "No reply to regenerate yet."
-# Another host's reply in flight (a store on a shared disk) not written for this long: its chat
-# has gone (a live one writes its text every IN_FLIGHT_INTERVAL_S, ui/screens/replies.py).
-STALE_IN_FLIGHT_S = 600.0
 
 
 class ConversationStore(Protocol):
@@ -60,6 +55,8 @@ class ConversationStore(Protocol):
 
     def end_reply(self, reply_id: int) -> None: ...
 
+    def settle_reply(self, reply_id: int, messages: list[tuple[str, str, dict | None]]) -> list[int] | None: ...
+
 
 class ChatStore(ConversationStore, Protocol):
     """All the store's conversation methods the chat uses, the conversations list's too."""
@@ -69,8 +66,6 @@ class ChatStore(ConversationStore, Protocol):
     def rename_conversation(self, conversation_id: str, title: str) -> None: ...
 
     def replies_in_flight(self) -> list[dict]: ...
-
-    def settle_reply(self, reply_id: int, messages: list[tuple[str, str, dict | None]]) -> list[int] | None: ...
 
 
 class Refusal(Exception):
@@ -312,7 +307,7 @@ class Conversation:
     def begin_in_flight(self, request: ReplyRequest, model_label: str) -> None:
         """Write the request to the store as a reply in flight, so a chat that ends before it is
         recorded (killed, a crash) loses neither its message nor its text so far: the next
-        chat keeps them (`settle_cut_replies`). A store that refuses leaves the reply unwritten
+        chat keeps them (`cut_replies.settle_cut_replies`). A store that refuses leaves the reply unwritten
         until it ends (`record` then says if the store still refuses)."""
         meta = cut_reply_meta(model_label, 0, None, None, request.sampling, ended=CHAT_ENDED)
         try:
@@ -471,70 +466,3 @@ def context_used_from(rows: list[dict[str, Any]]) -> int | None:
             return length + n
         return None
     return 0
-
-
-
-@dataclass
-class Settled:
-    """A reply in flight that a chat left behind, as the next chat kept it (`settle_cut_replies`)."""
-
-    conversation_id: str
-    prompt: str | None  # the message it answered, kept (None: a regenerate)
-    replied: bool  # text had arrived: it is kept as a stopped reply
-    n_tokens: int  # the tokens of that text, as its meta counts them (0: not counted)
-
-
-def settle_cut_replies(store: ChatStore, alive: Callable[[str], bool | None] = owner_alive) -> list[Settled]:
-    """Keep the replies in flight whose chat has gone (killed mid-reply, a crash) as that
-    chat would have kept them on a stop: the new message, and the text so far as a stopped reply
-    (its meta says CHAT_ENDED), in place of the turns it was replacing. A regenerate with no text
-    yet leaves the previous reply; a message with none is kept on its own (regenerate answers it).
-    A reply whose chat still runs (`alive`) is left to it. AdaSparkError from the store."""
-    settled: list[Settled] = []
-    for row in store.replies_in_flight():
-        live = alive(str(row.get("owner")))
-        if live is None:  # another host's chat: gone once it stopped writing
-            live = _age_s(row.get("updated")) < STALE_IN_FLIGHT_S
-        if live:
-            continue
-        prompt = row["prompt"] if isinstance(row.get("prompt"), str) else None
-        text = row["content"] if isinstance(row.get("content"), str) else ""
-        new: list[tuple[str, str, dict[str, Any] | None]] = [] if prompt is None else [("user", prompt, None)]
-        n_tokens = 0
-        if text.strip():
-            meta = {**row["meta"], "stopped": True, CHAT_ENDED: True}
-            meta.pop(ENGINE_DIED, None)
-            n = meta.get("n_tokens")
-            n_tokens = n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else 0
-            new.append(("assistant", text, meta))
-        if store.settle_reply(row["id"], new):
-            settled.append(Settled(row["conversation_id"], prompt, bool(text.strip()), n_tokens))
-    return settled
-
-
-def settled_notice(settled: list[Settled]) -> str:
-    """What the chat says at start of the replies it kept for a chat that ended mid-reply."""
-    where = "in the first conversation of the list (Ctrl+B)"
-    if len(settled) > 1:
-        return (f"{len(settled)} replies were cut short when a chat ended. Their messages and the text "
-                "generated so far are kept, in the first conversations of the list (Ctrl+B).")
-    s = settled[0]
-    tokens = f"the {counted(s.n_tokens, 'token')}" if s.n_tokens else "the text"
-    tokens += " generated so far"
-    if s.prompt is None:
-        verb = "is" if s.n_tokens <= 1 else "are"
-        return f"The chat ended during a regenerated reply last time. {tokens.capitalize()} {verb} kept, {where}."
-    if not s.replied:
-        return f"The chat ended before its reply to your last message began. The message is kept, {where}: F5 answers it."
-    return f"The chat ended during a reply last time. Your message and {tokens} are kept, {where}."
-
-
-def _age_s(iso: Any) -> float:
-    """Seconds since the store's timestamp `iso` (infinite when it cannot be read)."""
-    try:
-        then = datetime.fromisoformat(str(iso))
-    except ValueError:
-        return float("inf")
-    if then.tzinfo is None:
-        then = then.replace(tzinfo=timezone.utc)
-    return (datetime.now(timezone.utc) - then).total_seconds()

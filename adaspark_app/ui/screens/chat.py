@@ -35,7 +35,8 @@ from ...store import title_from
 from ...wording import counted
 from ..chat_settings import ChatSettings
 from ..compositor import install as install_cropped_compositor
-from ..conversation import Conversation, settle_cut_replies, settled_notice
+from ..conversation import Conversation
+from ..cut_replies import settle_cut_replies, settled_notice
 from ..engine_client import (EngineDied, EngineDone, EngineLoaded, EngineLoadFailed, EngineReplyFailed, EngineRounds,
                              EngineStopped)
 from ..export import reply_file_name, write_export
