@@ -38,9 +38,11 @@ print(add(2, 2))  # 4
 
 @pytest.fixture
 def frozen_store(tmp_path, monkeypatch):
+    import adaspark_app.store.chats as chats
     import adaspark_app.store.db as db
 
-    monkeypatch.setattr(db, "now_iso", lambda: "2025-01-31T12:34:56+00:00")
+    for module in (db, chats):
+        monkeypatch.setattr(module, "now_iso", lambda: "2025-01-31T12:34:56+00:00")
     store = Store.open(tmp_path / "snap.db")
     yield store
     store.close()

@@ -1,11 +1,12 @@
 """The learned store: one SQLite file holding learned state per model and device, request
 summaries and the TUI's conversations (issue 5). See ``db.Store`` for the API the engine and the
-UI code against, ``fingerprint`` for the keys, ``transfer`` for export/import and ``commands``
-for ``adaspark store ...``."""
+UI code against (its chats' part in ``chats``), ``fingerprint`` for the keys, ``transfer`` for
+export/import and ``commands`` for ``adaspark store ...``."""
 
 from adaspark_app.errors import StoreError
 
-from .db import ENV_VAR, Store, default_store_path, title_from
+from .chats import title_from
+from .db import ENV_VAR, Store, default_store_path
 from .fingerprint import (
     LearnedKey,
     device_fingerprint,

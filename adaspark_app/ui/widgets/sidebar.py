@@ -14,6 +14,7 @@ from textual.widgets import Input, OptionList
 from textual.widgets.option_list import Option
 
 from ...errors import AdaSparkError
+from ...wording import counted
 from ..conversation import ChatStore
 
 
@@ -104,7 +105,7 @@ class ConversationSidebar(Vertical):
         options = []
         for c in conversations:
             label = Text(c.get("title") or "Untitled", style="bold" if c["id"] == current else "")
-            label.append(f"\n{_when(c.get('updated'))} · {c.get('n_messages', 0)} msgs", style="dim")
+            label.append(f"\n{_when(c.get('updated'))} · {counted(c.get('n_messages', 0), 'msg')}", style="dim")
             options.append(Option(label, id=c["id"]))
         ol.add_options(options)
         ids = [c["id"] for c in conversations]
