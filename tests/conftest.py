@@ -103,6 +103,16 @@ def _isolated_store(tmp_path, monkeypatch):
     monkeypatch.setenv("ADASPARK_CONFIG", str(tmp_path / "adaspark-test-config.toml"))
 
 
+@pytest.fixture
+def chat_store(tmp_path):
+    """A real store file of the test's own, open for the test (the chat's conversations)."""
+    from adaspark_app.store import Store
+
+    store = Store.open(tmp_path / "chat.db")
+    yield store
+    store.close()
+
+
 @pytest.fixture(scope="session")
 def model_path() -> str:
     from adaspark_app.engine.backend import default_model_path

@@ -29,10 +29,8 @@ SIZE = (100, 30)
 
 
 @pytest.fixture
-def store(tmp_path):
-    s = Store.open(tmp_path / "chat.db")
-    yield s
-    s.close()
+def store(chat_store):
+    return chat_store
 
 
 @pytest.fixture(scope="module")

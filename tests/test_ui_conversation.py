@@ -375,9 +375,12 @@ async def test_escape_cancels_editing(store, tmp_path):
         chat.prompt.text = "half-written"
         await pilot.press("ctrl+up")
         assert chat.prompt.text == "q1"
-        await pilot.press("ctrl+n")  # a new conversation while editing: the draft comes back
+        cid = chat.conversation.id
+        await pilot.press("ctrl+n")  # a new conversation while editing: the draft stays with its own
         await wait_until(pilot, lambda: chat.conversation.id is None)
-        assert chat.conversation.editing is None and chat.prompt.text == "half-written"
+        assert chat.conversation.editing is None and chat.prompt.text == ""
+        await chat.open_conversation(cid)
+        assert chat.prompt.text == "half-written"
 
 
 async def test_a_failed_edit_keeps_the_old_turns_and_goes_back_to_editing(store, tmp_path):

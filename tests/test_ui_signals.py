@@ -22,6 +22,7 @@ pytestmark = [pytest.mark.model, pytest.mark.long]
 
 # At this seed and temperature the bundled model writes all 3000 tokens (about 14 s on 2 cores).
 PROMPT = "Write a very long story about a dragon who bakes bread, in many paragraphs."
+DRAFT = "and what about rye"
 LOAD_TIMEOUT_S = 120.0
 EXIT_TIMEOUT_S = 60.0
 
@@ -97,8 +98,9 @@ def test_a_closed_terminal_or_sigterm_mid_reply_saves_the_message_and_its_reply_
 
 
 def test_a_chat_killed_mid_reply_loses_neither_the_message_nor_the_text_so_far(tmp_path):
-    """SIGKILL (or a crash) leaves no chance to save: the reply in flight, written to the
-    store as it streams, is what the next `adaspark chat` keeps, and it says so."""
+    """SIGKILL (or a crash) leaves no chance to save: the reply in flight and the message box's
+    draft, written to the store as they change, are what the next `adaspark chat` keeps, and it
+    says so."""
     store = tmp_path / "chat.db"
     env = {**os.environ, "ADASPARK_STORE": str(store), "ADASPARK_CONFIG": str(tmp_path / "no-config.toml"),
            "HOME": str(tmp_path / "home"), "XDG_STATE_HOME": str(tmp_path / "state"), "TERM": "xterm-256color",
@@ -110,7 +112,8 @@ def test_a_chat_killed_mid_reply_loses_neither_the_message_nor_the_text_so_far(t
         term.wait_for(b"Ready.", LOAD_TIMEOUT_S)
         term.type(PROMPT.encode() + b"\r")
         term.wait_for(b"Generating", 10.0)
-        term.read_for(2.5)  # the text so far is written every second
+        term.type(DRAFT.encode())  # typed while the reply streams, not sent
+        term.read_for(2.5)  # the text so far and the draft are written every second
         assert term.proc.poll() is None
         os.killpg(term.proc.pid, signal.SIGKILL)  # the chat and its engine process, with no warning
     finally:
@@ -120,10 +123,11 @@ def test_a_chat_killed_mid_reply_loses_neither_the_message_nor_the_text_so_far(t
         ((left,),) = db.execute("select content from replies_in_flight").fetchall()
     assert left.strip()
 
-    again = Terminal(argv, env)
+    again = Terminal([*argv, "--continue"], env)  # the conversation the reply was in
     try:
         again.wait_for(b"Ready.", LOAD_TIMEOUT_S)
         again.wait_for(b"generated so far", 10.0)  # the notice
+        again.wait_for(DRAFT.encode(), 10.0)  # back in the message box
         again.type(b"\x11")  # Ctrl+Q
     finally:
         code = again.close()
@@ -134,3 +138,5 @@ def test_a_chat_killed_mid_reply_loses_neither_the_message_nor_the_text_so_far(t
     assert [(m[0], m[1]) for m in messages] == [("user", PROMPT), ("assistant", left)]
     meta = json.loads(messages[1][2])
     assert meta["chat_ended"] is True and 0 < meta["n_tokens"] < 3000
+    with sqlite3.connect(store) as db:
+        assert db.execute("select text from drafts").fetchall() == [(DRAFT,)]

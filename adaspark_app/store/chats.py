@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from adaspark_app.errors import StoreError
 
 from .migrations import now_iso
-from .rows import dumps_compact, fetch_rows, loads, texts
+from .rows import as_text, dumps_compact, fetch_rows, loads, texts
 
 ROLES = ("system", "user", "assistant", "tool")  # the roles a stored message may have
 
@@ -273,6 +273,27 @@ class ChatTables:
         with self.write() as conn:
             conn.execute("delete from messages where conversation_id = ?", (conversation_id,))
             conn.execute("delete from replies_in_flight where conversation_id = ?", (conversation_id,))
+            conn.execute("delete from drafts where conversation_id = ?", (conversation_id,))
             cur = conn.execute("delete from conversations where id = ?", (conversation_id,))
             if cur.rowcount == 0:
                 raise StoreError(f"no conversation {conversation_id!r} in {self.path}")
+
+    # -- the message box's draft -----------------------------------------------------------------
+
+    def save_draft(self, conversation_id: str | None, text: str) -> None:
+        """What the message box holds for the conversation (None: a new one, not stored yet);
+        '' forgets it. Nothing is kept for a conversation that is not in the store."""
+        key = conversation_id or ""
+        with self.write() as conn:
+            if not text:
+                conn.execute("delete from drafts where conversation_id = ?", (key,))
+            elif key == "" or conn.execute("select 1 from conversations where id = ?", (key,)).fetchone():
+                conn.execute("insert or replace into drafts (conversation_id, text, updated) values (?, ?, ?)",
+                             (key, text, now_iso()))
+
+    def draft(self, conversation_id: str | None) -> str:
+        """The message box's draft for the conversation (None: a new one); '' when there is none."""
+        with self.read() as conn:
+            row = conn.execute("select text from drafts where conversation_id = ?",
+                               (conversation_id or "",)).fetchone()
+        return as_text(row[0]) if row is not None else ""

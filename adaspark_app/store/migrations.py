@@ -225,3 +225,11 @@ def m005_replies_in_flight(db: Database) -> None:
         pk="id",
         not_null={"conversation_id", "content", "owner"},
     )
+
+
+@migration
+def m006_drafts(db: Database) -> None:
+    """What the chat's message box holds, per conversation ('' for a new one): kept as it is
+    typed, so a quit, a kill or a switch to another conversation loses no unsent text."""
+    db["drafts"].create({"conversation_id": str, "text": str, "updated": str}, pk="conversation_id",
+                        not_null={"text"})

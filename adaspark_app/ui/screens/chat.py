@@ -28,7 +28,8 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.message import Message
 from textual.screen import Screen
-from textual.widgets import Header, Static
+from textual.timer import Timer
+from textual.widgets import Header, Static, TextArea
 
 from ...errors import AdaSparkError
 from ...store import title_from
@@ -37,6 +38,7 @@ from ..chat_settings import ChatSettings
 from ..compositor import install as install_cropped_compositor
 from ..conversation import Conversation
 from ..cut_replies import settle_cut_replies, settled_notice
+from ..drafts import SAVE_INTERVAL_S, DraftKeeper
 from ..engine_client import (EngineDied, EngineDone, EngineLoaded, EngineLoadFailed, EngineReplyFailed, EngineRounds,
                              EngineStopped)
 from ..export import reply_file_name, write_export
@@ -127,6 +129,8 @@ class ChatScreen(Screen):
         self.replies: ReplyRunner  # made with the widgets it shows replies in (compose)
         self._warm = list(WARM_LANGUAGES)  # highlighters still to build (see _warm_next)
         self._fitted: tuple[bool, bool] | None = None  # what fitting_panels last decided (see _fit)
+        self.drafts = DraftKeeper(host.store)  # the message box's text per conversation (ui/drafts.py)
+        self._draft_timer: Timer | None = None  # the draft's next save (see _prompt_changed)
 
     # ------------------------------------------------------------------ layout
     def compose(self) -> ComposeResult:
@@ -153,6 +157,8 @@ class ChatScreen(Screen):
         self.set_timer(0.2, self._warm_next)
         if self.host.resume_id:
             await self.open_conversation(self.host.resume_id)
+        else:
+            self._show_draft()
         self.show_settings()
 
     def _settle_cut_replies(self) -> None:
@@ -188,7 +194,7 @@ class ChatScreen(Screen):
 
     @property
     def prompt(self) -> PromptInput:
-        return self.query_one(PromptInput)
+        return self.replies.prompt  # also once unmounted (on_unmount saves its draft)
 
     @property
     def panel(self) -> SpecPanel:
@@ -262,8 +268,9 @@ class ChatScreen(Screen):
         await self.open_conversation(event.conversation_id)
 
     async def open_conversation(self, conversation_id: str) -> None:
-        """Show a stored conversation; the next reply sends its whole history to the engine,
-        which rebuilds its KV prefix when that history is not what it has cached."""
+        """Show a stored conversation, and its draft in the message box; the next reply sends its
+        whole history to the engine, which rebuilds its KV prefix when that history is not what
+        it has cached."""
         if self._refused_while_generating():
             return
         conv = self.conversation
@@ -272,6 +279,7 @@ class ChatScreen(Screen):
         except AdaSparkError as err:
             self.notify(str(err), title="Store", severity="error")
             return
+        self.save_draft()
         self.stop_editing(restore=True)
         problems = conv.show(conversation_id, stored, self.host.default_settings())
         await self.chat_view.show_turns(conv.turns)
@@ -283,17 +291,45 @@ class ChatScreen(Screen):
         self.show_settings()
         self.chat_view.scroll_end(animate=False)
         self.refresh_conversations()
+        self._show_draft()
         self.prompt.focus()
 
     async def new_conversation(self) -> None:
         if self._refused_while_generating():
             return
+        self.save_draft()
         self.stop_editing(restore=True)
         self.conversation.reset(self.host.default_settings())
         self.show_settings()
         await self.chat_view.clear()
         self.refresh_conversations()
+        self._show_draft()
         self.prompt.focus()
+
+    # ------------------------------------------------------------------ the message box's draft
+    def _show_draft(self) -> None:
+        """The open conversation's draft in the message box (what it held when last left)."""
+        self.prompt.text = self.drafts.load(self.conversation.id)
+        self.prompt.move_cursor(self.prompt.document.end)
+
+    def save_draft(self) -> None:
+        """Keep what the message box holds as the open conversation's draft (while a message is
+        edited: what it held before, which the edit gives back)."""
+        if self._draft_timer is not None:
+            self._draft_timer.stop()
+            self._draft_timer = None
+        conv = self.conversation
+        self.drafts.save(conv.id, conv.draft if conv.editing is not None else self.prompt.text)
+
+    @on(TextArea.Changed, "#prompt")
+    def _prompt_changed(self, _: TextArea.Changed) -> None:
+        """Typed, cleared or given back: saved within SAVE_INTERVAL_S (a kill loses no more)."""
+        if self._draft_timer is None:
+            self._draft_timer = self.set_timer(SAVE_INTERVAL_S, self._draft_due)
+
+    def _draft_due(self) -> None:
+        self._draft_timer = None
+        self.save_draft()
 
     def _target_conversation(self) -> str | None:
         """The highlighted conversation when the list has focus, else the open one."""
@@ -307,8 +343,15 @@ class ChatScreen(Screen):
         await self.send(event.text)
 
     async def send(self, text: str) -> bool:
-        """Send a prompt (`ReplyRunner.send`); False if nothing was sent."""
-        return await self.replies.send(text)
+        """Send a prompt (`ReplyRunner.send`); False if nothing was sent. The draft it was goes
+        (also a new conversation's, which sending stored under an id of its own)."""
+        before = self.conversation.id
+        sent = await self.replies.send(text)
+        if sent:
+            if before != self.conversation.id:
+                self.drafts.save(before, "")
+            self.save_draft()
+        return sent
 
     def stop_reply(self) -> bool:
         """Ask the running reply to stop (it ends after the current round). False if none runs."""
@@ -512,5 +555,6 @@ class ChatScreen(Screen):
         self.prompt.focus()
 
     def on_unmount(self) -> None:
+        self.save_draft()
         if self.generating:
             self.host.engine.cancel()
