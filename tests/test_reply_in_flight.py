@@ -251,7 +251,8 @@ async def test_a_withdrawn_reply_leaves_no_row(store, tmp_path):
 async def test_the_chat_keeps_what_a_killed_chat_left_and_says_so(store, tmp_path, gone):
     cid, _ = conversation(store, "hi", "hello")
     rid = store.begin_reply(cid, "go on", None, {"n_tokens": 0}, gone)
-    store.update_reply(rid, "I was saying", {"n_tokens": 3, CHAT_ENDED: True, "stopped": True})
+    store.update_reply(rid, "I was saying", {"n_tokens": 3, "tokens_per_s": 319.7, "rounds": 208, CHAT_ENDED: True,
+                                             "stopped": True})
     later, _ = conversation(store, "another chat, used since")
     app = make_app(store, scripted(["ok"]), tmp_path)
     async with app.run_test(size=SIZE) as pilot:
@@ -262,7 +263,9 @@ async def test_the_chat_keeps_what_a_killed_chat_left_and_says_so(store, tmp_pat
         await chat.open_conversation(cid)
         await pilot.pause()
         assert [m.text for m in chat.chat_view.messages()] == ["hi", "hello", "go on", "I was saying"]
-        assert "stopped: the chat ended" in chat.chat_view.messages()[-1].query_one(".note").render().plain
+        note = chat.chat_view.messages()[-1].query_one(".note")
+        assert str(note.render()) == "3 tokens · 319.7 tok/s · 208 rounds · stopped: the chat ended"
+        assert note.size.height == 2  # wider than the column: it wraps instead of losing its end
     assert store.replies_in_flight() == []
 
 

@@ -73,7 +73,7 @@ class ChatMessage(Vertical):
     ChatMessage.assistant { border-left: thick $primary; }
     ChatMessage.system { border-left: thick $warning; color: $text-muted; }
     ChatMessage > .role { color: $text-muted; text-style: bold; }
-    ChatMessage > .note { color: $text-muted; text-style: italic; height: auto; }
+    ChatMessage > .note { color: $text-muted; text-style: italic; width: 1fr; height: auto; }
     ChatMessage > Markdown { margin: 0; padding: 0 1; }
     ChatMessage > .plain { padding: 0 1; height: auto; }
     ChatMessage > .tail { padding: 0 1; height: auto; }
