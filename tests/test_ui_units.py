@@ -360,3 +360,19 @@ def test_the_display_speed_counts_from_the_texts_arrival_not_its_first_showing()
     s.shown(200.0, 10)
     s.shown(201.0, 60)
     assert s.shown_rate == pytest.approx(50.0)
+
+
+def test_the_engine_log_starts_afresh_once_it_is_large(tmp_path):
+    """Every chat appends to the engine's log: past ENGINE_LOG_MAX_BYTES it moves aside (one old
+    log kept) instead of growing for ever."""
+    from adaspark_app.ui.app import ENGINE_LOG_MAX_BYTES, engine_log_path
+
+    log = tmp_path / "engine.log"
+    log.write_bytes(b"small\n")
+    assert engine_log_path(tmp_path) == str(log) and log.read_bytes() == b"small\n"
+    (tmp_path / "engine.log.1").write_bytes(b"oldest\n")
+    log.write_bytes(b"x" * (ENGINE_LOG_MAX_BYTES + 1))
+    assert engine_log_path(tmp_path) == str(log)
+    assert not log.exists() and (tmp_path / "engine.log.1").stat().st_size == ENGINE_LOG_MAX_BYTES + 1
+    (tmp_path / "file").write_text("")
+    assert engine_log_path(tmp_path / "file" / "logs") is None  # cannot be made: the output is dropped

@@ -444,15 +444,27 @@ def _store_label(store: Any, store_path: str | None) -> str:
     return "~" + text[len(home):] if text.startswith(home + "/") else text
 
 
-def engine_log_path() -> str | None:
-    """Where the engine process writes what it prints (llama.cpp, a crash's stack): the user
-    log directory, or None (discarded) if it cannot be made."""
-    try:
-        from platformdirs import user_log_path
+ENGINE_LOG_MAX_BYTES = 1 << 20  # past this the log starts afresh, the previous one kept as engine.log.1
 
-        d = user_log_path("adaspark", appauthor=False)
-        d.mkdir(parents=True, exist_ok=True)
-        return str(d / "engine.log")
+
+def engine_log_path(directory: Path | None = None) -> str | None:
+    """Where the engine process writes what it prints (llama.cpp, a crash's stack): the user
+    log directory (or `directory`), or None (discarded) if it cannot be made. Every chat appends
+    to it, so once it is over ENGINE_LOG_MAX_BYTES it moves to engine.log.1 (replacing the one
+    before) and a new one starts."""
+    try:
+        if directory is None:
+            from platformdirs import user_log_path
+
+            directory = user_log_path("adaspark", appauthor=False)
+        directory.mkdir(parents=True, exist_ok=True)
+        log = directory / "engine.log"
+        try:
+            if log.stat().st_size > ENGINE_LOG_MAX_BYTES:
+                os.replace(log, directory / "engine.log.1")
+        except FileNotFoundError:
+            pass
+        return str(log)
     except Exception:
         return None
 
