@@ -23,6 +23,15 @@ def _one_line_error(proc: subprocess.CompletedProcess, *needles: str) -> None:
         assert n in lines[0], lines[0]
 
 
+def test_chat_without_a_terminal_is_one_line_not_a_hang(tmp_path):
+    """`adaspark chat < /dev/null > file` (or ssh without -t) used to draw into the file and wait
+    for keys for ever."""
+    proc = subprocess.run([sys.executable, "-m", "adaspark_app.cli", "chat", "--store", str(tmp_path / "c.db")],
+                          stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120)
+    _one_line_error(proc, "needs a terminal", "adaspark run")
+    assert proc.stdout == ""
+
+
 @pytest.fixture
 def good_script(tmp_path):
     p = tmp_path / "ok.jsonl"

@@ -486,6 +486,12 @@ def run_chat(model: str | None, drafter: str | None, store_path: str | None, max
     except AdaSparkError as err:
         print(f"adaspark: error: {err}", file=sys.stderr)
         return err.exit_code
+    if not (sys.stdin.isatty() and sys.stdout.isatty()):
+        # Textual would draw into a file or a pipe, and wait for keys that never come
+        store.close()
+        print("adaspark: error: `adaspark chat` needs a terminal for its input and output (ssh: "
+              "add -t); for scripted conversations use `adaspark run SCRIPT.jsonl`", file=sys.stderr)
+        return 2
 
     # The engine process opens the same file for its learned state (WAL, busy timeout).
     config = EngineConfig(model_path=model, drafter_path=drafter, store_path=str(store.path), n_ctx=n_ctx,
