@@ -75,3 +75,34 @@ def test_run_cli_with_store_then_store_show(model_path, public_prompts, tmp_path
                        capture_output=True, text=True, timeout=120)
     assert s.returncode == 0, s.stderr
     assert "SmolLM2-135M-Instruct (bundled, Q4_1)" in s.stdout  # the bundled model's name, read back from the store
+
+
+def test_a_reply_cut_short_keeps_what_it_had_taught(model_path, tmp_path, monkeypatch):
+    """A process killed in a long reply keeps its learning: the learned state is saved every
+    CHECKPOINT_S of a reply (every round here), without a request summary, and the next engine
+    starts from it instead of measuring every width again."""
+    import adaspark_app.engine.chat_engine as chat_engine
+
+    monkeypatch.setattr(chat_engine, "CHECKPOINT_S", 0.0)
+    rounds = []
+
+    def on_round(ev):
+        rounds.append(ev)
+        if len(rounds) == 15:
+            raise RuntimeError("the process ends here")
+
+    with Store.open(tmp_path / "s.db") as store:
+        eng = ChatEngine(model_path, arm="adaspark", store=store, n_ctx=1024)
+        try:
+            with pytest.raises(RuntimeError, match="the process ends here"):
+                eng.generate("c", [{"role": "user", "content": "Write a long story about a dragon who bakes bread."}],
+                             max_tokens=300, on_round=on_round)
+        finally:
+            eng.close()
+        (row,) = store.list_learned()
+        assert row["n_saves"] >= 10 and store.request_summaries() == []  # no reply ended
+        again = ChatEngine(model_path, arm="adaspark", store=store, n_ctx=1024)
+        try:
+            assert again.cold_start_progress()[0] > 0  # widths measured in the cut reply
+        finally:
+            again.close()

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from ..errors import ArgumentError, ModelLoadError
+from ..errors import ArgumentError, ModelLoadError, StoreError
 from ..learn.constants import MAX_WIDTH
 from .arms import Arm, parse_arm
 from .backend import LlamaBackend, check_gguf_file, default_model_path
@@ -28,6 +28,10 @@ from .sampling import GREEDY, SamplingSettings
 from .template import chat_template_for, turn_format_notice  # noqa: F401
 
 VALID_ROLES = ("system", "user", "assistant")
+# A long reply's learned state is saved every this many seconds too, not only at its end, so a
+# process killed mid-reply keeps what the reply had taught (about 1 ms a save, during the next
+# forward where it overlaps).
+CHECKPOINT_S = 10.0
 
 
 def _check_messages(messages: list[dict[str, str]]) -> None:
@@ -134,7 +138,6 @@ class ChatEngine:
         bytes stay in the file) and the engine starts fresh, with one notice. Other store errors
         (a locked or damaged file) still raise StoreError.
         """
-        from ..errors import StoreError
         from ..learn.learned_state import validate
         from ..learn.state import StateError
         from ..store.db import UnreadableState
@@ -258,7 +261,7 @@ class ChatEngine:
         Blocking: run it on the engine's worker thread. The KV cache is reused for the longest
         prefix the new prompt shares with what is cached (after a drop: at least the system
         prompt); only the tokens after it are prefilled. Learned state is saved to the store
-        at the end of the reply.
+        at the end of the reply, and every CHECKPOINT_S of a long one.
         """
         if max_tokens < 1:
             raise ArgumentError("max_tokens must be at least 1")
@@ -278,7 +281,7 @@ class ChatEngine:
         sjson, seed = settings.to_json(), settings.seed if not settings.greedy else None
         first, n_prefill, prefill_s = dec.start_reply(prompt)
         stream = StreamDecoder(b.token_bytes)
-        counters = {"tokens": 0, "t0": time.perf_counter()}
+        counters = {"tokens": 0, "t0": time.perf_counter(), "saved": time.perf_counter()}
 
         def handle(oc: RoundOutcome, new: list[int]) -> None:
             # the text and the event are made while the next forward runs where it overlaps the host
@@ -290,6 +293,9 @@ class ChatEngine:
             visible = [t for t in new if not b.is_eog(t)]
             text = stream.push(visible)
             counters["tokens"] += len(new)
+            if now - counters["saved"] >= CHECKPOINT_S:
+                counters["saved"] = now
+                self._checkpoint()
             if on_round is None:
                 return
             if oc.prefill:
@@ -334,6 +340,16 @@ class ChatEngine:
         self._save(result)
         return result
 
+    def _checkpoint(self) -> None:
+        """The learned state so far, mid-reply (every CHECKPOINT_S), without a request summary;
+        a store that refuses is left to the reply's end."""
+        if self.store is None or self.store_key is None:
+            return
+        try:
+            self.store.save_learned(self.store_key, self.decoder.state_dict(), None, self._key_meta)
+        except StoreError:
+            pass
+
     def _save(self, result: ReplyResult) -> None:
         if self.store is None or self.store_key is None:
             return
@@ -377,8 +393,6 @@ __all__ = ["ChatEngine", "ModelLoadError"]
 
 def _is_bundled(path: str) -> bool:
     """Whether `path` is the bundled model's file."""
-    import os
-
     try:
         return os.path.realpath(path) == os.path.realpath(default_model_path())
     except ModelLoadError:  # no bundled model installed: nothing is it
