@@ -123,6 +123,8 @@ def load_config(path: str | os.PathLike | None = None) -> Config:
         raise ConfigError(f"config file {p}: not UTF-8 text") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"config file {p}: not valid TOML ({exc})") from None
+    except RecursionError:
+        raise ConfigError(f"config file {p}: nested too deeply, not a settings file") from None
     return _checked(p, data)
 
 

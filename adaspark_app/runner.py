@@ -72,6 +72,8 @@ def read_jsonl(path: str, what: str) -> Iterator[tuple[int, Any]]:
             yield n, json.loads(raw)
         except json.JSONDecodeError as exc:
             raise ScriptError(f"{path}:{n}: malformed JSON ({exc.msg} at column {exc.colno})") from None
+        except RecursionError:
+            raise ScriptError(f"{path}:{n}: JSON nested too deeply") from None
 
 
 def load_script(path: str) -> list[Conversation]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -30,6 +31,20 @@ def test_chat_without_a_terminal_is_one_line_not_a_hang(tmp_path):
                           stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120)
     _one_line_error(proc, "needs a terminal", "adaspark run")
     assert proc.stdout == ""
+
+
+def test_json_or_toml_nested_past_the_recursion_limit_is_one_line(tmp_path):
+    """A script, an import or a config file nested too deeply made the parser raise RecursionError,
+    which came out as a traceback."""
+    deep = tmp_path / "deep.jsonl"
+    deep.write_text("[" * 200_000 + "\n")
+    _one_line_error(_run("run", str(deep)), "deep.jsonl:1", "nested too deeply")
+    _one_line_error(_run("store", "import", str(deep), "--store", str(tmp_path / "s.db")), "nested too deeply")
+    config = tmp_path / "config.toml"
+    config.write_text("a = " + "[" * 200_000 + "\n")
+    proc = subprocess.run([sys.executable, "-m", "adaspark_app.cli", "models"], capture_output=True, text=True,
+                          timeout=120, env={**os.environ, "ADASPARK_CONFIG": str(config)})
+    _one_line_error(proc, "config.toml", "nested too deeply")
 
 
 @pytest.fixture

@@ -65,6 +65,8 @@ def test_lmstudio_locations_pointer_settings_and_legacy(tmp_path):
     dirs = lmstudio_model_dirs(tmp_path)
     assert dirs[:2] == [tmp_path / "big-disk", moved / "models"]
     assert tmp_path / ".lmstudio" / "models" in dirs
+    (moved / "settings.json").write_text("{" * 100_000)  # unreadable: as if it named no folder
+    assert lmstudio_model_dirs(tmp_path)[0] == moved / "models"
 
 
 def test_adaspark_models_env_is_pathsep_separated():
@@ -126,8 +128,12 @@ def test_ollama_bad_manifests(tmp_path):
     gone.parent.mkdir(parents=True)
     gone.write_text(json.dumps({"layers": [{"mediaType": "application/vnd.ollama.image.model",
                                             "digest": "sha256:" + "cd" * 32, "size": 10}]}))
+    deep = models / "manifests" / "registry.ollama.ai" / "library" / "deep" / "latest"
+    deep.parent.mkdir(parents=True)
+    deep.write_text("[" * 100_000)  # nested past Python's recursion limit
     found = by_name(ollama_entries(models))
     assert found["broken:latest"].problem == "its manifest is not readable JSON"
+    assert found["deep:latest"].problem == "its manifest is not readable JSON"
     assert found["nolayer:1b"].problem == "its manifest names no model layer"
     assert found["gone:7b"].problem == "its model blob is missing"
 

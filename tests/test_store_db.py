@@ -481,6 +481,10 @@ def test_conversations_written_elsewhere_list_and_open_with_text_titles(tmp_path
         (row,) = s.list_conversations()
         assert (row["title"], row["model"], row["updated"]) == ("é\ufffd", "\x00", "1")
         assert s.get_conversation("c1")["title"] == "é\ufffd"
+        with s.write() as conn:  # settings nested past the recursion limit: the defaults, with the reason
+            conn.execute("update conversations set settings = ? where id = 'c1'", ("[" * 100_000,))
+        row = s.get_conversation("c1")
+        assert row["settings"] is None and "not JSON" in row["settings_error"]
 
 
 def test_conversations_newest_first_and_search(tmp_path):

@@ -181,3 +181,28 @@ def test_engine_template_with_a_gguf_template_is_jinja():
                       "tokenizer.chat_template": "{{ bos_token }}{{ messages[0]['content'] }}"}, GEMMA_TOKENS)
     tmpl = chat_template_for(b)
     assert isinstance(tmpl, ChatTemplate) and not tmpl.turn_format.base_model
+
+
+@pytest.mark.parametrize("source, parses, needle", [
+    ("{{ 1/0 }}", True, "ZeroDivisionError"),
+    ("{% macro f() %}{{ f() }}{% endmacro %}{{ f() }}", True, "RecursionError"),
+    ("{{ 'a' + 1 }}", True, "TypeError"),
+    ("{{ " + "(" * 50000 + "1" + ")" * 50000 + " }}", False, "RecursionError"),
+    ("{{ 'a' * 10**9 }}", True, "a repetition of over"),
+    ("{{ 2 ** 100000000 }}", True, "an exponent over"),
+    ("{{ range(10**9) | list }}", True, "Range too big"),
+    ("{{ raise_exception('no system role') }}", True, "no system role"),
+    ("{% for %}", False, "Expected"),
+], ids=["division", "recursion", "type", "nesting", "repeat", "power", "range", "raise", "syntax"])
+def test_a_hostile_or_broken_gguf_template_is_a_one_line_model_error(source, parses, needle):
+    """A GGUF's template is untrusted: whatever it raises, Jinja's error or Python's, is a
+    ModelLoadError (one line at the CLI, a notice in the chat), and it cannot fill the memory."""
+    with pytest.raises(ModelLoadError) as caught:
+        ChatTemplate(source).render([{"role": "user", "content": "hi"}])
+    message = str(caught.value)
+    assert ("failed to render" if parses else "does not parse") in message
+    assert needle in message and "\n" not in message
+
+
+def test_a_template_may_still_repeat_and_raise_to_a_small_power():
+    assert ChatTemplate("{{ 'ab' * 3 }}{{ [1] * 2 }}{{ 3 * 'x' }}{{ 2 ** 10 }}").render([]) == "ababab[1, 1]xxx1024"

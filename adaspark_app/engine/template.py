@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
 from jinja2 import TemplateError
-from jinja2.sandbox import ImmutableSandboxedEnvironment
+from jinja2.sandbox import ImmutableSandboxedEnvironment, SecurityError
 
 from ..errors import ModelLoadError
 
@@ -123,18 +123,49 @@ def _raise_exception(message: str) -> None:
     raise TemplateError(message)
 
 
+MAX_REPEAT_CHARS = 1 << 20  # what `text * n` in a template may make at most (a GGUF is untrusted)
+MAX_EXPONENT = 1024  # and `x ** n`
+
+
+class _TemplateSandbox(ImmutableSandboxedEnvironment):
+    """Jinja's immutable sandbox, where `*` and `**` cannot fill the memory either."""
+
+    intercepted_binops = frozenset({"*", "**"})
+
+    def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
+        if operator == "**" and isinstance(right, int) and abs(right) > MAX_EXPONENT:
+            raise SecurityError(f"an exponent over {MAX_EXPONENT}")
+        if operator == "*":
+            seq, n = (left, right) if isinstance(right, int) else (right, left)
+            if isinstance(seq, (str, list, tuple)) and isinstance(n, int) and len(seq) * n > MAX_REPEAT_CHARS:
+                raise SecurityError(f"a repetition of over {MAX_REPEAT_CHARS} items")
+        return super().call_binop(context, operator, left, right)
+
+
+def _why(exc: BaseException) -> str:
+    """A template error in one line: Jinja's own message, or the Python error's kind and message."""
+    text = str(exc).splitlines()[0] if str(exc) else ""
+    if isinstance(exc, TemplateError):
+        return text or type(exc).__name__
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
 class ChatTemplate:
-    """Renders a conversation to the prompt text the model was trained on (the GGUF's template)."""
+    """Renders a conversation to the prompt text the model was trained on (the GGUF's template).
+
+    The template comes from the GGUF, untrusted: it runs in Jinja's immutable sandbox, and any
+    error it raises, Jinja's or Python's (a division by zero, recursion without end, a type
+    error), is a ModelLoadError naming it."""
 
     turn_format = TurnFormat("gguf")
 
     def __init__(self, source: str | None, bos_token: str = "", eos_token: str = "") -> None:
-        env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+        env = _TemplateSandbox(trim_blocks=True, lstrip_blocks=True)
         env.globals["raise_exception"] = _raise_exception
         try:
             self._template = env.from_string(source or CHATML)
-        except TemplateError as exc:
-            raise ModelLoadError(f"the model's chat template does not parse: {exc}") from exc
+        except Exception as exc:  # a GGUF's text: RecursionError for deep nesting, not only TemplateError
+            raise ModelLoadError(f"the model's chat template does not parse: {_why(exc)}") from exc
         self.bos_token = bos_token
         self.eos_token = eos_token
 
@@ -143,8 +174,8 @@ class ChatTemplate:
             return self._template.render(
                 messages=messages, add_generation_prompt=add_generation_prompt,
                 bos_token=self.bos_token, eos_token=self.eos_token)
-        except TemplateError as exc:
-            raise ModelLoadError(f"the model's chat template failed to render: {exc}") from exc
+        except Exception as exc:
+            raise ModelLoadError(f"the model's chat template failed to render: {_why(exc)}") from exc
 
 
 def builtin_template_names() -> list[str]:

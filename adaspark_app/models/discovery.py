@@ -167,7 +167,7 @@ def _ollama_entry(name: str, manifest: Path, blobs: Path) -> ModelEntry:
         if manifest.stat().st_size > MAX_MANIFEST_BYTES:
             raise ValueError("too large")
         data = json.loads(manifest.read_text(encoding="utf-8"))
-    except (OSError, ValueError, UnicodeDecodeError):
+    except (OSError, ValueError, UnicodeDecodeError, RecursionError):
         entry.problem = "its manifest is not readable JSON"
         return entry
     layers = data.get("layers") if isinstance(data, dict) else None

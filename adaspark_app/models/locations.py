@@ -68,7 +68,7 @@ def _settings_models_dir(lm_home: Path) -> Path | None:
     """The `downloadsFolder` LM Studio's settings.json names, if it names one."""
     try:
         data = json.loads((lm_home / "settings.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError, UnicodeDecodeError):
+    except (OSError, ValueError, UnicodeDecodeError, RecursionError):
         return None
     value = data.get("downloadsFolder") if isinstance(data, dict) else None
     return _expand(value) if isinstance(value, str) and value.strip() else None

@@ -139,7 +139,7 @@ class ChatTables:
         if raw is not None:
             try:
                 value = json.loads(raw)
-            except (TypeError, ValueError) as exc:
+            except (TypeError, ValueError, RecursionError) as exc:
                 row["settings_error"] = f"its stored settings are not JSON ({exc})"
             else:
                 if isinstance(value, dict):

@@ -118,6 +118,8 @@ def parse_export(text: str) -> list[_Entry]:
         raise StoreError(
             f"import: not valid JSON (line {lineno}, column {colno}: {msg})"
         ) from None
+    except RecursionError:
+        raise StoreError("import: JSON nested too deeply") from None
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         raise StoreError(f'import: not an AdaSpark store export (expected "format": "{FORMAT}")')
     version = doc.get("version")
