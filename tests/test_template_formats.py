@@ -191,9 +191,10 @@ def test_engine_template_with_a_gguf_template_is_jinja():
     ("{{ 'a' * 10**9 }}", True, "a repetition of over"),
     ("{{ 2 ** 100000000 }}", True, "an exponent over"),
     ("{{ range(10**9) | list }}", True, "Range too big"),
+    ("{% for i in range(100000) %}{{ 'a' * 1000000 }}{% endfor %}", True, "a prompt of over"),
     ("{{ raise_exception('no system role') }}", True, "no system role"),
     ("{% for %}", False, "Expected"),
-], ids=["division", "recursion", "type", "nesting", "repeat", "power", "range", "raise", "syntax"])
+], ids=["division", "recursion", "type", "nesting", "repeat", "power", "range", "output", "raise", "syntax"])
 def test_a_hostile_or_broken_gguf_template_is_a_one_line_model_error(source, parses, needle):
     """A GGUF's template is untrusted: whatever it raises, Jinja's error or Python's, is a
     ModelLoadError (one line at the CLI, a notice in the chat), and it cannot fill the memory."""

@@ -125,6 +125,7 @@ def _raise_exception(message: str) -> None:
 
 MAX_REPEAT_CHARS = 1 << 20  # what `text * n` in a template may make at most (a GGUF is untrusted)
 MAX_EXPONENT = 1024  # and `x ** n`
+MAX_PROMPT_CHARS = 64 << 20  # and a whole prompt (16M tokens of context are about 64 MB of text)
 
 
 class _TemplateSandbox(ImmutableSandboxedEnvironment):
@@ -170,12 +171,21 @@ class ChatTemplate:
         self.eos_token = eos_token
 
     def render(self, messages: list[dict[str, Any]], add_generation_prompt: bool = True) -> str:
+        """The prompt text; rendered piece by piece, so a template that would write more than
+        MAX_PROMPT_CHARS stops there instead of filling the memory."""
+        pieces: list[str] = []
+        size = 0
         try:
-            return self._template.render(
-                messages=messages, add_generation_prompt=add_generation_prompt,
-                bos_token=self.bos_token, eos_token=self.eos_token)
+            for piece in self._template.generate(
+                    messages=messages, add_generation_prompt=add_generation_prompt,
+                    bos_token=self.bos_token, eos_token=self.eos_token):
+                size += len(piece)
+                if size > MAX_PROMPT_CHARS:
+                    raise SecurityError(f"a prompt of over {MAX_PROMPT_CHARS} characters")
+                pieces.append(piece)
         except Exception as exc:
             raise ModelLoadError(f"the model's chat template failed to render: {_why(exc)}") from exc
+        return "".join(pieces)
 
 
 def builtin_template_names() -> list[str]:
