@@ -18,12 +18,13 @@ from .engine import limits
 from .errors import AdaSparkError
 from .output_paths import check_writable, open_output
 from .options import add_gpu_layers_option, add_sampling_options, check_gpu_layers_option, check_sampling_options
+from .wording import printable
 
 class OneLineParser(argparse.ArgumentParser):
     """argparse with a one-line error (exit 2) instead of the usage dump."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
-        sys.stderr.write(f"adaspark: error: {message}\n")
+        sys.stderr.write(f"adaspark: error: {printable(str(message))}\n")
         raise SystemExit(2)
 
 
@@ -131,7 +132,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     engine = ChatEngine(args.model, args.drafter, store=store, arm=args.arm, n_threads=args.threads,
                         n_ctx=args.n_ctx, self_check=args.self_check, gpu_layers=gpu_layers)
     for note in engine.notices:
-        sys.stderr.write(f"adaspark: note: {note}\n")
+        sys.stderr.write(f"adaspark: note: {printable(note)}\n")
     out: TextIO = sys.stdout
     log: TextIO | None = None
     total_turns = sum(len(c.turns) for c in convs)
@@ -199,7 +200,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
             cid, resumed, problems = resume_last(store, model=args.model, system=args.system,
                                                  max_tokens=args.max_tokens, sampling=values)
         for problem in problems:
-            sys.stderr.write(f"adaspark: note: the conversation's stored settings: {problem} (default used)\n")
+            sys.stderr.write(f"adaspark: note: the conversation's stored settings: {printable(problem)} (default used)\n")
         resume = (cid, resumed)
         args.model = resumed.model_path
     if args.model:
@@ -248,7 +249,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_chat(args)
         return int(args.func(args) or 0)  # store, bench, bench-corpus, drafter: set by add_parser
     except AdaSparkError as exc:
-        sys.stderr.write(f"adaspark: error: {exc}\n")
+        sys.stderr.write(f"adaspark: error: {printable(str(exc))}\n")
         return exc.exit_code
     except KeyboardInterrupt:
         sys.stderr.write("adaspark: interrupted\n")

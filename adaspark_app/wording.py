@@ -1,8 +1,20 @@
-"""Counts in words, for messages and reports: '1 token', '2 tokens', '1 reply', '3 replies'."""
+"""Words for messages and reports: counts ('1 token', '2 tokens', '3 replies'), and text made safe
+to print on a terminal."""
 
 from __future__ import annotations
+
+import re
+
+# Control characters but tab and line feed: ESC, BEL, CR, DEL, the C1 controls.
+_CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
 
 def counted(n: int, noun: str, plural: str | None = None) -> str:
     """`n` and `noun`, plural unless `n` is 1 (`plural`, else the noun with an s)."""
     return f"{n} {noun if n == 1 else (plural or noun + 's')}"
+
+
+def printable(text: str) -> str:
+    """`text` with its control characters written as escapes ('\\x1b'), so that printing a file
+    name, a GGUF's metadata or a model's words cannot send the terminal a command."""
+    return _CONTROLS.sub(lambda m: f"\\x{ord(m.group()):02x}", text)

@@ -377,3 +377,17 @@ def test_main_cli_dispatches_store(tmp_path, default_db, capsys):
     err = capsys.readouterr().err
     assert err.startswith("adaspark: error: ") and err.count("\n") == 1
     assert file_state(p) == before
+
+
+def test_names_from_a_gguf_print_their_control_characters_as_escapes(default_db, capsys):
+    """A model name is a GGUF's metadata: ESC or BEL in it would reach the terminal as a command
+    (retitle the window, set the clipboard); `store list` and `show` print them as escapes."""
+    evil = {"model": {"id": K1.model_id, "name": "Evil\x1b]0;pwned\x07\x1b[31m"}, "device": META1["device"],
+            "drafter": None}
+    with Store.open(default_db) as s:
+        s.save_learned(K1, learned_state(0), None, key_meta=evil)
+    for action in ("list", "show"):
+        assert cli("store", action) == 0
+        out = capsys.readouterr().out
+        assert "\x1b" not in out and "\x07" not in out
+        assert "Evil\\x1b]0;pwned" in out and "\\x1b[31m" in out  # (rich drops the BEL itself)

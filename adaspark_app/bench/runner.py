@@ -29,6 +29,7 @@ from .. import native
 from ..native import pricing
 from ..errors import ArgumentError, ScriptError
 from ..output_paths import make_output_dir, open_output
+from ..wording import printable
 from . import stats
 
 
@@ -360,7 +361,7 @@ def run_bench(
             for note in getattr(engine, "notices", None) or ():  # each once, not once per arm
                 if note not in shown:
                     shown.add(note)
-                    print(f"adaspark: note: {note}", file=sys.stderr)
+                    print(f"adaspark: note: {printable(note)}", file=sys.stderr)
 
         prog = None
         if progress:

@@ -11,6 +11,7 @@ import json
 import sys
 from typing import Any, Sequence
 
+from ..wording import printable
 from .entry import SOURCE_LABELS, ModelEntry, human_size
 
 COLUMNS = ("NAME", "SOURCE", "ARCH", "QUANT", "SIZE", "FORMAT", "LEARNED", "STATUS")
@@ -48,7 +49,8 @@ def row_cells(e: ModelEntry, paths: bool = False) -> list[str]:
 def render_table(entries: Sequence[ModelEntry], paths: bool = False) -> str:
     """The entries as aligned text columns, a header first."""
     header = list(COLUMNS) + (["PATH"] if paths else [])
-    rows = [header] + [row_cells(e, paths) for e in entries]
+    # names and paths come from file names and GGUF metadata: their control characters as escapes
+    rows = [header] + [[printable(c) for c in row_cells(e, paths)] for e in entries]
     widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
     lines = []
     for r in rows:
@@ -69,7 +71,7 @@ def cmd_models(args: argparse.Namespace) -> int:
     entries = discover_models(cfg.folders(), learned=False, notes=notes)
     mark_learned(entries, rows=rows)
     for note in notes:
-        sys.stderr.write(f"adaspark: note: {note}\n")
+        sys.stderr.write(f"adaspark: note: {printable(note)}\n")
     out = sys.stdout
     if args.json:
         for e in entries:

@@ -15,7 +15,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console
+from rich.console import Console, RenderHook
+from rich.segment import Segment
 from rich.table import Table
 
 from adaspark_app.bounded_read import TooLarge, read_at_most
@@ -23,7 +24,7 @@ from adaspark_app.errors import AdaSparkError, StoreError
 
 from adaspark_app.learn.state import StateError
 from adaspark_app.learn.learned_state import validate as validate_learned
-from adaspark_app.wording import counted
+from adaspark_app.wording import counted, printable
 
 from .db import Store, UnreadableState, resolve_store_path
 from .fingerprint import LearnedKey
@@ -90,6 +91,28 @@ def add_parser(subparsers: Any) -> None:
     _add_store_option(a, top=False)
 
 
+class _Printable:
+    """A renderable drawn as `inner` is, its text's control characters written as escapes."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    def __rich_console__(self, console: Console, options: Any) -> Any:
+        for segment in console.render(self.inner, options):
+            if segment.control or not segment.text:
+                yield segment
+            else:
+                yield Segment(printable(segment.text), segment.style)
+
+
+class PrintableText(RenderHook):
+    """What the store holds (model and device names from GGUF files, a damaged state's text) is
+    printed as text: its control characters reach the terminal as escapes, not as commands."""
+
+    def process_renderables(self, renderables: list[Any]) -> list[Any]:
+        return [_Printable(r) for r in renderables]
+
+
 def run(args: argparse.Namespace, console: Console | None = None) -> int:
     """Run one ``store`` action; return the exit code. Raises StoreError on failure."""
     action = getattr(args, "store_action", None)
@@ -98,6 +121,7 @@ def run(args: argparse.Namespace, console: Console | None = None) -> int:
     if console is None:
         # piped output (scripts, tests) gets room for key ids instead of rich's default 80 columns
         console = Console(highlight=False, markup=False, width=None if sys.stdout.isatty() else 160)
+        console.push_render_hook(PrintableText())
     if action == "show":
         n = getattr(args, "requests", SHOW_REQUESTS)
         if not 0 <= n <= SHOW_REQUESTS_MAX:
@@ -135,7 +159,7 @@ def main_for_tests(argv: list[str], console: Console | None = None) -> int:
     try:
         return run(args, console)
     except AdaSparkError as exc:
-        sys.stderr.write(f"adaspark: error: {exc}\n")
+        sys.stderr.write(f"adaspark: error: {printable(str(exc))}\n")
         return exc.exit_code
 
 

@@ -18,18 +18,21 @@ import os
 import signal
 import sys
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Sequence
 
 from textual import on
 from textual.app import App, SystemCommand
 from textual.binding import Binding
+from textual.filter import LineFilter
 from textual.message import Message
 from textual.screen import Screen
 
 from ..engine.sampling import GREEDY
 from ..errors import AdaSparkError
 from ..models import BUNDLED_NAME
+from ..wording import printable
 from .chat_settings import ChatSettings
+from .control_filter import DropControls
 from .conversation import MAX_TOKENS
 from .engine_client import (EngineClient, EngineDied, EngineDone, EngineLoaded, EngineLoadFailed,
                             EngineReplyFailed, EngineRounds, EngineStopped, lower_ui_priority)
@@ -82,6 +85,7 @@ class AdaSparkApp(App[int]):
         test drives in its own process)."""
         install_styles_cache_fix()  # Textual keeps dead widgets' lines alive otherwise (styles_cache_fix.py)
         super().__init__()
+        self._drop_controls = DropControls()  # replies and names may hold ESC and its kin (control_filter.py)
         self.engine = EngineClient(engine_factory, self.post_message, log_path=engine_log)
         self.engine_factory = engine_factory  # what the engine process is built from (the picker swaps it)
         self.switching_to: str | None = None  # the model the picker asked for, until it has loaded
@@ -108,6 +112,10 @@ class AdaSparkApp(App[int]):
         self._shown_settings: ChatSettings | None = None
         self._context_used: int | None = 0
         self._update_subtitle()
+
+    def get_line_filters(self) -> Sequence[LineFilter]:
+        """Textual's filters, then DropControls: no text drawn carries a terminal command."""
+        return [*super().get_line_filters(), self._drop_controls]
 
     @property
     def quitting(self) -> bool:
@@ -219,7 +227,7 @@ class AdaSparkApp(App[int]):
         self.load_error = message.error
         self.switching_to = None  # a picked model that fails: said below; Ctrl+T picks another
         if self.exit_on_load_error and not message.restarted:
-            self.exit(2, return_code=2, message=f"adaspark: error: {message.error}")  # as the CLI says it
+            self.exit(2, return_code=2, message=f"adaspark: error: {printable(message.error)}")  # as the CLI says it
             return
         self.notify(message.error, title="The model failed to load", severity="error", timeout=30)
         self._to_chat(message)  # a reply that waited for this engine is given back
@@ -484,7 +492,7 @@ def run_chat(model: str | None, drafter: str | None, store_path: str | None, max
     try:
         store = Store.open(store_path)
     except AdaSparkError as err:
-        print(f"adaspark: error: {err}", file=sys.stderr)
+        print(f"adaspark: error: {printable(str(err))}", file=sys.stderr)
         return err.exit_code
     if not (sys.stdin.isatty() and sys.stdout.isatty()):
         # Textual would draw into a file or a pipe, and wait for keys that never come
