@@ -18,7 +18,7 @@ from typing import Any, TextIO
 
 from .errors import ScriptError
 from .runner import read_jsonl
-from .wording import counted
+from .wording import counted, printable
 from .learn.kinds import Decider
 
 REQUIRED = ("conversation", "turn", "width", "decided_by")
@@ -112,14 +112,15 @@ def _layer_line(name: str, t: LayerTally, rounds: int) -> str:
         unpriced = f", {t.rounds - t.priced} unpriced" if t.priced < t.rounds else ""
         cost = f"cost {t.cost_tokens:.2f} tokens ({t.cost_ms:.1f} ms at rho){unpriced}"
     rounds_word = "round " if t.rounds == 1 else "rounds"  # the column stays aligned
-    return f"  {name:<13} {t.rounds:>5} {rounds_word} {share:5.1f}%  {cost}"
+    return f"  {printable(name):<13} {t.rounds:>5} {rounds_word} {share:5.1f}%  {cost}"
 
 
 def write_report(accounts: list[ReplyAccount], out: TextIO) -> None:
     """A short account per reply, then the run's totals."""
     total = ReplyAccount("all replies", -1)
     for acc in accounts:
-        out.write(f"{acc.conversation} turn {acc.turn}: {counted(acc.rounds, 'round')}, {counted(acc.committed, 'token')}"
+        out.write(f"{printable(str(acc.conversation))} turn {acc.turn}: {counted(acc.rounds, 'round')}, "
+                  f"{counted(acc.committed, 'token')}"
                   f" (draft gate skipped {acc.draft_skipped}, drafter left out {acc.drafter_skipped})\n")
         for name, t in sorted(acc.layers.items(), key=lambda kv: -kv[1].rounds):
             out.write(_layer_line(name, t, acc.rounds) + "\n")

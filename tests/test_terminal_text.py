@@ -80,3 +80,14 @@ def test_commands_print_names_from_files_as_escapes(tmp_path):
     missing = subprocess.run([sys.executable, "-m", "adaspark_app.cli", "run", str(tmp_path / "no\x1b[2Jscript.jsonl")],
                              capture_output=True, text=True, timeout=120)
     assert missing.returncode == 2 and "no\\x1b[2Jscript.jsonl" in missing.stderr and "\x1b" not in missing.stderr
+
+
+def test_explain_prints_names_from_its_log_as_escapes(tmp_path, capsys):
+    from adaspark_app.cli import main
+
+    log = tmp_path / "rounds.jsonl"
+    log.write_text('{"conversation": "c\\u001b[2J", "turn": 0, "width": 1, "decided_by": "cold\\u0007", '
+                   '"committed": 1}\n')
+    assert main(["explain", str(log)]) == 0
+    out = capsys.readouterr().out
+    assert "c\\x1b[2J turn 0" in out and "cold\\x07" in out and "\x1b" not in out and "\x07" not in out

@@ -380,7 +380,7 @@ def run_bench(
                     for label in order:
                         engine = engines[label]
                         if prog is not None:
-                            prog.update(task, description=f"{label} · {conv.id}"[:48])
+                            prog.update(task, description=printable(f"{label} · {conv.id}")[:48])
                             engine = _ProgressEngine(engine, lambda: prog.advance(task, 1))
                         # every arm draws with the same settings and seed: replies are comparable
                         tally = CalibrationTally()
