@@ -91,3 +91,37 @@ def test_explain_prints_names_from_its_log_as_escapes(tmp_path, capsys):
     assert main(["explain", str(log)]) == 0
     out = capsys.readouterr().out
     assert "c\\x1b[2J turn 0" in out and "cold\\x07" in out and "\x1b" not in out and "\x07" not in out
+
+
+async def test_brackets_in_names_titles_and_errors_are_text_not_markup(tmp_path):
+    """`[/]` in a conversation's title, a model's name or an error was read as Textual markup and
+    raised MarkupError, which ended the chat (a notification quoting it, the delete dialog, the
+    settings dialog, the status line). Every such text is plain now."""
+    from ui_fakes import notifications
+
+    store = Store.open(tmp_path / "chat.db")
+    cid = store.create_conversation("arr[/] and [bold]x[/i]", "m")
+    store.replace_messages_from(cid, None, [("user", "arr[/]", None), ("assistant", "ok [/b]", {"n_tokens": 2})])
+    app = AdaSparkApp(scripted(["Reply with [/] and [red]x[/blue]"], model_name="evil[/]model"), store,
+                      store_label="x[/]y.db", exit_on_load_error=False, system="be [/] brief")
+    try:
+        async with app.run_test(size=(140, 34), notifications=True) as pilot:
+            chat = app.chat_screen
+            await wait_until(pilot, lambda: app.engine.ready)
+            await chat.open_conversation(cid)
+            chat.prompt.text = "hi [/] there"
+            await pilot.press("enter")
+            await wait_until(pilot, lambda: len(chat.conversation.turns) == 4 and not chat.generating)
+            chat.set_status("failed to load /m/evil[/]x.gguf")
+            for key in ("f3", "f8", "f2"):  # settings, delete, rename: dialogs quoting the title and model
+                await pilot.press(key)
+                await pilot.pause(0.2)
+                await pilot.press("escape")
+            app.notify("Deleted “arr[/]”.")
+            chat.notify("screen [/] notify")
+            await pilot.pause(0.3)
+            assert {"Deleted “arr[/]”.", "screen [/] notify"} <= set(notifications(app))
+            assert chat.chat_view.messages()[-1].text == "Reply with [/] and [red]x[/blue]"
+            assert app.return_code is None  # still running
+    finally:
+        store.close()

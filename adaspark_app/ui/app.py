@@ -113,6 +113,13 @@ class AdaSparkApp(App[int]):
         self._context_used: int | None = 0
         self._update_subtitle()
 
+    def notify(self, message: str, *, title: str = "", severity: Any = "information", timeout: float | None = None,
+               markup: bool = False) -> None:
+        """A notification, always plain text (`markup` is ignored): notifications quote file
+        names, GGUF names, titles of conversations and errors, where `[/]` is text, not markup
+        (Textual's default would raise on it and end the app)."""
+        super().notify(message, title=title, severity=severity, timeout=timeout, markup=False)
+
     def get_line_filters(self) -> Sequence[LineFilter]:
         """Textual's filters, then DropControls: no text drawn carries a terminal command."""
         return [*super().get_line_filters(), self._drop_controls]

@@ -141,7 +141,7 @@ class ChatScreen(Screen):
             yield ConversationSidebar(id="sidebar")
             with Vertical(id="chat-column"):
                 yield view
-                yield Static("", id="status")
+                yield Static("", id="status", markup=False)  # quotes paths and errors: text, not markup
                 yield prompt
             yield panel
         yield KeyFooter()

@@ -69,7 +69,7 @@ class ConfirmScreen(ModalScreen[bool]):
 
     def compose(self) -> ComposeResult:
         with Vertical():
-            yield Label(self.question)
+            yield Label(self.question, markup=False)
             with Horizontal():
                 yield Button("Cancel", id="no")
                 yield Button(self.yes_label, id="yes", variant="error")
@@ -112,9 +112,9 @@ class SaveFileScreen(ModalScreen[Path | None]):
 
     def compose(self) -> ComposeResult:
         with Vertical():
-            yield Label(self.title_text)
+            yield Label(self.title_text, markup=False)
             yield Input(value=str(self.default), id="path")
-            yield Static("", id="problem")
+            yield Static("", id="problem", markup=False)
             with Horizontal():
                 yield Button("Cancel", id="cancel")
                 yield Button("Save", id="ok", variant="primary")

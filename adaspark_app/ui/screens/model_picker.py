@@ -65,7 +65,7 @@ class ModelPickerScreen(ModalScreen[ModelEntry | None]):
     def compose(self) -> ComposeResult:
         with Vertical():
             yield Label("Choose a model: a new conversation starts on it (Enter), Esc closes")
-            yield Label("Looking for models…", id="picker-count")
+            yield Label("Looking for models…", id="picker-count", markup=False)
             yield Static("", id="picker-status")
             yield DataTable(id="models", cursor_type="row", zebra_stripes=True)
 

@@ -62,9 +62,9 @@ class SettingsScreen(ModalScreen[ChatSettings | None]):
     def compose(self) -> ComposeResult:
         values = self.settings.form_values()
         with VerticalScroll():
-            yield Label(f"Settings of {self.where}", classes="title")
+            yield Label(f"Settings of {self.where}", classes="title", markup=False)
             model = self.settings.model or "the loaded model"
-            yield Static(f"Model: {model}", classes="muted", id="model")
+            yield Static(f"Model: {model}", classes="muted", id="model", markup=False)
             yield Label("System prompt (sent first; blank: none; Enter: a new line, Ctrl+S saves)")
             yield TextArea(values["system"], id="system", soft_wrap=True, show_line_numbers=False,
                            tab_behavior="focus")
@@ -73,7 +73,7 @@ class SettingsScreen(ModalScreen[ChatSettings | None]):
                     # the name, and under it the CLI's rule for the value
                     yield Label(Text.assemble((label, "bold"), "\n", (hint, "dim")))
                     yield Input(values[name], id=name, tooltip=f"{label}: {hint}")
-            yield Static("", id="error")
+            yield Static("", id="error", markup=False)
             with Horizontal():
                 yield Button("Cancel", id="cancel")
                 yield Button("Save", id="save", variant="primary")

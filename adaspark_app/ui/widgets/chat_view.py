@@ -98,14 +98,14 @@ class ChatMessage(Vertical):
         self.stream: ReplyStream | None = None  # while a reply streams into this message
 
     def compose(self) -> ComposeResult:
-        yield Label(ROLE_LABELS.get(self.role, self.role.title()), classes="role")
+        yield Label(ROLE_LABELS.get(self.role, self.role.title()), classes="role", markup=False)
         if self.role == "assistant":
             yield Markdown(self._initial, parser_factory=shared_parser)
             yield StreamTail(classes="tail")
         else:
             # What the user typed, as typed: line breaks kept, nothing interpreted.
             yield Static(Text(self._initial), classes="plain")
-        yield Label(self._note, classes="note")
+        yield Label(self._note, classes="note", markup=False)
 
     def on_mount(self) -> None:
         self.query_one(".note", Label).display = bool(self._note)
