@@ -63,3 +63,15 @@ def test_bench_prints_each_engine_notice_once_for_all_its_arms(tmp_path, capsys)
     notes = [line for line in capsys.readouterr().err.splitlines() if line.startswith("adaspark: note:")]
     assert len(notes) == 1 and "cannot offload to a GPU" in notes[0], notes
     assert json.loads((out / "report.json").read_text())["meta"]["machine"]["device"] == "CPU"
+
+
+def test_brackets_and_escapes_in_ids_and_paths_are_text(tmp_path, capsys):
+    """A conversation id or a report folder with `[/]` was read as Rich markup (MarkupError, a
+    traceback) by the progress line and the summary; an id with ESC went to the terminal raw."""
+    script = tmp_path / "odd.jsonl"
+    script.write_text(json.dumps({"id": "conv[/]x\u001b[2J", "category": "c[/]", "turns": ["Say hi."]}) + "\n")
+    out = tmp_path / "out[/]dir"
+    assert cli.main(["bench", str(script), "--arms", "ar,adaspark", "--max-tokens", "4", "--report", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert f"report: {out}/report.md" in err.replace("\n", "") and "\x1b[2J" not in err  # (rich wraps at 80)
+    assert (out / "report.md").exists()

@@ -115,7 +115,7 @@ def run(args: argparse.Namespace) -> int:
         keep_capped=args.keep_capped,
         extra={"command": command_line(args)},
     )
-    console = Console(stderr=True)
+    console = Console(stderr=True, markup=False, highlight=False)  # paths and names: text, not markup
     try:  # an AdaSparkError propagates: cli.main turns it into one line and exit 2
         report = run_bench(config, progress=not getattr(args, "no_progress", False), console=console)
     except KeyboardInterrupt:
@@ -134,8 +134,6 @@ def run(args: argparse.Namespace) -> int:
 
 def run_corpus(args: argparse.Namespace) -> int:
     """Handler of `adaspark bench-corpus`."""
-    from pathlib import Path
-
     from ..errors import OutputError
     from ..output_paths import make_output_dir
     from .corpus import build_all

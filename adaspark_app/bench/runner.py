@@ -365,6 +365,7 @@ def run_bench(
 
         prog = None
         if progress:
+            from rich.markup import escape
             from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
                                        TimeElapsedColumn, TimeRemainingColumn)
 
@@ -380,7 +381,7 @@ def run_bench(
                     for label in order:
                         engine = engines[label]
                         if prog is not None:
-                            prog.update(task, description=printable(f"{label} · {conv.id}")[:48])
+                            prog.update(task, description=escape(printable(f"{label} · {conv.id}")[:48]))  # ids: text, not markup
                             engine = _ProgressEngine(engine, lambda: prog.advance(task, 1))
                         # every arm draws with the same settings and seed: replies are comparable
                         tally = CalibrationTally()
