@@ -119,3 +119,18 @@ async def test_while_a_message_is_edited_the_draft_is_what_the_box_held_before(s
     again = make_app(store, tmp_path, resume_id=cid)
     async with again.run_test(size=SIZE) as pilot:
         assert again.chat_screen.prompt.text == "my draft"
+
+
+async def test_continuing_a_conversation_keeps_a_new_ones_draft(store, tmp_path):
+    """`chat --continue` used to save the empty box over the new conversation's draft."""
+    cid = store.create_conversation("old", "m")
+    store.save_draft(None, "for a new one")
+    store.save_draft(cid, "for the old one")
+    app = make_app(store, tmp_path, resume_id=cid)
+    async with app.run_test(size=SIZE) as pilot:
+        chat = app.chat_screen
+        await wait_until(pilot, lambda: chat.conversation.id == cid)
+        assert chat.prompt.text == "for the old one"
+        await pilot.press("ctrl+n")
+        assert chat.prompt.text == "for a new one"
+    assert store.draft(None) == "for a new one"

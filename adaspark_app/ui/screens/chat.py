@@ -155,10 +155,9 @@ class ChatScreen(Screen):
         self.set_status()
         self.post_message(self.Ready())
         self.set_timer(0.2, self._warm_next)
+        self._show_draft()  # a new conversation's first: opening another keeps it as it is
         if self.host.resume_id:
             await self.open_conversation(self.host.resume_id)
-        else:
-            self._show_draft()
         self.show_settings()
 
     def _settle_cut_replies(self) -> None:
