@@ -348,6 +348,7 @@ async def test_edit_an_earlier_message_drops_the_later_turns(store, tmp_path, lo
         await pilot.press("enter")
         await finished(pilot)
         assert chat.conversation.editing is None
+        assert chat.prompt.text == "draft in progress"  # the edit borrowed the box: it gives the draft back
         assert texts(chat) == ["q1", "A1", "q2 edited", "A-edited"]
         assert chat.conversation.history[2:] == [{"role": "user", "content": "q2 edited"},
                                     {"role": "assistant", "content": "A-edited"}]
@@ -392,6 +393,7 @@ async def test_a_failed_edit_keeps_the_old_turns_and_goes_back_to_editing(store,
         chat = await finished(pilot)
         await send(pilot, "q2")
         await finished(pilot)
+        chat.prompt.text = "my draft"
         await pilot.press("ctrl+up", "ctrl+up")
         chat.prompt.text = "q1 edited"
         await pilot.press("enter")
@@ -399,6 +401,8 @@ async def test_a_failed_edit_keeps_the_old_turns_and_goes_back_to_editing(store,
         assert [m.text for m in chat.chat_view.messages() if m.display] == ["q1", "A1", "q2", "A2"]
         assert chat.conversation.editing == 0 and chat.prompt.text == "q1 edited"
         assert [m["content"] for m in store.get_messages(chat.conversation.id)] == ["q1", "A1", "q2", "A2"]
+        await pilot.press("escape")  # the edit ends: the draft typed before it is back
+        assert chat.conversation.editing is None and chat.prompt.text == "my draft"
 
 
 # ---------------------------------------------------------------------------- copy code, save reply

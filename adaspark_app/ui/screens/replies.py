@@ -128,8 +128,8 @@ class ReplyRunner:
         except AdaSparkError as err:
             self.owner.notify(str(err), title="Store", severity="error")
             return False
-        self.owner.stop_editing(restore=False)
         self.prompt.clear()
+        self.owner.stop_editing(restore=True)  # an edit resent: what the box held before it comes back
         return await self.start(request)
 
     async def regenerate(self) -> bool:
@@ -373,8 +373,8 @@ class ReplyRunner:
             self.conversation.keep_unanswered(request)
             return
         if not request.regenerate:
-            if request.edit_index is not None and request.edit_index < len(self.conversation.turns) \
-                    and not self.prompt.text.strip():
+            if request.edit_index is not None and request.edit_index < len(self.conversation.turns):
+                # back to editing it; what the box holds meanwhile is kept as the draft it gives back
                 self.owner.begin_editing(request.edit_index, text=request.prompt)
             else:
                 self.prompt.restore(request.prompt)
