@@ -274,3 +274,21 @@ async def test_the_highlighted_row_shows_its_file_and_why_it_is_broken():
         await wait_until(pilot, lambda: "cannot be used: not a GGUF file" in str(status.render()),
                          what="the broken row's reason")
         assert "/x/one.gguf" in str(status.render())
+
+
+async def test_picker_shows_control_characters_in_names_as_escapes():
+    """A file name is untrusted: ESC in it is shown as `\\x1b`, not sent to the terminal (and not
+    silently dropped, which would make two names look alike)."""
+    odd = [ModelEntry("evil\x1b]0;x\x07.gguf", "folder", "/x/evil\x1b]0;x\x07.gguf", size=10, architecture="llama",
+                      quantisation="Q8_0", has_chat_template=True, turn_format="chat template")]
+
+    class OddHost(App):
+        def on_mount(self) -> None:
+            self.push_screen(ModelPickerScreen(None, discover=lambda folders: odd))
+
+    app = OddHost()
+    async with app.run_test(size=SIZE) as pilot:
+        picker = app.screen
+        await wait_until(pilot, lambda: picker.loaded, what="the model list")
+        assert str(picker.table.get_row_at(0)[0]) == "evil\\x1b]0;x\\x07.gguf"
+        await wait_until(pilot, lambda: "/x/evil\\x1b]0;x\\x07.gguf" in str(picker.query_one("#picker-status").render()))

@@ -23,6 +23,7 @@ from textual.widgets import DataTable, Label, Static
 
 from ...models.command import COLUMNS, row_cells
 from ...models.entry import ModelEntry
+from ...wording import printable
 
 CURRENT_MARK = "● "  # in front of the model the engine runs now
 
@@ -104,7 +105,7 @@ class ModelPickerScreen(ModalScreen[ModelEntry | None]):
                 cells[0] = CURRENT_MARK + cells[0]
                 current_row = i
             style = "dim" if e.broken else ""
-            table.add_row(*(Text(c, style=style) for c in cells), key=str(i))
+            table.add_row(*(Text(printable(c), style=style) for c in cells), key=str(i))  # names from files
         usable = sum(not e.broken for e in self.entries)
         status = f"{usable} usable, {len(self.entries) - usable} broken (listed with the reason)."
         if not self.entries:
@@ -128,7 +129,7 @@ class ModelPickerScreen(ModalScreen[ModelEntry | None]):
         if event.row_key is None or event.row_key.value is None or not self.entries:
             return
         e = self.entries[int(event.row_key.value)]
-        text = f"{e.path}" + (f"\ncannot be used: {e.problem}" if e.broken else "")
+        text = printable(f"{e.path}") + (f"\ncannot be used: {printable(str(e.problem))}" if e.broken else "")
         self.query_one("#picker-status", Static).update(Text(text))
 
     @on(DataTable.RowSelected)
