@@ -343,22 +343,23 @@ class ChatEngine:
     def _checkpoint(self) -> None:
         """The learned state so far, mid-reply (every CHECKPOINT_S), without a request summary;
         a store that refuses is left to the reply's end."""
-        if self.store is None or self.store_key is None:
-            return
         try:
-            self.store.save_learned(self.store_key, self.decoder.state_dict(), None, self._key_meta)
+            self._save_learned(None)
         except StoreError:
             pass
 
     def _save(self, result: ReplyResult) -> None:
-        if self.store is None or self.store_key is None:
-            return
         summary = {"arm": result.arm, "conversation": result.conversation, "turn": result.turn,
                    "n_tokens": result.n_tokens, "decode_s": result.decode_s, "rounds": result.rounds,
                    "widths": {str(k): v for k, v in sorted(result.widths.items())},
                    "measure_rounds": result.measure_rounds, "tokens_per_s": result.tokens_per_s,
                    "temperature": result.sampling.get("temperature", 0.0), "created": time.time()}
-        self.store.save_learned(self.store_key, self.decoder.state_dict(), summary, self._key_meta)
+        self._save_learned(summary)
+
+    def _save_learned(self, summary: dict | None) -> None:
+        """The learned state so far, with a request's summary (None: none), where there is a store."""
+        if self.store is not None and self.store_key is not None:
+            self.store.save_learned(self.store_key, self.decoder.state_dict(), summary, self._key_meta)
 
     def price_table(self, context: int) -> dict[int, float]:
         return self.decoder.learners.scheduler.price_table(context)

@@ -43,6 +43,14 @@ def _check_messages(messages: list[tuple[str, str, dict | None]]) -> None:
             raise StoreError("message content must be a string")
 
 
+def _json_or_none(raw: str | None) -> object:
+    """A JSON column's value; None where it is empty or not JSON (a store written elsewhere)."""
+    try:
+        return loads(raw, "a JSON column")
+    except StoreError:
+        return None
+
+
 class ChatTables:
     """Conversations, messages and replies in flight (see the module's docstring)."""
 
@@ -159,10 +167,7 @@ class ChatTables:
                 (conversation_id,),
             )
         for r in rows:
-            try:
-                r["meta"] = loads(r["meta"], f"message {r['id']} metadata")
-            except StoreError:
-                r["meta"] = None  # the message still shows, without its figures
+            r["meta"] = _json_or_none(r["meta"])  # the message still shows, without its figures
             texts(r, "role", "content", "created")  # SQLite keeps any type in any column
         return rows
 
@@ -235,10 +240,7 @@ class ChatTables:
         with self.read() as conn:
             rows = fetch_rows(conn, "select * from replies_in_flight order by id")
         for r in rows:
-            try:
-                meta = json.loads(r["meta"]) if r["meta"] is not None else {}
-            except (TypeError, ValueError, RecursionError):
-                meta = {}
+            meta = _json_or_none(r["meta"])
             r["meta"] = meta if isinstance(meta, dict) else {}
             texts(r, "conversation_id", "prompt", "content", "owner", "created", "updated")
         return rows
