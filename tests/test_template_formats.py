@@ -7,6 +7,9 @@ to end is in tests/test_base_model_target.py (opt-in).
 
 from __future__ import annotations
 
+import threading
+import time
+
 import pytest
 
 from adaspark_app.engine.template import (
@@ -22,6 +25,7 @@ from adaspark_app.engine.template import (
     chat_template_for,
     turn_format_for,
 )
+from adaspark_app.engine import template as template_module
 from adaspark_app.errors import ModelLoadError
 
 GEMMA_TOKENS = {"<start_of_turn>", "<end_of_turn>"}
@@ -190,11 +194,19 @@ def test_engine_template_with_a_gguf_template_is_jinja():
     ("{{ " + "(" * 50000 + "1" + ")" * 50000 + " }}", False, "RecursionError"),
     ("{{ 'a' * 10**9 }}", True, "a repetition of over"),
     ("{{ 2 ** 100000000 }}", True, "an exponent over"),
-    ("{{ range(10**9) | list }}", True, "Range too big"),
+    ("{{ range(10**7) | list }}", True, "Range too big"),
     ("{% for i in range(100000) %}{{ 'a' * 1000000 }}{% endfor %}", True, "a prompt of over"),
+    ("{% set ns = namespace(s='x' * 1000000) %}{% for i in range(40) %}{% set ns.s = ns.s ~ ns.s %}"
+     "{% endfor %}", True, "a joined text of over"),
+    ("{% set ns = namespace(s='x' * 1000000) %}{% for i in range(40) %}{% set ns.s = ns.s + ns.s %}"
+     "{% endfor %}", True, "a sum of over"),
+    ("{{ 'x'.center(10**10) }}", True, "a count of over"),
+    ("{{ 'x'|indent(10**10, true) }}", True, "a count of over"),
+    ("{{ (['x' * 1000000] * 1000)|join(',') }}", True, "a joined text of over"),
     ("{{ raise_exception('no system role') }}", True, "no system role"),
     ("{% for %}", False, "Expected"),
-], ids=["division", "recursion", "type", "nesting", "repeat", "power", "range", "output", "raise", "syntax"])
+], ids=["division", "recursion", "type", "nesting", "repeat", "power", "range", "output", "concat", "sum",
+        "method-count", "filter-count", "join-filter", "raise", "syntax"])
 def test_a_hostile_or_broken_gguf_template_is_a_one_line_model_error(source, parses, needle):
     """A GGUF's template is untrusted: whatever it raises, Jinja's error or Python's, is a
     ModelLoadError (one line at the CLI, a notice in the chat), and it cannot fill the memory."""
@@ -207,3 +219,27 @@ def test_a_hostile_or_broken_gguf_template_is_a_one_line_model_error(source, par
 
 def test_a_template_may_still_repeat_and_raise_to_a_small_power():
     assert ChatTemplate("{{ 'ab' * 3 }}{{ [1] * 2 }}{{ 3 * 'x' }}{{ 2 ** 10 }}").render([]) == "ababab[1, 1]xxx1024"
+    assert ChatTemplate("{{ 'a' ~ 1 ~ 'b' }}{{ 'c' + 'd' }}{{ [1] + [2] }}{{ 1 + 2 }}").render([]) == "a1bcd[1, 2]3"
+    filters = ("{{ messages|map(attribute='content')|join('|') }}{{ range(3)|join }}{{ 'x'|center(5) }}"
+               "{{ 'ab'.replace('a', 'c') }}{{ {'k': [1, 2]}|tojson }}")
+    assert (ChatTemplate(filters).render([{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}])
+            == 'hi|yo012  x  cb{"k": [1, 2]}')
+
+
+@pytest.mark.parametrize("source", [
+    "{% for a in range(100000) %}{% for b in range(100000) %}{% endfor %}{% endfor %}",
+    "{% macro f(n) %}{% if n %}{{ f(n - 1) }}{{ f(n - 1) }}{% endif %}{% endmacro %}{{ f(60) }}",
+], ids=["loops", "macro-tree"])
+def test_a_template_that_runs_without_end_is_stopped(source, monkeypatch):
+    """A loop that writes nothing, or a macro calling itself twice, ran for ever: the engine hung
+    before the reply's first token. The render is stopped at MAX_RENDER_S, and its thread with it."""
+    monkeypatch.setattr(template_module, "MAX_RENDER_S", 0.3)
+    before = threading.active_count()
+    started = time.monotonic()
+    with pytest.raises(ModelLoadError, match=r"failed to render: a render of over 0\.3 s$"):
+        ChatTemplate(source).render([{"role": "user", "content": "hi"}])
+    assert time.monotonic() - started < 1.3
+    deadline = time.monotonic() + 2.0
+    while threading.active_count() > before and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert threading.active_count() == before
