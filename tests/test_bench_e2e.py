@@ -75,3 +75,14 @@ def test_brackets_and_escapes_in_ids_and_paths_are_text(tmp_path, capsys):
     err = capsys.readouterr().err
     assert f"report: {out}/report.md" in err.replace("\n", "") and "\x1b[2J" not in err  # (rich wraps at 80)
     assert (out / "report.md").exists()
+
+
+def test_an_arm_without_a_ratio_says_why_and_what_to_do(tmp_path, capsys):
+    """Every reply reaching the cap left bench saying only "no comparable replies"."""
+    script = tmp_path / "long.jsonl"
+    script.write_text(json.dumps({"id": "c0", "turns": ["Write a long poem about the sea.", "Another."]}) + "\n")
+    assert cli.main(["bench", str(script), "--arms", "ar,adaspark", "--max-tokens", "4",
+                     "--report", str(tmp_path / "r"), "--no-progress"]) == 0
+    err = " ".join(capsys.readouterr().err.split())  # rich wraps at 80 columns
+    assert "adaspark: no comparable replies: 2 of 2 pairs reached --max-tokens 4 in an arm" in err
+    assert "--keep-capped" in err

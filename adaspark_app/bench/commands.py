@@ -123,13 +123,25 @@ def run(args: argparse.Namespace) -> int:
         return 130
     for arm, h in report["headline"].items():
         if h["geomean_ratio"] is None:
-            console.print(f"{arm}: no comparable replies")
+            console.print(f"{arm}: no comparable replies{_why_none(report, arm, config.max_tokens)}")
         else:
             lo, hi = h["ci95"]
             console.print(f"{arm} / {report['summary']['base_arm']}: {h['geomean_ratio']:.3f}x "
                           f"[{lo:.3f}, {hi:.3f}] over {counted(h['replies'], 'reply', 'replies')}")
     console.print(f"report: {config.report_dir}/report.md")
     return 0
+
+
+def _why_none(report: dict, arm: str, max_tokens: int) -> str:
+    """Why an arm has no ratio, from its comparison's counts: what was left out, and what to do."""
+    overall = report.get("summary", {}).get("comparisons", {}).get(arm, {}).get("overall", {})
+    paired, looped = overall.get("paired", 0), overall.get("excluded_looped", 0)
+    if not paired:
+        return ""
+    why = f": {looped} of {counted(paired, 'pair', 'pairs')} reached --max-tokens {max_tokens} in an arm"
+    if looped == paired:
+        return why + " (raise it, or compare at that length with --keep-capped)"
+    return why + f", {overall.get('excluded_no_speed', 0)} had no speed"
 
 
 def run_corpus(args: argparse.Namespace) -> int:
