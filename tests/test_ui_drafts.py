@@ -134,3 +134,23 @@ async def test_continuing_a_conversation_keeps_a_new_ones_draft(store, tmp_path)
         await pilot.press("ctrl+n")
         assert chat.prompt.text == "for a new one"
     assert store.draft(None) == "for a new one"
+
+
+async def test_a_draft_the_store_refuses_is_handed_back_when_the_chat_ends(store, tmp_path):
+    """A full disk: the store refuses the draft, and the chat ended with the text gone. Now the
+    app holds it as it closes (`run_chat` prints it to the terminal), with the store's reason."""
+    pages = store._conn.execute("PRAGMA page_count").fetchone()[0]
+    store._conn.execute(f"PRAGMA max_page_count = {pages}")  # SQLite's own 'database or disk is full'
+    long_text = "a long thought that will not fit " * 400
+    app = make_app(store, tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        app.chat_screen.prompt.text = long_text
+        await quit_app(pilot)
+    assert app.unsaved_drafts and app.unsaved_drafts[0][0] == long_text
+    assert "full" in app.unsaved_drafts[0][1]
+    store._conn.execute(f"PRAGMA max_page_count = {pages * 100}")  # room again: saved, nothing left over
+    again = make_app(store, tmp_path)
+    async with again.run_test(size=SIZE) as pilot:
+        again.chat_screen.prompt.text = long_text + "!"
+        await quit_app(pilot)
+    assert store.draft(None) == long_text + "!" and again.unsaved_drafts == []

@@ -103,6 +103,7 @@ class AdaSparkApp(App[int]):
         self.system = system  # system prompt of a new conversation (None: none)
         self.model_path = model_path  # the GGUF the engine loads (None: the bundled model)
         self.resume_id = resume_id
+        self.unsaved_drafts: list[tuple[str, str]] = []  # the chat screen's, as it closed
         self.exit_on_load_error = exit_on_load_error
         self.load_error: str | None = None
         self._load_started = False
@@ -534,4 +535,7 @@ def run_chat(model: str | None, drafter: str | None, store_path: str | None, max
     finally:
         app.engine.close(timeout=10.0)
         store.close()
+        for text, why in app.unsaved_drafts:  # the terminal is the user's again: nothing typed is lost
+            print(f"adaspark: the message box's text could not be saved ({printable(why)}); here it is:\n"
+                  f"{printable(text)}", file=sys.stderr)
     return app.return_code or 0

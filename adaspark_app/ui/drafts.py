@@ -24,6 +24,12 @@ class DraftKeeper:
     def __init__(self, store: DraftStore) -> None:
         self.store = store
         self._known: dict[str, str] = {}  # the text the store holds, per conversation ('' new)
+        self._unsaved: dict[str, tuple[str, str]] = {}  # text the store refused, and why
+
+    def unsaved(self) -> list[tuple[str, str]]:
+        """(text, why) of each draft the store refused at its last save (a full disk): the chat
+        prints them when it ends, so they are not lost with it."""
+        return [kept for kept in self._unsaved.values() if kept[0].strip()]
 
     def load(self, conversation_id: str | None) -> str:
         """The conversation's draft (None: a new conversation's); '' when the store fails."""
@@ -36,12 +42,14 @@ class DraftKeeper:
 
     def save(self, conversation_id: str | None, text: str) -> None:
         """Keep `text` as the conversation's draft ('' forgets it). A store that refuses is
-        tried again at the next save."""
+        tried again at the next save; until one succeeds, `unsaved` holds the text."""
         key = conversation_id or ""
         if self._known.get(key) == text:
             return
         try:
             self.store.save_draft(conversation_id, text)
-        except AdaSparkError:
+        except AdaSparkError as err:
+            self._unsaved[key] = (text, str(err))
             return
+        self._unsaved.pop(key, None)
         self._known[key] = text

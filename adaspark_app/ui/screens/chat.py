@@ -555,5 +555,6 @@ class ChatScreen(Screen):
 
     def on_unmount(self) -> None:
         self.save_draft()
+        self.host.unsaved_drafts = self.drafts.unsaved()
         if self.generating:
             self.host.engine.cancel()
