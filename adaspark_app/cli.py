@@ -145,8 +145,13 @@ def cmd_run(args: argparse.Namespace) -> int:
         progress.start()
         task = progress.add_task(f"run {args.arm}", total=total_turns)
 
+    unsaved: list[str] = []  # the store's refusals of learned state, said once
+
     def write(conv, res) -> None:
         # each reply as it completes, flushed: an error or a crash in a later turn loses none
+        if res.learned_not_saved and not unsaved:
+            unsaved.append(res.learned_not_saved)
+            sys.stderr.write(f"adaspark: note: learned state not saved: {printable(res.learned_not_saved)}\n")
         row = res.to_json()
         row.pop("tokens", None)
         if conv.category:

@@ -106,3 +106,28 @@ def test_a_reply_cut_short_keeps_what_it_had_taught(model_path, tmp_path, monkey
             assert again.cold_start_progress()[0] > 0  # widths measured in the cut reply
         finally:
             again.close()
+
+
+def test_a_store_that_refuses_the_learning_costs_the_reply_nothing(model_path, tmp_path):
+    """A full disk: the learned state's save at the reply's end raised, and the reply was lost
+    (`run` stopped, the chat gave the message back). The reply stands now, the same text as with
+    room, and says why its learning was not kept."""
+    message = [{"role": "user", "content": "Name three colours."}]
+    with Store.open(tmp_path / "roomy.db") as store:
+        eng = ChatEngine(model_path, arm="adaspark", store=store, n_ctx=512)
+        try:
+            roomy = eng.generate("c", message, max_tokens=24)
+        finally:
+            eng.close()
+    with Store.open(tmp_path / "full.db") as store:
+        eng = ChatEngine(model_path, arm="adaspark", store=store, n_ctx=512)
+        try:
+            pages = store._conn.execute("PRAGMA page_count").fetchone()[0]
+            store._conn.execute(f"PRAGMA max_page_count = {pages}")  # SQLite's 'database or disk is full'
+            full = eng.generate("c", message, max_tokens=24)
+        finally:
+            eng.close()
+        assert store.list_learned() == []
+    assert roomy.learned_not_saved is None and "learned_not_saved" not in roomy.to_json()
+    assert full.learned_not_saved and "full" in full.learned_not_saved
+    assert full.text == roomy.text and full.n_tokens == roomy.n_tokens > 0

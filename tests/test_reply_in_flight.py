@@ -282,3 +282,26 @@ async def test_quitting_before_the_first_token_keeps_the_message_unanswered(stor
     (conv,) = store.list_conversations()
     assert contents(store, conv["id"]) == [("user", "are you there?")]
     assert store.replies_in_flight() == []
+
+
+async def test_a_full_store_keeps_the_reply_on_screen_and_says_what_was_not_saved(store, tmp_path):
+    """A full disk mid-conversation: the reply is shown and kept in the open conversation, and
+    two notices say that neither it nor what it taught the scheduler was saved."""
+    refusal = "store x: commit failed: database or disk is full"
+    app = make_app(store, scripted(["First.", "Second reply."], learned_not_saved=refusal), tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        chat = app.chat_screen
+        chat.prompt.text = "one"
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: chat.conversation.turns and not chat.generating, what="the first reply")
+        pages = store._conn.execute("PRAGMA page_count").fetchone()[0]
+        store._conn.execute(f"PRAGMA max_page_count = {pages}")  # SQLite's own 'database or disk is full'
+        long_message = " ".join(["two"] * 2000)  # more than the pages the store has room in
+        chat.prompt.text = long_message
+        await pilot.press("enter")
+        await notified(pilot, "The reply was not saved", "full")
+        await notified(pilot, "taught the scheduler was not saved", refusal)
+        await wait_until(pilot, lambda: not chat.generating, what="the second reply to end")
+        assert [t.content for t in chat.conversation.turns][-2:] == [long_message, "Second reply."]
+        assert chat.prompt.text == ""
+    assert contents(store, chat.conversation.id) == [("user", "one"), ("assistant", "First.")]

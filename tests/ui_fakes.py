@@ -70,7 +70,8 @@ class ScriptedEngine:
                  fail_calls: tuple[int, ...] | None = None,
                  hold_after_rounds: int | None = None, held: Any = None, gate: Any = None,
                  model_name: str = "Scripted-135M (test)", drafter_name: str | None = None,
-                 load_seconds: float = 0.0, log_path: str | None = None) -> None:
+                 load_seconds: float = 0.0, log_path: str | None = None,
+                 learned_not_saved: str | None = None) -> None:
         if load_seconds:
             time.sleep(load_seconds)
         self.replies = list(replies or ["Hello! I am a **scripted** reply."])
@@ -87,6 +88,7 @@ class ScriptedEngine:
         self.drafter_name = drafter_name
         self.notices: list[str] = []
         self.log_path = log_path
+        self.learned_not_saved = learned_not_saved  # what each reply says of its learning's save
         self.calls = 0
         self.rounds_total = 0
         self.closed = False
@@ -173,7 +175,7 @@ class ScriptedEngine:
             rounds=sum(widths.values()), widths=widths, measure_rounds=min(self.rounds_total, 2),
             rows_by_source=rows, accepted_by_source=accepted_src, looped=len(pieces) >= max_tokens,
             stopped=stopped, arm="adaspark", sampling=resolved.to_json() if resolved is not None else {},
-            seed=resolved.seed if resolved is not None else None)
+            seed=resolved.seed if resolved is not None else None, learned_not_saved=self.learned_not_saved)
 
     @staticmethod
     def _sources(width: int, accepted: int) -> tuple[dict[str, int], dict[str, int]]:

@@ -261,7 +261,8 @@ class ChatEngine:
         Blocking: run it on the engine's worker thread. The KV cache is reused for the longest
         prefix the new prompt shares with what is cached (after a drop: at least the system
         prompt); only the tokens after it are prefilled. Learned state is saved to the store
-        at the end of the reply, and every CHECKPOINT_S of a long one.
+        at the end of the reply, and every CHECKPOINT_S of a long one; a store that refuses it
+        (a full disk) costs the reply nothing: `learned_not_saved` says why.
         """
         if max_tokens < 1:
             raise ArgumentError("max_tokens must be at least 1")
@@ -337,7 +338,10 @@ class ChatEngine:
             ngram_rounds=stats["ngram_rounds"], drafter_rounds=stats["drafter_rounds"],
             decided_by=stats["decided_by"], sampling=sjson, seed=seed, dropped_turns=window.dropped_turns,
             prompt_length=len(prompt), capped_to=window.reply_tokens if window.capped else None)
-        self._save(result)
+        try:
+            self._save(result)
+        except StoreError as err:  # a full disk: the reply stands, its learning is what is lost
+            result.learned_not_saved = str(err)
         return result
 
     def _checkpoint(self) -> None:

@@ -94,6 +94,7 @@ class ReplyResult:
     dropped_turns: int = 0  # oldest turns left out of the prompt so history and reply fit
     prompt_length: int = 0  # tokens of the whole prompt (prompt_tokens counts only the prefilled ones)
     capped_to: int | None = None  # the reply's cap when the context left less than max_tokens
+    learned_not_saved: str | None = None  # why the store refused what the reply taught (a full disk)
 
     @property
     def tokens_per_s(self) -> float:
@@ -103,4 +104,6 @@ class ReplyResult:
         d = asdict(self)
         d["widths"] = {str(k): v for k, v in sorted(self.widths.items())}
         d["tokens_per_s"] = self.tokens_per_s
+        if d["learned_not_saved"] is None:
+            del d["learned_not_saved"]  # the usual case: the rows `run` writes stay as they were
         return d

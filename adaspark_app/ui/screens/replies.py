@@ -278,6 +278,9 @@ class ReplyRunner:
             self.owner.refresh_conversations()
             if result.stopped:
                 self.owner.notify(f"Stopped: kept {counted(result.n_tokens, 'token')}.")
+            if result.learned_not_saved:
+                self.owner.notify(f"What this reply taught the scheduler was not saved: {result.learned_not_saved}",
+                                  title="Store", severity="warning")
         finally:
             self._end()
 
