@@ -118,7 +118,7 @@ def test_show_prices_learned_widths_and_acceptance(default_db, capsys):
     assert "priced by" in out and "head" in out
     assert "guard loss, fitted" in out and "counters.rounds" in out
     assert "cold start: 7 of 7 widths priced" in out
-    assert "last 1 requests" in out and "1:3 8:20" in out
+    assert "last 1 request " in out and "1:3 8:20" in out and "1 request, 1 save," in out
     assert K2.key_id not in out  # --key selected one key
 
 

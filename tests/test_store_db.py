@@ -553,3 +553,45 @@ def test_a_second_open_in_the_same_process_keeps_the_first_connections_locks(tmp
     (tmp_path / "junk.db").write_bytes(b"not sqlite at all" * 10)
     with pytest.raises(StoreError):
         Store.open(str(tmp_path / "junk.db"))
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A real 600 KiB file system (tmpfs), where mounting one is allowed (root, as on CI)."""
+    import subprocess
+
+    where = tmp_path / "disk"
+    where.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=600k", "tmpfs", str(where)],
+                      capture_output=True).returncode != 0:
+        pytest.skip("cannot mount a small file system here")
+    yield where
+    subprocess.run(["umount", str(where)], check=True)
+
+
+def test_a_store_on_a_full_disk_says_so_and_is_not_called_foreign(small_disk, capsys):
+    """With the disk full SQLite cannot make the write-ahead log and says only "disk I/O error";
+    `store show` called the store "not an AdaSpark store". Now: which store, and that its disk
+    is full."""
+    from adaspark_app.store import commands
+
+    path = small_disk / "s.db"
+    Store.open(path).close()
+    filler = small_disk / "fill"
+    fd = os.open(filler, os.O_WRONLY | os.O_CREAT)
+    try:
+        while os.write(fd, b"\0" * 4096):
+            pass
+    except OSError:  # ENOSPC: full
+        pass
+    finally:
+        os.close(fd)
+    with pytest.raises(StoreError) as caught:
+        Store.open(path)
+    assert str(caught.value).startswith(f"cannot open store {path}: ")
+    assert "KiB free" in str(caught.value) and "not an AdaSpark store" not in str(caught.value)
+    assert commands.main_for_tests(["store", "show", "--store", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "KiB free" in err and "not an AdaSpark store" not in err and err.count("\n") == 1
+    filler.unlink()
+    Store.open(path).close()  # room again: the same store opens

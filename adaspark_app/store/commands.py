@@ -207,6 +207,14 @@ def _cmd_list(store: Store, args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
+def _count(value: Any, noun: str) -> str:
+    """A stored count and its noun ("1 request", "3 saves"); a store written elsewhere may hold
+    anything there, shown as it is."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return counted(value, noun)
+    return f"{value} {noun}s"
+
+
 def _ms(seconds: Any) -> str:
     try:
         v = float(seconds) * 1e3
@@ -324,7 +332,7 @@ def _show_requests(store: Store, key: LearnedKey, n: int, console: Console) -> N
     rows = store.request_summaries(key, limit=n)
     if not rows:
         return
-    t = Table(title=f"last {len(rows)} requests", title_justify="left")
+    t = Table(title=f"last {counted(len(rows), 'request')}", title_justify="left")
     for col in ("created", "arm", "conversation", "turn", "tokens", "tok/s", "rounds", "measured",
                 "widths"):
         t.add_column(col, justify="left" if col in ("created", "arm", "conversation", "widths")
@@ -371,8 +379,8 @@ def _cmd_show(store: Store, args: argparse.Namespace, console: Console) -> int:
         r = info.get(key.key_id, {})
         console.rule(f"{r.get('model_name')} on {r.get('device_name')}"
                      + (f" with drafter {r.get('drafter_name')}" if key.drafter_id else ""))
-        console.print(f"key {key.key_id}: {r.get('n_requests', 0)} requests, "
-                      f"{r.get('n_saves', 0)} saves, updated {r.get('updated')}")
+        console.print(f"key {key.key_id}: {_count(r.get('n_requests'), 'request')}, "
+                      f"{_count(r.get('n_saves'), 'save')}, updated {r.get('updated')}")
         raw = None
         try:
             raw = store.load_learned(key)

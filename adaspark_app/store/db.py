@@ -85,6 +85,20 @@ _OPEN_FILES: dict[tuple[int, int], int] = {}
 _OPEN_FILES_LOCK = threading.Lock()
 
 
+def _why(exc: sqlite3.Error, path: Path) -> str:
+    """SQLite's message, and where it says only "disk I/O error" (its write-ahead log could not
+    be made) and the disk holding the store is full, that too."""
+    text = str(exc)
+    if "disk I/O error" in text:
+        try:
+            st = os.statvfs(path.parent)
+        except OSError:
+            return text
+        if st.f_bavail * st.f_frsize < (1 << 20):
+            text += f" (the disk holding it has {st.f_bavail * st.f_frsize // 1024} KiB free)"
+    return text
+
+
 def _file_id(path: Path) -> tuple[int, int] | None:
     try:
         st = os.stat(path)
@@ -128,6 +142,8 @@ def _identify(conn: sqlite3.Connection, path: Path) -> str:
                 "select name from sqlite_master where name not like 'sqlite_%'"
             )
         ]
+    except sqlite3.OperationalError as exc:  # could not read it (a full disk, a lock), whatever it holds
+        raise StoreError(f"cannot read store {path}: {_why(exc, path)}") from None
     except sqlite3.DatabaseError as exc:
         raise StoreError(f"{path} is not an AdaSpark store ({exc}); left untouched") from None
     if app_id == 0 and user_version == 0 and not names:
@@ -172,7 +188,7 @@ def _check_readonly(path: Path) -> None:
     try:
         conn = sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_MS / 1000)
     except sqlite3.Error as exc:
-        raise StoreError(f"cannot open store {path}: {exc}") from None
+        raise StoreError(f"cannot open store {path}: {_why(exc, path)}") from None
     try:
         _identify(conn, path)
     finally:
@@ -252,7 +268,7 @@ class Store(ChatTables):
                 timeout=BUSY_TIMEOUT_MS / 1000,
             )
         except sqlite3.Error as exc:
-            raise StoreError(f"cannot open store {p}: {exc}") from None
+            raise StoreError(f"cannot open store {p}: {_why(exc, p)}") from None
         try:
             conn.execute(f"pragma busy_timeout = {BUSY_TIMEOUT_MS}")
             conn.execute("pragma journal_mode = wal")
@@ -275,7 +291,7 @@ class Store(ChatTables):
             conn.close()
             if "locked" in str(exc) or "busy" in str(exc):
                 raise _LockedError(str(exc)) from None
-            raise StoreError(f"cannot open store {p}: {exc}") from None
+            raise StoreError(f"cannot open store {p}: {_why(exc, p)}") from None
         return store
 
     def close(self) -> None:
