@@ -6,6 +6,7 @@ Every user-caused failure becomes one line on stderr and exit code 2, never a tr
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import os
 import sys
@@ -175,15 +176,17 @@ def cmd_run(args: argparse.Namespace) -> int:
     finally:
         if progress is not None:
             progress.stop()
-        if out is not sys.stdout:
-            out.close()
-        if log is not None:
-            log.close()
-        engine.close()
-        if store is not None:
-            store.close()
-        if tmpdir is not None:
-            tmpdir.cleanup()
+        try:  # a full disk fails these too: the engine, the store and the temporary store still close
+            if out is not sys.stdout:
+                out.close()
+            if log is not None:
+                log.close()
+        finally:
+            engine.close()
+            if store is not None:
+                store.close()
+            if tmpdir is not None:
+                tmpdir.cleanup()
     return 0
 
 
@@ -240,6 +243,10 @@ def _chat_n_ctx(args: argparse.Namespace) -> int | None:
     return None
 
 
+#: what a full or failing disk makes a write raise: one line and exit 2, never a traceback
+WRITE_FAILURES = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO, errno.EROFS})
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """The `adaspark` command. Returns the exit code: 0, 2 for a user-caused error, 130 on ^C."""
     parser = build_parser()
@@ -261,6 +268,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return 0
+    except OSError as exc:
+        if exc.errno not in WRITE_FAILURES:
+            raise
+        where = f" {exc.filename}" if exc.filename else ""
+        sys.stderr.write(f"adaspark: error: cannot write{printable(where)}: {exc.strerror or exc}\n")
+        return 2
 
 
 if __name__ == "__main__":  # pragma: no cover

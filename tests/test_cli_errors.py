@@ -9,6 +9,8 @@ import sys
 
 import pytest
 
+from full_disk import fill_disk, small_disk  # noqa: F401 - small_disk is a fixture
+
 
 def _run(*args: str, cwd=None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "adaspark_app.cli", *args], capture_output=True, text=True,
@@ -209,3 +211,23 @@ def test_a_broken_gzip_script_is_one_line(tmp_path, good_script):
     cut = tmp_path / "cut.jsonl.gz"
     cut.write_bytes(gzip.compress(good_script.read_bytes() * 50, mtime=0)[:20])
     _one_line_error(_run("run", str(cut)), "cannot read script", "cut.jsonl.gz")
+
+
+@pytest.mark.model
+@pytest.mark.parametrize("where", ["--out", "--log-rounds", "stdout", "bench"])
+def test_a_full_disk_is_one_line_not_a_traceback(small_disk, good_script, where):
+    """`run`'s replies, its round log or its standard output, or bench's report, on a full disk:
+    a traceback (two, with the file's close) before; one line and exit 2 now."""
+    fill_disk(small_disk)
+    target = small_disk / "out"
+    common = ("--fresh-store", "--max-tokens", "4")
+    if where == "stdout":
+        with open(target, "w") as fh:
+            proc = subprocess.run([sys.executable, "-m", "adaspark_app.cli", "run", *common, str(good_script)],
+                                  stdout=fh, stderr=subprocess.PIPE, text=True, timeout=120)
+    elif where == "bench":
+        proc = _run("bench", "--arms", "ar,adaspark", "--max-tokens", "4", "--no-progress", "--report", str(target),
+                    str(good_script))
+    else:
+        proc = _run("run", *common, where, str(target), str(good_script))
+    _one_line_error(proc, "cannot write", "No space left on device")

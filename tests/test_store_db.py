@@ -22,6 +22,7 @@ from adaspark_app.store import (
     title_from,
 )
 from adaspark_app.store import migrations as mig
+from full_disk import fill_disk, small_disk  # noqa: F401 - small_disk is a fixture
 
 KEY = LearnedKey("a1b2c3d4e5f60718", "0123456789abcdef")
 KEY_D = LearnedKey("a1b2c3d4e5f60718", "0123456789abcdef", "ffeeddccbbaa9988")
@@ -555,20 +556,6 @@ def test_a_second_open_in_the_same_process_keeps_the_first_connections_locks(tmp
         Store.open(str(tmp_path / "junk.db"))
 
 
-@pytest.fixture
-def small_disk(tmp_path):
-    """A real 600 KiB file system (tmpfs), where mounting one is allowed (root, as on CI)."""
-    import subprocess
-
-    where = tmp_path / "disk"
-    where.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=600k", "tmpfs", str(where)],
-                      capture_output=True).returncode != 0:
-        pytest.skip("cannot mount a small file system here")
-    yield where
-    subprocess.run(["umount", str(where)], check=True)
-
-
 def test_a_store_on_a_full_disk_says_so_and_is_not_called_foreign(small_disk, capsys):
     """With the disk full SQLite cannot make the write-ahead log and says only "disk I/O error";
     `store show` called the store "not an AdaSpark store". Now: which store, and that its disk
@@ -577,15 +564,7 @@ def test_a_store_on_a_full_disk_says_so_and_is_not_called_foreign(small_disk, ca
 
     path = small_disk / "s.db"
     Store.open(path).close()
-    filler = small_disk / "fill"
-    fd = os.open(filler, os.O_WRONLY | os.O_CREAT)
-    try:
-        while os.write(fd, b"\0" * 4096):
-            pass
-    except OSError:  # ENOSPC: full
-        pass
-    finally:
-        os.close(fd)
+    filler = fill_disk(small_disk)
     with pytest.raises(StoreError) as caught:
         Store.open(path)
     assert str(caught.value).startswith(f"cannot open store {path}: ")
