@@ -66,6 +66,21 @@ def test_model_that_is_not_gguf(good_script, tmp_path):
     _one_line_error(_run("run", str(good_script), "--model", str(bad)), "not a GGUF", "fake.gguf")
 
 
+@pytest.mark.model
+def test_a_model_llama_cpp_refuses_says_why(good_script, tmp_path, model_path):
+    """A GGUF whose header llama.cpp refuses (here a string said to be 2^60 bytes long) said only
+    "could not load the model file"; llama.cpp's reason was in a log nobody sees. Now the line
+    gives it."""
+    data = bytearray(open(model_path, "rb").read())
+    at = data.index(b"general.type") + len(b"general.type") + 4  # past the key and the value's type
+    assert data[at:at + 8] == (5).to_bytes(8, "little")  # the length of "model"
+    data[at + 7] = 0x10
+    bad = tmp_path / "damaged.gguf"
+    bad.write_bytes(bytes(data))
+    _one_line_error(_run("run", str(good_script), "--fresh-store", "--model", str(bad)),
+                    "llama.cpp could not load the model file", "damaged.gguf: ", "exceeds maximum")
+
+
 def test_malformed_json_line_names_file_and_line(tmp_path):
     p = tmp_path / "bad.jsonl"
     p.write_text(json.dumps({"id": "a", "turns": ["Hi"]}) + "\n" + "{not json\n")

@@ -10,6 +10,7 @@ Every method here calls llama.cpp and must run on the engine's worker thread.
 
 from __future__ import annotations
 
+import collections
 import ctypes
 import os
 import threading
@@ -24,6 +25,7 @@ from .. import native
 from ..errors import ConfigError, ContextOverflowError, ModelLoadError
 from ..native import ONE_ROW_ALL, ONE_ROW_NONE
 from ..gguf_file import is_gguf
+from ..wording import printable
 from .limits import N_SEQ_MAX, check_n_batch, check_n_ctx, check_threads, default_threads
 from .offload import build_can_offload, parse_gpu_layers, plan_offload
 from .one_row import OURS, chooser_for
@@ -109,16 +111,40 @@ def _llama():
 
 
 _LOG_CALLBACK = None
+LOG_LEVEL_ERROR = 4  # ggml_log_level's GGML_LOG_LEVEL_ERROR
+#: llama.cpp's latest error lines (its log is otherwise dropped): a failed load says why with them
+_errors: collections.deque[bytes] = collections.deque(maxlen=8)
+
+
+def _first_error() -> str:
+    """The first of llama.cpp's error lines kept since `_errors` was cleared (the root cause:
+    later lines only say that loading failed), as printable text; '' if none."""
+    for raw in list(_errors):
+        text = raw.decode("utf-8", "replace").strip().split("\n")[0]
+        if text:
+            return printable(text[:300])
+    return ""
+
+
+def load_model_file(llama: Any, path: str, mparams: Any) -> tuple[Any, str]:
+    """llama_model_load_from_file(path, mparams) and, where it fails (a NULL model), the first
+    error line llama.cpp logged while it tried ('' if none): (model, why)."""
+    _errors.clear()
+    model = llama.llama_model_load_from_file(path.encode(), mparams)
+    return model, ("" if model else _first_error())
 
 
 def _install_quiet_log(llama_cpp) -> None:
-    """Route llama.cpp's log to nowhere unless ADASPARK_LLAMA_LOG is set (it floods the TUI)."""
+    """Route llama.cpp's log to nowhere unless ADASPARK_LLAMA_LOG is set (it floods the TUI);
+    its error lines are kept (`_errors`) for the one-line message of a failed load."""
     global _LOG_CALLBACK
     if os.environ.get("ADASPARK_LLAMA_LOG"):
         return
 
     @llama_cpp.llama_log_callback
     def _quiet(level, text, user_data):  # pragma: no cover - C callback
+        if level == LOG_LEVEL_ERROR and text:
+            _errors.append(bytes(text))
         return None
 
     _LOG_CALLBACK = _quiet  # keep a reference: the C side holds the pointer
@@ -275,9 +301,9 @@ class LlamaBackend:
         mparams = L.llama_model_default_params()
         for name, value in params.items():
             setattr(mparams, name, value)
-        model = L.llama_model_load_from_file(self.model_path.encode(), mparams)
+        model, why = load_model_file(L, self.model_path, mparams)
         if not model:
-            raise ModelLoadError(f"llama.cpp could not load {what} {model_path}")
+            raise ModelLoadError(f"llama.cpp could not load {what} {model_path}" + (f": {why}" if why else ""))
         self.model = model
 
     # ------------------------------------------------------------------ metadata

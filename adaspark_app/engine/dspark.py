@@ -62,7 +62,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from adaspark_app.engine import ext_bindings
-from adaspark_app.engine.backend import vocab_texts
+from adaspark_app.engine.backend import load_model_file, vocab_texts
 from adaspark_app.errors import ContextOverflowError, DrafterError, ModelLoadError
 from adaspark_app.learn.constants import TOP_K
 from adaspark_app.gguf_file import GGML_NUMPY_TYPES, GGUFHeader, read_gguf_header, read_gguf_tensor
@@ -306,9 +306,9 @@ class DSparkDrafter:
         mparams = low.llama_model_default_params()
         mparams.n_gpu_layers = n_gpu_layers  # with the target: on a GPU, llama-server's -ngld does the same
         mparams.use_extra_bufts = False  # as the target's (backend.py): no AMX / repack buffers
-        self._model = low.llama_model_load_from_file(self.path.encode(), mparams)
+        self._model, why = load_model_file(low, self.path, mparams)
         if not self._model:
-            raise DrafterError(f"llama.cpp could not load the DSpark drafter {self.path} (see its log)")
+            raise DrafterError(f"llama.cpp could not load the DSpark drafter {self.path}" + (f": {why}" if why else ""))
         if ext.target_layer_ids(self._model) != self.target_layer_ids:
             raise DrafterError(f"{self.path}: llama.cpp read other target layers than the header names")
         if ext.llama_model_dflash_selector_top_k(self._model) > 0:
