@@ -58,7 +58,8 @@ async def test_picker_lists_models_usable_first_and_refuses_broken_ones():
         assert names == ["tiny:latest", "org/base/b.gguf", "broken/one.gguf"]  # broken last
         row = [str(c) for c in table.get_row_at(1)]
         assert "base model, gemma turns" in row and "hugging face" in row and "Q4_K_M" in row
-        assert "broken: not a GGUF file" in [str(c) for c in table.get_row_at(2)]
+        assert [str(c) for c in table.get_row_at(2)][1] == "broken"  # why: above, when highlighted
+        assert str(picker.query_one("#picker-count").render()) == "2 usable, 1 broken (highlight one to see why)."
         table.move_cursor(row=2)
         await pilot.press("enter")
         await pilot.pause()
@@ -292,3 +293,33 @@ async def test_picker_shows_control_characters_in_names_as_escapes():
         await wait_until(pilot, lambda: picker.loaded, what="the model list")
         assert str(picker.table.get_row_at(0)[0]) == "evil\\x1b]0;x\\x07.gguf"
         await wait_until(pilot, lambda: "/x/evil\\x1b]0;x\\x07.gguf" in str(picker.query_one("#picker-status").render()))
+
+
+async def test_a_long_reason_and_path_fit_the_picker_at_100_columns():
+    """A broken model's reason in the table made it wider than the dialog: at 100 columns the
+    STATUS column, last, was cut to "b", and the reason, shown above in two fixed lines, lost its
+    end. STATUS is second now and says "broken", in view; the lines above hold the whole path
+    and reason."""
+    reason = "corrupt GGUF (array tokenizer.ggml.tokens of 49152 cannot fit in the 26399 bytes left)"
+    path = "/home/someone/models/lmstudio-community/Some-Model-7B-Instruct-GGUF/Some-Model-7B-Instruct-Q4_K_M.gguf"
+    many = [ModelEntry("Some-Model-7B-Instruct-Q4_K_M.gguf", "folder", path, size=4_000_000_000, problem=reason)]
+
+    class LongHost(App):
+        def on_mount(self) -> None:
+            self.push_screen(ModelPickerScreen(None, discover=lambda folders: [*entries(), *many]))
+
+    app = LongHost()
+    async with app.run_test(size=SIZE) as pilot:
+        picker = app.screen
+        await wait_until(pilot, lambda: picker.loaded, what="the model list")
+        table = picker.table
+        table.move_cursor(row=3)
+        status = picker.query_one("#picker-status")
+        await wait_until(pilot, lambda: reason in str(status.render()), what="the reason")
+        await pilot.pause()
+        columns = list(table.columns.values())
+        assert str(columns[1].label) == "STATUS" and str(table.get_row_at(3)[1]) == "broken"
+        assert sum(c.get_render_width(table) for c in columns[:2]) <= table.scrollable_content_region.width
+        shown = " ".join("".join(seg.text for seg in line).strip() for line in status.render_lines(status.region.reset_offset))
+        assert shown.replace(" ", "").endswith(("cannot be used: " + reason).replace(" ", ""))
+        assert path.replace(" ", "") in shown.replace(" ", "")

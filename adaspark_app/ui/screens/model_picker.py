@@ -36,6 +36,12 @@ def _discover(folders: Sequence[str]) -> list[ModelEntry]:
     return discover_models(list(folders), learned=False)
 
 
+def _picker_order(cells: list) -> list:
+    """`adaspark models`' columns with STATUS second: beside the name, in view however narrow
+    the terminal (the other columns may run past the dialog's edge and scroll)."""
+    return [cells[0], cells[-1], *cells[1:-1]]
+
+
 class ModelPickerScreen(ModalScreen[ModelEntry | None]):
     """Lists the models found; dismisses with the chosen entry, or None (Esc)."""
 
@@ -47,7 +53,8 @@ class ModelPickerScreen(ModalScreen[ModelEntry | None]):
     }
     ModelPickerScreen DataTable { height: 1fr; }
     ModelPickerScreen #picker-count { color: $text-muted; }
-    ModelPickerScreen #picker-status { height: 2; color: $text-muted; margin-bottom: 1; }
+    ModelPickerScreen #picker-status { height: auto; min-height: 2; max-height: 5; color: $text-muted;
+                                       margin-bottom: 1; }
     """
     BINDINGS = [Binding("escape", "cancel", "Cancel", id="picker_cancel", tooltip="Close the model list")]
 
@@ -75,7 +82,7 @@ class ModelPickerScreen(ModalScreen[ModelEntry | None]):
         return self.query_one("#models", DataTable)
 
     def on_mount(self) -> None:
-        self.table.add_columns(*COLUMNS)
+        self.table.add_columns(*_picker_order(list(COLUMNS)))
         self.table.focus()
         self.run_worker(self._load(), exclusive=True, group="model-discovery")
 
@@ -101,13 +108,16 @@ class ModelPickerScreen(ModalScreen[ModelEntry | None]):
         current_row = 0
         for i, e in enumerate(self.entries):
             cells = row_cells(e)
+            if e.broken:
+                cells[-1] = "broken"  # the reason, often long, is shown above when the row is highlighted
             if self._is_current(e):
                 cells[0] = CURRENT_MARK + cells[0]
                 current_row = i
             style = "dim" if e.broken else ""
-            table.add_row(*(Text(printable(c), style=style) for c in cells), key=str(i))  # names from files
+            table.add_row(*(Text(printable(c), style=style) for c in _picker_order(cells)), key=str(i))  # names from files
         usable = sum(not e.broken for e in self.entries)
-        status = f"{usable} usable, {len(self.entries) - usable} broken (listed with the reason)."
+        broken = len(self.entries) - usable
+        status = f"{usable} usable, {broken} broken" + (" (highlight one to see why)." if broken else ".")
         if not self.entries:
             status = "No GGUF files found (see `adaspark models` for where they are looked for)."
         self.query_one("#picker-count", Label).update(status)
