@@ -64,6 +64,36 @@ def round_cost(row: dict[str, Any]) -> tuple[float, float] | None:
     return tokens, ms
 
 
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _wrong_field(row: dict[str, Any]) -> str | None:
+    """What is wrong with a row's fields that the account reads (a log edited by hand, or
+    written by another version), or None."""
+    if not isinstance(row["conversation"], (str, int)) or isinstance(row["conversation"], bool):
+        return '"conversation" must be a string'
+    for name in ("turn", "width"):
+        if not _is_int(row[name]):
+            return f'"{name}" must be an integer'
+    if not isinstance(row["decided_by"], str):
+        return '"decided_by" must be a string'
+    if row.get("committed") is not None and not _is_int(row["committed"]):
+        return '"committed" must be an integer'
+    values = row.get("values")
+    if values is not None and not (isinstance(values, dict) and all(_is_number(v) for v in values.values())):
+        return '"values" must map widths to numbers'
+    if row.get("rho") is not None and not _is_number(row["rho"]):
+        return '"rho" must be a number'
+    if row.get("argmax") is not None and not (_is_int(row["argmax"]) or isinstance(row["argmax"], str)):
+        return '"argmax" must be a width'
+    return None
+
+
 def read_rounds(path: str) -> list[dict[str, Any]]:
     """Read ROUNDS.jsonl; a missing file or a malformed row is a ScriptError naming the line."""
     rows = []
@@ -74,6 +104,9 @@ def read_rounds(path: str) -> list[dict[str, Any]]:
         if missing:
             raise ScriptError(f"{path}:{n}: not a ROUNDS.jsonl row with a decision trace "
                               f"(missing {', '.join(missing)}; written by an older adaspark?)")
+        wrong = _wrong_field(row)
+        if wrong:
+            raise ScriptError(f"{path}:{n}: {wrong}")
         rows.append(row)
     if not rows:
         raise ScriptError(f"{path}: the rounds log has no rounds")

@@ -149,6 +149,18 @@ def test_explain_prices_each_layer_against_the_choosers_choice(tmp_path, capsys)
     ("{not json\n", "malformed JSON"),
     ('{"conversation": "a", "turn": 0, "width": 1}\n', "missing decided_by"),
     ("", "no rounds"),
+    # fields of the wrong type (edited by hand, another version) raised a traceback
+    ('{"conversation": "a", "turn": [1], "width": 1, "decided_by": "cold"}\n', '"turn" must be an integer'),
+    ('{"conversation": "a", "turn": 0, "width": "4", "decided_by": "cold"}\n', '"width" must be an integer'),
+    ('{"conversation": {}, "turn": 0, "width": 1, "decided_by": "cold"}\n', '"conversation" must be a string'),
+    ('{"conversation": "a", "turn": 0, "width": 1, "decided_by": ["cold"]}\n', '"decided_by" must be a string'),
+    ('{"conversation": "a", "turn": 0, "width": 1, "decided_by": "cold", "committed": "2"}\n', '"committed"'),
+    ('{"conversation": "a", "turn": 0, "width": 2, "decided_by": "cold", "argmax": 4, "rho": 1, '
+     '"values": {"2": "x", "4": 1}}\n', '"values" must map widths to numbers'),
+    ('{"conversation": "a", "turn": 0, "width": 2, "decided_by": "cold", "argmax": 4, "rho": [], '
+     '"values": {"2": 1, "4": 1}}\n', '"rho" must be a number'),
+    ('{"conversation": "a", "turn": 0, "width": 2, "decided_by": "cold", "argmax": {}, '
+     '"values": {"2": 1, "4": 1}}\n', '"argmax" must be a width'),
 ])
 def test_explain_refuses_a_bad_log_in_one_line(tmp_path, capsys, content, needle):
     """Guards the untrusted-input rule for `adaspark explain`: one line naming the file, exit 2."""
