@@ -16,7 +16,7 @@ from typing import Sequence, TextIO
 
 from . import native
 from .engine import limits
-from .errors import AdaSparkError
+from .errors import AdaSparkError, ArgumentError
 from .output_paths import check_writable, open_output
 from .options import add_gpu_layers_option, add_sampling_options, check_gpu_layers_option, check_sampling_options
 from .wording import printable
@@ -190,10 +190,25 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def check_text_option(value: str | None, name: str) -> str | None:
+    """An option's text as the model will read it: bytes that are not UTF-8 reach Python as
+    surrogate escapes, which nothing that writes UTF-8 takes (the chat ended with a traceback)."""
+    if value is None:
+        return None
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        byte = os.fsencode(value[exc.start])
+        raise ArgumentError(f"{name} is not UTF-8 text (byte {byte!r} at character {exc.start + 1})") from None
+    return value
+
+
 def cmd_chat(args: argparse.Namespace) -> int:
     from .engine.backend import check_gguf_file
     from .ui.chat_settings import SAMPLING_FIELDS, default_settings, resume_last
     from .config import load_config, resolve_model
+
+    args.system = check_text_option(args.system, "--system")
 
     # the config file's defaults (a bad file: one line, exit 2); options given here win
     cfg = load_config()

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator, TextIO
 
+from . import json_input
 from .bounded_read import TooLarge, read_at_most
 from .engine.events import ReplyResult, RoundEvent
 from .errors import MessageTooLongError, ScriptError
@@ -69,7 +70,7 @@ def read_jsonl(path: str, what: str) -> Iterator[tuple[int, Any]]:
         if not raw.strip():
             continue
         try:
-            yield n, json.loads(raw)
+            yield n, json_input.loads(raw)
         except json.JSONDecodeError as exc:
             raise ScriptError(f"{path}:{n}: malformed JSON ({exc.msg} at column {exc.colno})") from None
         except RecursionError:

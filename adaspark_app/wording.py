@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import re
 
-# Control characters but tab and line feed: ESC, BEL, CR, DEL, the C1 controls.
-_CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+# Control characters but tab and line feed: ESC, BEL, CR, DEL, the C1 controls; and lone
+# surrogates (a file name's byte that is not UTF-8 reaches Python as one), which no UTF-8 stream
+# can write.
+_CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff]")
 
 
 def counted(n: int, noun: str, plural: str | None = None) -> str:
@@ -15,6 +17,8 @@ def counted(n: int, noun: str, plural: str | None = None) -> str:
 
 
 def printable(text: str) -> str:
-    """`text` with its control characters written as escapes ('\\x1b'), so that printing a file
-    name, a GGUF's metadata or a model's words cannot send the terminal a command."""
-    return _CONTROLS.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+    """`text` with its control characters written as escapes ('\\x1b', a surrogate '\\udcff'), so
+    that printing a file name, a GGUF's metadata or a model's words cannot send the terminal a
+    command, nor fail to encode."""
+    return _CONTROLS.sub(lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100 else f"\\u{ord(m.group()):04x}",
+                         text)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 
 import pytest
@@ -86,3 +87,14 @@ def test_an_arm_without_a_ratio_says_why_and_what_to_do(tmp_path, capsys):
     err = " ".join(capsys.readouterr().err.split())  # rich wraps at 80 columns
     assert "adaspark: no comparable replies: 2 of 2 pairs reached --max-tokens 4 in an arm" in err
     assert "--keep-capped" in err
+
+
+def test_a_report_folder_whose_name_is_not_utf8_gets_its_report(tmp_path, capsys):
+    """A folder name with a byte that is not UTF-8 reaches Python as a surrogate escape: writing
+    the command line into report.md raised UnicodeEncodeError after every reply had run."""
+    script = tmp_path / "one.jsonl"
+    script.write_text(json.dumps({"id": "c0", "turns": ["Say hi."]}) + "\n")
+    out = tmp_path / os.fsdecode(b"report\xff")
+    assert cli.main(["bench", str(script), "--arms", "ar,adaspark", "--max-tokens", "4", "--report", str(out),
+                     "--no-progress"]) == 0
+    assert "--report" in (out / "report.md").read_text(encoding="utf-8") and (out / "report.json").exists()

@@ -246,3 +246,23 @@ def test_a_full_disk_is_one_line_not_a_traceback(small_disk, good_script, where)
     else:
         proc = _run("run", *common, where, str(target), str(good_script))
     _one_line_error(proc, "cannot write", "No space left on device")
+
+
+@pytest.mark.parametrize("line", [
+    '{"id": "a", "turns": ["hi \\ud800 there"]}',
+    '{"id": "a\\udfff", "turns": ["hi"]}',
+    '{"id": "a", "system": "\\ud800", "turns": ["hi"]}',
+], ids=["turn", "id", "system"])
+def test_a_lone_surrogate_in_a_script_is_one_line(tmp_path, line):
+    """JSON's \\ud800 escape spells no character: the tokenizer or the store raised
+    UnicodeEncodeError, a traceback, after the model had loaded."""
+    script = tmp_path / "s.jsonl"
+    script.write_text(line + "\n")
+    _one_line_error(_run("run", "--fresh-store", str(script)), "s.jsonl:1", "a lone surrogate \\ud")
+
+
+def test_a_system_prompt_that_is_not_utf8_is_one_line(tmp_path):
+    """`chat --system` with a byte that is not UTF-8 ended the chat with a traceback at the
+    first message."""
+    proc = _run("chat", "--store", str(tmp_path / "c.db"), "--system", os.fsdecode(b"be nice \xff"))
+    _one_line_error(proc, "--system is not UTF-8 text", "\\xff")

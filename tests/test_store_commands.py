@@ -194,6 +194,23 @@ def test_import_of_a_summary_integer_sqlite_cannot_hold_exits_2(tmp_path, defaul
         assert s.list_learned() == []
 
 
+def test_import_of_a_lone_surrogate_exits_2_with_one_line(tmp_path, default_db, capsys):
+    """A summary's text with JSON's \\udfff escape (no character: a tampered export) raised
+    UnicodeEncodeError in SQLite, a traceback; nothing is imported now."""
+    fill(default_db)
+    f = tmp_path / "e.json"
+    assert cli("store", "export", "--out", str(f)) == 0
+    doc = json.loads(f.read_text())
+    doc["learned"][0]["requests"][0]["arm"] = "a\udfff"
+    f.write_text(json.dumps(doc))  # ensure_ascii: the escape
+    other = tmp_path / "other.db"
+    capsys.readouterr()
+    assert cli("store", "import", str(f), "--store", str(other)) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "a lone surrogate \\udfff" in err
+    assert not other.exists() or Store.open(other).list_learned() == []
+
+
 def test_export_import_files_round_trip(tmp_path, default_db, capsys):
     """export --out, import into another store, export again: identical files."""
     fill(default_db)

@@ -27,6 +27,8 @@ HOSTILE = "Sure \x1b]52;c;cHduZWQ=\x07and \x1b[2J\x9b31m red\x7f."
 def test_printable_writes_control_characters_as_escapes():
     assert printable("a\x1b[31mb\x07\tc\nd\x9b") == "a\\x1b[31mb\\x07\tc\nd\\x9b"
     assert printable("plain é 中") == "plain é 中"
+    # a file name's byte that is not UTF-8 (a surrogate escape) could not be written at all
+    assert printable("rep\udcffort") == "rep\\udcffort" and printable("rep\udcffort").encode("utf-8")
 
 
 def test_the_filter_drops_control_characters_and_keeps_the_cells():

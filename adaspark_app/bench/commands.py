@@ -12,7 +12,7 @@ import shlex
 import sys
 
 from ..options import add_gpu_layers_option, add_sampling_options, check_gpu_layers_option, check_sampling_options
-from ..wording import counted
+from ..wording import counted, printable
 
 DEFAULT_MAX_TOKENS = 1024  # the loop cap: a reply reaching it is left out as a greedy loop (paper: 8,192)
 DEFAULT_REPORT_DIR = "bench-report"
@@ -119,7 +119,7 @@ def run(args: argparse.Namespace) -> int:
     try:  # an AdaSparkError propagates: cli.main turns it into one line and exit 2
         report = run_bench(config, progress=not getattr(args, "no_progress", False), console=console)
     except KeyboardInterrupt:
-        console.print(f"interrupted: partial report written to {config.report_dir}")
+        console.print(f"interrupted: partial report written to {printable(str(config.report_dir))}")
         return 130
     for arm, h in report["headline"].items():
         if h["geomean_ratio"] is None:
@@ -128,7 +128,7 @@ def run(args: argparse.Namespace) -> int:
             lo, hi = h["ci95"]
             console.print(f"{arm} / {report['summary']['base_arm']}: {h['geomean_ratio']:.3f}x "
                           f"[{lo:.3f}, {hi:.3f}] over {counted(h['replies'], 'reply', 'replies')}")
-    console.print(f"report: {config.report_dir}/report.md")
+    console.print(f"report: {printable(str(config.report_dir))}/report.md")
     return 0
 
 

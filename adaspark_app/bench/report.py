@@ -230,7 +230,8 @@ def write_report(records: Sequence[Mapping[str, Any]], meta: Mapping[str, Any], 
     with open(out_dir / "report.json", "w", encoding="utf-8") as fp:
         json.dump(report, fp, indent=1)
         fp.write("\n")
-    (out_dir / "report.md").write_text(render_markdown(report), encoding="utf-8")
+    # a path or an id from the command line may hold an undecodable byte (a surrogate escape)
+    (out_dir / "report.md").write_text(render_markdown(report), encoding="utf-8", errors="backslashreplace")
     plot_ratios(report, out_dir / RATIO_PLOT)
     plot_width_shares(report, out_dir / WIDTH_PLOT)
     return report

@@ -17,10 +17,11 @@ Every function only computes paths; nothing here reads a model.
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Mapping
+
+from .. import json_input
 
 MODELS_ENV = "ADASPARK_MODELS"
 OLLAMA_SERVICE_MODELS = Path("/usr/share/ollama/.ollama/models")
@@ -67,7 +68,7 @@ def lmstudio_model_dirs(home: Path | None = None) -> list[Path]:
 def _settings_models_dir(lm_home: Path) -> Path | None:
     """The `downloadsFolder` LM Studio's settings.json names, if it names one."""
     try:
-        data = json.loads((lm_home / "settings.json").read_text(encoding="utf-8"))
+        data = json_input.loads((lm_home / "settings.json").read_text(encoding="utf-8"))
     except (OSError, ValueError, UnicodeDecodeError, RecursionError):
         return None
     value = data.get("downloadsFolder") if isinstance(data, dict) else None

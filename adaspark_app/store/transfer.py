@@ -26,6 +26,7 @@ from adaspark_app.errors import StoreError
 from adaspark_app.learn.state import StateError
 from adaspark_app.learn.learned_state import validate as validate_learned
 
+from .. import json_input
 from .db import Store
 from .fingerprint import LearnedKey
 from .migrations import now_iso
@@ -110,7 +111,7 @@ def parse_export(text: str) -> list[_Entry]:
         except UnicodeDecodeError:
             raise StoreError("import: the file is not UTF-8 text") from None
     try:
-        doc = json.loads(text)
+        doc = json_input.loads(text)
     except ValueError as exc:
         lineno = getattr(exc, "lineno", "?")
         colno = getattr(exc, "colno", "?")
