@@ -266,3 +266,14 @@ def test_a_system_prompt_that_is_not_utf8_is_one_line(tmp_path):
     first message."""
     proc = _run("chat", "--store", str(tmp_path / "c.db"), "--system", os.fsdecode(b"be nice \xff"))
     _one_line_error(proc, "--system is not UTF-8 text", "\\xff")
+
+
+@pytest.mark.model
+def test_a_model_path_that_is_not_utf8_loads(tmp_path, good_script, model_path):
+    """A file name is bytes: one that is not UTF-8 reached llama.cpp through str.encode, which
+    raised UnicodeEncodeError (a traceback in `run`, an obscure line in the chat)."""
+    odd = os.path.join(os.fsencode(tmp_path), b"model-\xff.gguf")
+    os.symlink(model_path, odd)
+    proc = _run("run", "--fresh-store", "--max-tokens", "2", "--model", os.fsdecode(odd), str(good_script))
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout.splitlines()[0])["n_tokens"] == 2

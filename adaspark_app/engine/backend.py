@@ -130,7 +130,7 @@ def load_model_file(llama: Any, path: str, mparams: Any) -> tuple[Any, str]:
     """llama_model_load_from_file(path, mparams) and, where it fails (a NULL model), the first
     error line llama.cpp logged while it tried ('' if none): (model, why)."""
     _errors.clear()
-    model = llama.llama_model_load_from_file(path.encode(), mparams)
+    model = llama.llama_model_load_from_file(os.fsencode(path), mparams)  # a path: any bytes
     return model, ("" if model else _first_error())
 
 
