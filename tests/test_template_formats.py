@@ -25,7 +25,7 @@ from adaspark_app.engine.template import (
     chat_template_for,
     turn_format_for,
 )
-from adaspark_app.engine import template as template_module
+from adaspark_app.engine import template_sandbox
 from adaspark_app.errors import ModelLoadError
 
 GEMMA_TOKENS = {"<start_of_turn>", "<end_of_turn>"}
@@ -233,7 +233,7 @@ def test_a_template_may_still_repeat_and_raise_to_a_small_power():
 def test_a_template_that_runs_without_end_is_stopped(source, monkeypatch):
     """A loop that writes nothing, or a macro calling itself twice, ran for ever: the engine hung
     before the reply's first token. The render is stopped at MAX_RENDER_S, and its thread with it."""
-    monkeypatch.setattr(template_module, "MAX_RENDER_S", 0.3)
+    monkeypatch.setattr(template_sandbox, "MAX_RENDER_S", 0.3)
     before = threading.active_count()
     started = time.monotonic()
     with pytest.raises(ModelLoadError, match=r"failed to render: a render of over 0\.3 s$"):

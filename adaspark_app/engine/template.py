@@ -18,15 +18,11 @@ Nothing here imports llama_cpp at load: `turn_format_for` is pure (the model lis
 from __future__ import annotations
 
 import ctypes
-import functools
-import threading
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
-from jinja2 import TemplateError
-from jinja2.sandbox import ImmutableSandboxedEnvironment, SecurityError
-
 from ..errors import ModelLoadError
+from .template_sandbox import compile_template, render_bounded, why
 
 # Kept for callers that build a ChatTemplate without a source; the engine no longer falls back
 # to it by itself (see chat_template_for).
@@ -121,160 +117,31 @@ def turn_format_for(chat_template: str | None, architecture: str | None,
     return TurnFormat(PLAIN)
 
 
-def _raise_exception(message: str) -> None:
-    raise TemplateError(message)
-
-
-MAX_REPEAT_CHARS = 1 << 20  # what `text * n` in a template may make at most (a GGUF is untrusted)
-MAX_EXPONENT = 1024  # and `x ** n`
-MAX_PROMPT_CHARS = 64 << 20  # and a whole prompt (16M tokens of context are about 64 MB of text)
-MAX_RENDER_S = 10.0  # and the time one render may take (a real one takes milliseconds)
-
-
-class _RenderOverrun(Exception):
-    """Raised inside a render that ran past MAX_RENDER_S (delivered by PyThreadState_SetAsyncExc)."""
-
-
-def _bounded_str_join(seq: Any) -> str:
-    """Jinja's `~` (runtime.str_join), refusing a result past MAX_PROMPT_CHARS before making it."""
-    parts = [str(x) for x in seq]
-    if sum(len(x) for x in parts) > MAX_PROMPT_CHARS:
-        raise SecurityError(f"a joined text of over {MAX_PROMPT_CHARS} characters")
-    return "".join(parts)
-
-
-def _sized(value: Any) -> bool:
-    return isinstance(value, (str, list, tuple))
-
-
-def _run_bounded(work: Callable[[], str], seconds: float) -> str:
-    """`work()` in a thread of its own, stopped by an exception raised into it if it runs past
-    `seconds`. A template's loop is Python bytecode, so the exception reaches it at once; one long
-    C call (a join of gigabytes) is not interrupted, and the caller goes on without waiting for it."""
-    box: dict[str, Any] = {}
-
-    def run() -> None:
-        try:
-            box["text"] = work()
-        except BaseException as exc:  # noqa: BLE001 - handed to the caller, whatever it is
-            box["error"] = exc
-
-    thread = threading.Thread(target=run, name="chat-template", daemon=True)
-    thread.start()
-    thread.join(seconds)
-    if thread.is_alive() and thread.ident is not None:
-        ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread.ident),
-                                                   ctypes.py_object(_RenderOverrun))
-        thread.join(1.0)
-    if "text" in box:
-        return box["text"]
-    error = box.get("error")
-    if error is None or isinstance(error, _RenderOverrun):
-        raise SecurityError(f"a render of over {seconds:g} s")
-    raise error
-
-
-def _check_sizes(args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-    """Refuse a call or filter given a count past MAX_PROMPT_CHARS (`'x'.center(10**10)`,
-    `x|indent(10**10)`): what it would make is at least that long."""
-    for value in (*args, *kwargs.values()):
-        if isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_PROMPT_CHARS:
-            raise SecurityError(f"a count of over {MAX_PROMPT_CHARS}")
-
-
-def _bounded_filter(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
-    """Filter `fn` refusing huge counts, and for `join` a result past MAX_PROMPT_CHARS before it is
-    made (a list repeated 1 Mi times of a 1 MiB text would join to a terabyte)."""
-    @functools.wraps(fn)  # keeps jinja_pass_arg, which says what Jinja passes first
-    def bounded(*args: Any, **kwargs: Any) -> Any:
-        _check_sizes(args, kwargs)
-        if name == "join":
-            head = 1 if getattr(fn, "jinja_pass_arg", None) is not None else 0
-            items = list(args[head]) if len(args) > head else []
-            if sum(len(x) if isinstance(x, str) else 32 for x in items) > MAX_PROMPT_CHARS:
-                raise SecurityError(f"a joined text of over {MAX_PROMPT_CHARS} characters")
-            args = (*args[:head], items, *args[head + 1:])
-        return fn(*args, **kwargs)
-
-    return bounded
-
-
-class _TemplateSandbox(ImmutableSandboxedEnvironment):
-    """Jinja's immutable sandbox, where `*`, `**`, `+`, `~`, calls and filters cannot fill the
-    memory either."""
-
-    intercepted_binops = frozenset({"*", "**", "+"})
-
-    def __init__(self, **options: Any) -> None:
-        super().__init__(**options)
-        self.filters = {name: _bounded_filter(name, fn) for name, fn in self.filters.items()}
-
-    def call(__self, __context: Any, __obj: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: N805 - Jinja's own signature
-        _check_sizes(args, kwargs)
-        return super().call(__context, __obj, *args, **kwargs)
-
-    def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
-        if operator == "**" and isinstance(right, int) and abs(right) > MAX_EXPONENT:
-            raise SecurityError(f"an exponent over {MAX_EXPONENT}")
-        if operator == "*":
-            seq, n = (left, right) if isinstance(right, int) else (right, left)
-            if isinstance(seq, (str, list, tuple)) and isinstance(n, int) and len(seq) * n > MAX_REPEAT_CHARS:
-                raise SecurityError(f"a repetition of over {MAX_REPEAT_CHARS} items")
-        if operator == "+" and _sized(left) and _sized(right) and len(left) + len(right) > MAX_PROMPT_CHARS:
-            raise SecurityError(f"a sum of over {MAX_PROMPT_CHARS} items")
-        return super().call_binop(context, operator, left, right)
-
-
-def _why(exc: BaseException) -> str:
-    """A template error in one line: Jinja's own message, or the Python error's kind and message."""
-    text = str(exc).splitlines()[0] if str(exc) else ""
-    if isinstance(exc, TemplateError):
-        return text or type(exc).__name__
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
-
-
 class ChatTemplate:
     """Renders a conversation to the prompt text the model was trained on (the GGUF's template).
 
-    The template comes from the GGUF, untrusted: it runs in Jinja's immutable sandbox, and any
-    error it raises, Jinja's or Python's (a division by zero, recursion without end, a type
-    error), is a ModelLoadError naming it. A render that runs past MAX_RENDER_S (a loop that
-    writes nothing, a macro that calls itself twice) is stopped and is one too."""
+    The template comes from the GGUF, untrusted: it runs in the sandbox of template_sandbox.py,
+    and any error it raises, Jinja's or Python's (a division by zero, recursion without end, a
+    type error, a render past its time), is a ModelLoadError naming it."""
 
     turn_format = TurnFormat("gguf")
 
     def __init__(self, source: str | None, bos_token: str = "", eos_token: str = "") -> None:
-        env = _TemplateSandbox(trim_blocks=True, lstrip_blocks=True)
-        env.globals["raise_exception"] = _raise_exception
         try:
-            self._template = env.from_string(source or CHATML)
+            self._template = compile_template(source or CHATML)
         except Exception as exc:  # a GGUF's text: RecursionError for deep nesting, not only TemplateError
-            raise ModelLoadError(f"the model's chat template does not parse: {_why(exc)}") from exc
-        # `~` compiles to a call of runtime.str_join, looked up in the template's own namespace
-        self._template.root_render_func.__globals__["str_join"] = _bounded_str_join
+            raise ModelLoadError(f"the model's chat template does not parse: {why(exc)}") from exc
         self.bos_token = bos_token
         self.eos_token = eos_token
 
     def render(self, messages: list[dict[str, Any]], add_generation_prompt: bool = True) -> str:
-        """The prompt text; rendered piece by piece, so a template that would write more than
-        MAX_PROMPT_CHARS stops there instead of filling the memory, and in a thread of its own, so
-        one that runs past MAX_RENDER_S is stopped."""
-        def work() -> str:
-            pieces: list[str] = []
-            size = 0
-            for piece in self._template.generate(
-                    messages=messages, add_generation_prompt=add_generation_prompt,
-                    bos_token=self.bos_token, eos_token=self.eos_token):
-                size += len(piece)
-                if size > MAX_PROMPT_CHARS:
-                    raise SecurityError(f"a prompt of over {MAX_PROMPT_CHARS} characters")
-                pieces.append(piece)
-            return "".join(pieces)
-
+        """The prompt text (template_sandbox.render_bounded: bounded in size and time)."""
         try:
-            return _run_bounded(work, MAX_RENDER_S)
+            return render_bounded(lambda: self._template.generate(
+                messages=messages, add_generation_prompt=add_generation_prompt,
+                bos_token=self.bos_token, eos_token=self.eos_token))
         except Exception as exc:
-            raise ModelLoadError(f"the model's chat template failed to render: {_why(exc)}") from exc
+            raise ModelLoadError(f"the model's chat template failed to render: {why(exc)}") from exc
 
 
 def builtin_template_names() -> list[str]:
