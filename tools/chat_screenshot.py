@@ -51,8 +51,8 @@ async def shoot(out: Path, questions: list[str], max_tokens: int, size: tuple[in
                           sampling=SamplingSettings(temperature=0.0))
         async with app.run_test(size=size) as pilot:
             chat = app.chat_screen
-            if hide_sidebar:
-                await pilot.press("ctrl+b")
+            await pilot.pause()
+            chat.sidebar.display = not hide_sidebar  # as asked, whatever the width's own fit chose
             for question in questions:
                 chat.prompt.text = question
                 chat.prompt.focus()
