@@ -131,6 +131,17 @@ def test_bad_argmax_place_is_one_line(good_script, monkeypatch):
     _one_line_error(_run("run", str(good_script)), "ADASPARK_ARGMAX must be host or device, not 'gpu'")
 
 
+@pytest.mark.model
+@pytest.mark.parametrize("name, value, needle", [
+    ("ADASPARK_KVT", "q9", "give one of 0, 1, 2, 3, 6, 7, 8, 30"),  # a ValueError traceback
+    ("ADASPARK_KVT", "1,99", "ADASPARK_KVT='99'"),  # llama.cpp aborted
+    ("ADASPARK_FA", "2", "give one of -1, 0, 1"),  # llama.cpp aborted
+])
+def test_a_bad_diagnostic_setting_is_one_line(good_script, monkeypatch, name, value, needle):
+    monkeypatch.setenv(name, value)
+    _one_line_error(_run("run", "--fresh-store", str(good_script)), name, needle)
+
+
 def test_library_users_get_the_same_checks():
     """ChatEngine/LlamaBackend check their numbers first, with the CLI's error type, before any
     model file is opened (so this test loads no model)."""

@@ -110,6 +110,23 @@ def _llama():
     return llama_cpp
 
 
+#: the diagnostics' settings llama.cpp takes (any other value aborted it): flash attention
+#: auto, off, on; the KV cache's ggml types F32, F16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, BF16 (its --cache-type-k list)
+FLASH_ATTN_TYPES = (-1, 0, 1)
+KV_CACHE_TYPES = (0, 1, 2, 3, 6, 7, 8, 30)
+
+
+def _env_choice(name: str, text: str, allowed: Sequence[int]) -> int:
+    """An ADASPARK_* diagnostic's integer, one of `allowed`; ConfigError (one line) otherwise."""
+    try:
+        value = int(text.strip())
+    except ValueError:
+        value = None
+    if value not in allowed:
+        raise ConfigError(f"{name}={text!r}: give one of {', '.join(map(str, allowed))}")
+    return value
+
+
 _LOG_CALLBACK = None
 LOG_LEVEL_ERROR = 4  # ggml_log_level's GGML_LOG_LEVEL_ERROR
 #: llama.cpp's latest error lines (its log is otherwise dropped): a failed load says why with them
@@ -243,12 +260,13 @@ class LlamaBackend:
         cparams.flash_attn_type = FLASH_ATTN_ENABLED
         self.kv_types = kv_cache_types(self.offload.on_gpu)
         cparams.type_k, cparams.type_v = self.kv_types
-        # Diagnostics only (benchmarks of the kernels above): ADASPARK_FA=0|1, ADASPARK_KVT=K[,V]
+        # Diagnostics only (benchmarks of the kernels above): ADASPARK_FA=-1|0|1, ADASPARK_KVT=K[,V]
         if os.environ.get("ADASPARK_FA") is not None:
-            cparams.flash_attn_type = int(os.environ["ADASPARK_FA"])
+            cparams.flash_attn_type = _env_choice("ADASPARK_FA", os.environ["ADASPARK_FA"], FLASH_ATTN_TYPES)
         if os.environ.get("ADASPARK_KVT") is not None:
             kt, _, vt = os.environ["ADASPARK_KVT"].partition(",")
-            self.kv_types = (int(kt), int(vt or kt))
+            self.kv_types = (_env_choice("ADASPARK_KVT", kt, KV_CACHE_TYPES),
+                             _env_choice("ADASPARK_KVT", vt or kt, KV_CACHE_TYPES))
             cparams.type_k, cparams.type_v = self.kv_types
         ctx = L.llama_init_from_model(model, cparams)
         if not ctx:
