@@ -152,3 +152,19 @@ def test_a_reply_with_the_drafter_runs_to_the_end_of_the_context(model_path):
             out[arm] = r
     assert out["adaspark"].drafter_rounds > 0
     assert out["adaspark"].text == out["ar"].text
+
+
+def test_the_plain_rate_is_given_only_near_the_contexts_plain_steps_ran_at(model_path):
+    """The panel's "plain" and its speedup's base: past the contexts plain steps ran at, the price
+    is a clamped guess (on a 2-core Xeon half the true time at 5,000-7,600 tokens), so none."""
+    from adaspark_app.engine.chat_engine import ChatEngine
+
+    eng = ChatEngine(model_path, arm="adaspark", n_ctx=512)  # `ar` learns no prices
+    try:
+        assert eng.plain_rate(40) is None  # no plain step timed yet
+        r = eng.generate("c", [{"role": "user", "content": "Describe a colour."}], max_tokens=24)
+        rate = eng.plain_rate(r.context)
+        assert rate is not None and 0.3 * r.tokens_per_s < rate < 3.0 * r.tokens_per_s
+        assert eng.plain_rate(4 * r.context) is None
+    finally:
+        eng.close()

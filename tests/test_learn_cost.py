@@ -435,3 +435,19 @@ def test_cost_model_state_dict_round_trips_through_json():
     assert again.state_dict() == cost.state_dict()
     for c in (400, 1500, 2800):
         assert again.prices(c) == cost.prices(c)
+
+
+def test_the_plain_price_counts_as_measured_only_near_the_contexts_plain_steps_ran_at():
+    """Past the contexts width 1 ran at, its price is the law's extrapolation, clamped to 3 times
+    its lowest time: on a 2-core Xeon the bundled model's plain step at 5,000-7,600 tokens took
+    15.9-16.7 ms and was priced at 8.3-9.2 ms, so the panel's speedup read 0.55x while the reply
+    ran twice as fast as plain decode. Plain steps that grow past the clamp are priced low there."""
+    sch = WidthScheduler()
+    for k in range(40):  # plain steps from 100 to 880 tokens, 5 ms growing to 6.6 ms
+        c = 100 + 20 * k
+        sch.observe_plain(c, 0.005 * (1 + c / 2500), first_round=(k == 0))
+    assert sch.plain_measured_near(880) and sch.plain_measured_near(1300)
+    assert not sch.plain_measured_near(1400) and not sch.plain_measured_near(7000)
+    true_7000 = 0.005 * (1 + 7000 / 2500)  # 19 ms: 3.8 times the lowest
+    assert sch.price_table(7000)[1] < 0.8 * true_7000  # the clamped guess the panel no longer shows
+    assert not WidthScheduler().plain_measured_near(100)  # nothing measured yet

@@ -369,6 +369,13 @@ class ChatEngine:
         return self.decoder.learners.scheduler.price_table(context)
 
     def plain_rate(self, context: int) -> float | None:
+        """The plain-decode rate the cost model prices at ``context`` (the panel's "plain" and
+        its speedup's base); None where no plain step has run near this context: there its price
+        is a clamped guess (`VerifyCostModel.measured_near`), and the panel read 0.55x while the
+        reply ran twice as fast as plain decode."""
+        scheduler = self.decoder.learners.scheduler
+        if not scheduler.plain_measured_near(context):
+            return None
         t = self.price_table(context).get(1)
         return 1.0 / t if t else None
 

@@ -21,6 +21,7 @@ BANK_PER_BAND: int = 16  # newest samples kept per context bit-length band, for 
 HELDOUT_FRACTION: float = 0.25  # refit judged on the newest quarter of each band ...
 HELDOUT_SMALL_BAND: int = 4  # ... or on all of a band with fewer than this many samples
 LAW_CLAMP: tuple[float, float] = (0.5, 3.0)  # fitted law bounded to this multiple of the class's lowest time
+NEAR_FACTOR: float = 1.5  # ADDED (the panel only): a price counts as measured up to this multiple of the highest context its width ran at
 LEVEL_WINDOW: int = 8  # level = min over the class's last 8 verifies of measured / law
 LEVEL_CLAMP: tuple[float, float] = (0.5, 2.0)  # the level never moves the price beyond these factors
 MEASUREMENTS_BEFORE_PRICED: int = 3  # the plain step (width 1) is timed 3 times before it is priced; wider widths: CONDITIONAL_MEASUREMENTS

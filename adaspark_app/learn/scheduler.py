@@ -478,6 +478,11 @@ class WidthScheduler:
         """Offered width -> priced verify seconds at ``context`` (Proposition 2 prices)."""
         return self.cost.prices(context)
 
+    def plain_measured_near(self, context: int) -> bool:
+        """Whether the plain step's price at ``context`` rests on plain steps timed near it
+        (``VerifyCostModel.measured_near``), not on the law's clamped extrapolation."""
+        return self.cost.measured_near(1, context)
+
     def cold_start_progress(self) -> tuple[int, int]:
         """(widths priced: measured as often as RowClass.needed, widths learned)."""
         ws = self.cost.widths()
