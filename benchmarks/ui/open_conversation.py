@@ -1,0 +1,120 @@
+"""How long does the chat take to show a long stored conversation? (`chat --continue` on a chat
+kept for weeks, or opening it from the list.)
+
+The real app (`AdaSparkApp` under Textual's run_test, 100x30) opens a stored conversation of N
+messages (questions and replies of about 40 words with Markdown), timed from the call to
+`ChatScreen.open_conversation` to the screen settled. Two ways, interleaved per repeat: `batched`,
+the chat's own (`ChatView.show_turns` mounts every message at once: one layout), and `one-by-one`,
+the way it was before (each message mounted, laid out and scrolled to on its own).
+
+    python -m benchmarks.ui.open_conversation [--sizes 100,300,1000] [--repeats 3] [--out FILE.md]
+
+The engine is the bundled model's, in its own process as in the chat; opening a conversation
+does not use it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import platform
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+from adaspark_app import native
+
+
+def cpu_name() -> str:
+    """lscpu's model name, family and model (from /proc/cpuinfo), or the machine type."""
+    try:
+        info = {k.strip(): v for k, v in (line.split(":", 1) for line in Path("/proc/cpuinfo").read_text().splitlines()
+                                          if ":" in line)}
+    except OSError:
+        return platform.machine()
+    get = lambda k: info.get(k, "").strip()  # noqa: E731
+    return f"{get('model name')}, family {get('cpu family')} model {get('model')}" if get("model name") else platform.machine()
+
+
+def fill(store, n: int) -> str:
+    cid = store.create_conversation("a long one", "bundled")
+    for i in range(n // 2):
+        store.add_message(cid, "user", f"Question number {i}: tell me something about the number {i}.")
+        store.add_message(cid, "assistant", f"The number {i} is **interesting** because " + "it is a number. " * 30,
+                          {"n_tokens": 200, "tokens_per_s": 150.0})
+    return cid
+
+
+async def one_by_one(view, turns) -> None:
+    """ChatView.show_turns as it was: a mount, a layout and a scroll per message."""
+    from adaspark_app.ui.conversation import reply_note
+    from adaspark_app.ui.widgets.chat_view import context_marks
+
+    await view.clear()
+    for turn in turns:
+        widget = await view.add_message(turn.role, turn.content,
+                                        note=reply_note(turn.meta) if turn.role == "assistant" else "")
+        marks = context_marks(turn.meta)
+        if marks is not None:
+            await view.mark_context(widget, *marks)
+
+
+async def open_once(n: int, way: str) -> float:
+    from adaspark_app.engine.worker import EngineConfig
+    from adaspark_app.store import Store
+    from adaspark_app.ui.app import AdaSparkApp
+
+    with tempfile.TemporaryDirectory() as tmp:
+        store = Store.open(Path(tmp) / "chat.db")
+        cid = fill(store, n)
+        app = AdaSparkApp(EngineConfig(store_path=str(Path(tmp) / "learned.db")), store, store_label="chat.db",
+                          export_dir=Path(tmp), exit_on_load_error=False)
+        async with app.run_test(size=(100, 30)) as pilot:
+            chat = app.chat_screen
+            if way == "one-by-one":
+                chat.chat_view.show_turns = lambda turns: one_by_one(chat.chat_view, turns)
+            started = time.perf_counter()
+            await chat.open_conversation(cid)
+            await pilot.pause()
+            seconds = time.perf_counter() - started
+            assert len(chat.chat_view.turns()) == n
+        store.close()
+    return seconds
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--sizes", default="100,300,1000")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--out", type=Path)
+    args = ap.parse_args()
+    native.activate()
+    sizes = [int(s) for s in args.sizes.split(",")]
+    rows = []
+    for n in sizes:
+        times: dict[str, list[float]] = {"batched": [], "one-by-one": []}
+        for r in range(args.repeats):
+            order = ("batched", "one-by-one") if r % 2 == 0 else ("one-by-one", "batched")
+            for way in order:
+                times[way].append(asyncio.run(open_once(n, way)))
+        ratios = [o / b for o, b in zip(times["one-by-one"], times["batched"])]
+        rows.append((n, statistics.median(ratios), min(ratios), max(ratios),
+                     statistics.median(times["batched"]) / n * 1e3))
+        print(f"{n} messages: one-by-one / batched {rows[-1][1]:.2f}x [{rows[-1][2]:.2f}, {rows[-1][3]:.2f}]", flush=True)
+    lines = ["# Opening a stored conversation of N messages: one mount against one per message", "",
+             f"- command: `python -m benchmarks.ui.open_conversation --sizes {args.sizes} --repeats {args.repeats}`",
+             f"- machine: {cpu_name()}, {os.cpu_count()} cores, Python {platform.python_version()}",
+             "", "| messages | one-by-one / batched, median [min, max] over repeats | batched, ms per message (median) |",
+             "|---|---|---|"]
+    lines += [f"| {n} | {m:.2f}x [{lo:.2f}, {hi:.2f}] | {per:.1f} |" for n, m, lo, hi, per in rows]
+    text = "\n".join(lines) + "\n"
+    if args.out:
+        args.out.write_text(text, encoding="utf-8")
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
