@@ -485,6 +485,26 @@ def test_refuses_missing_target_layers(setup: Setup) -> None:
         DSparkDrafter(setup.target_model, setup.target_ctx, path, 2)
 
 
+@pytest.mark.parametrize("key, value", [("dflash.block_size", 100_000), ("dflash.block_count", 1000)])
+def test_refuses_a_header_that_asks_for_more_than_the_engine_runs(setup: Setup, key, value) -> None:
+    """A GGUF is untrusted: a drafter saying a block of 100,000 positions (or 1,000 layers)
+    aborted llama.cpp (GGML_ASSERT) instead of one line. `drafter init` refuses to write one."""
+    path = setup.tmp / "huge.gguf"
+    write_random_drafter(bundled_target_path(), str(path), block_size=4, target_layers=[1])
+    data = bytearray(path.read_bytes())
+    at = data.index(key.encode()) + len(key)
+    assert int.from_bytes(data[at:at + 4], "little") == 4  # GGUF type UINT32, then the value
+    data[at + 4:at + 8] = value.to_bytes(4, "little")
+    path.write_bytes(bytes(data))
+    with pytest.raises(DrafterError, match=f"{key} {value} is not from"):
+        DSparkDrafter(setup.target_model, setup.target_ctx, str(path), 2)
+    with pytest.raises(ArgumentError, match="from 2 to 64"):
+        write_random_drafter(bundled_target_path(), str(setup.tmp / "no.gguf"), block_size=65)
+    with pytest.raises(ArgumentError, match="0 or more"):
+        write_random_drafter(bundled_target_path(), str(setup.tmp / "no.gguf"), block_size=4, seed=-1)
+    assert not (setup.tmp / "no.gguf").exists()
+
+
 def test_refuses_a_file_that_is_not_gguf(setup: Setup) -> None:
     path = setup.tmp / "notes.gguf"
     path.write_text("not a model")

@@ -31,6 +31,7 @@ import numpy as np
 
 from adaspark_app.errors import ArgumentError, ModelLoadError, OutputError
 from adaspark_app.output_paths import make_output_dir
+from adaspark_app.wording import counted
 
 #: Rank of the Markov head's low-rank bias (markov_w1 rows are rank-dim token codes).
 MARKOV_RANK = 32
@@ -102,10 +103,14 @@ def write_random_drafter(
 
     from adaspark_app.gguf_file import read_gguf_header
 
-    if block_size < 2:
-        raise ArgumentError(f"--block-size must be at least 2, got {block_size}")
-    if layers < 1:
-        raise ArgumentError(f"--layers must be at least 1, got {layers}")
+    from adaspark_app.engine.dspark import MAX_BLOCK_SIZE, MAX_DRAFTER_LAYERS  # what the engine loads
+
+    if not 2 <= block_size <= MAX_BLOCK_SIZE:
+        raise ArgumentError(f"--block-size must be from 2 to {MAX_BLOCK_SIZE}, got {block_size}")
+    if not 1 <= layers <= MAX_DRAFTER_LAYERS:
+        raise ArgumentError(f"--layers must be from 1 to {MAX_DRAFTER_LAYERS}, got {layers}")
+    if seed < 0:
+        raise ArgumentError(f"--seed must be 0 or more, got {seed}")
     if not os.path.exists(target):
         raise ModelLoadError(f"{target}: no such file")
     if not os.path.isfile(target):
@@ -222,7 +227,7 @@ def write_random_drafter(
         target_name = get("general.name") or Path(target).stem
         writer.add_name(f"DSpark random drafter for {target_name}")
         writer.add_description(description or
-            f"adaspark drafter init: random weights, seed {seed}, {layers} layer(s), block {block_size}"
+            f"adaspark drafter init: random weights, seed {seed}, {counted(layers, 'layer')}, block {block_size}"
         )
         writer.add_file_type(gguf.LlamaFileType.MOSTLY_F16 if half else gguf.LlamaFileType.ALL_F32)
         writer.add_context_length(n_ctx_train)
@@ -301,5 +306,5 @@ def run(args: argparse.Namespace) -> int:
     write_random_drafter(target, args.out, block_size=args.block_size,
                          layers=args.layers, seed=args.seed)
     print(f"wrote DSpark drafter {args.out} for {target} "
-          f"(block {args.block_size}, {args.layers} layer(s), seed {args.seed})")
+          f"(block {args.block_size}, {counted(args.layers, 'layer')}, seed {args.seed})")
     return 0

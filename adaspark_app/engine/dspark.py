@@ -64,7 +64,7 @@ import numpy as np
 from adaspark_app.engine import ext_bindings
 from adaspark_app.engine.backend import load_model_file, vocab_texts
 from adaspark_app.errors import ContextOverflowError, DrafterError, ModelLoadError
-from adaspark_app.learn.constants import TOP_K
+from adaspark_app.learn.constants import MAX_WIDTH, TOP_K
 from adaspark_app.gguf_file import GGML_NUMPY_TYPES, GGUFHeader, read_gguf_header, read_gguf_tensor
 
 
@@ -78,6 +78,13 @@ _ARCHS_WITH_LAYER_INPUTS = frozenset({
 })
 #: ...of which these also record the input of layer n_layer (the final hidden state).
 _ARCHS_WITH_FINAL_LAYER_INPUT = frozenset({"deepseek4", "nemotron_h", "nemotron_h_moe", "mimo2"})
+
+#: What a drafter's header may ask for (a GGUF is untrusted: a block of 100,000 positions or a
+#: backbone of 1,000 layers aborted llama.cpp, GGML_ASSERT(obj_new), instead of one line). No
+#: verify is wider than MAX_WIDTH rows, so no block needs more positions; DSpark's drafters have
+#: a few layers.
+MAX_BLOCK_SIZE = MAX_WIDTH
+MAX_DRAFTER_LAYERS = 32
 
 
 @dataclass
@@ -176,6 +183,14 @@ def _meta_str(low: Any, model: Any, key: str) -> str | None:
     return None if n < 0 else buf.value.decode("utf-8", errors="replace")
 
 
+def _header_int(header: GGUFHeader, key: str, default: int, path: str) -> int:
+    """A whole-number header value (DrafterError naming it if it is not one)."""
+    value = header.kv.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise DrafterError(f"{path}: {key} is {value!r}, not a whole number")
+    return value
+
+
 class DSparkDrafter:
     """A DSpark drafter bound to one target context (see the module docstring for positions).
 
@@ -221,9 +236,12 @@ class DSparkDrafter:
         self.has_markov = "markov_w1.weight" in header.tensors
         self.has_confidence = self.has_markov and "conf_proj.weight" in header.tensors
         self.sample_from_anchor = bool(header.kv.get("dflash.sample_from_anchor", True))
-        self.block_size = int(header.kv.get("dflash.block_size", 16))
-        if self.block_size < 2:
-            raise DrafterError(f"{self.path}: dflash.block_size {self.block_size} is below 2")
+        self.block_size = _header_int(header, "dflash.block_size", 16, self.path)
+        if not 2 <= self.block_size <= MAX_BLOCK_SIZE:
+            raise DrafterError(f"{self.path}: dflash.block_size {self.block_size} is not from 2 to {MAX_BLOCK_SIZE}")
+        layers = _header_int(header, "dflash.block_count", 1, self.path)
+        if not 1 <= layers <= MAX_DRAFTER_LAYERS:
+            raise DrafterError(f"{self.path}: dflash.block_count {layers} is not from 1 to {MAX_DRAFTER_LAYERS}")
         # first block slot whose logits are a draft (common/speculative.cpp, draft())
         self._first_slot = 0 if (self.has_markov and self.sample_from_anchor) else 1
         self.n_draft = self.block_size - self._first_slot
