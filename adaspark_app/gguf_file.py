@@ -179,6 +179,21 @@ def read_gguf_header(
         raise GGUFError(path, exc.strerror or str(exc)) from None
 
 
+LLAMA_MAX_LAYERS = 512  # llama.cpp asserts 0 < n_layer <= this (llama-model.cpp): an abort, not an error
+
+
+def layer_count_problem(kv: dict[str, Any]) -> str | None:
+    """Why llama.cpp would abort on this header's `{arch}.block_count` (0, or past 512: the
+    process ended with GGML_ASSERT instead of a message), or None."""
+    arch = kv.get("general.architecture")
+    layers = kv.get(f"{arch}.block_count") if isinstance(arch, str) else None
+    if layers is None:
+        return None
+    if isinstance(layers, bool) or not isinstance(layers, int) or not 1 <= layers <= LLAMA_MAX_LAYERS:
+        return f"{arch}.block_count is {layers!r}; llama.cpp takes 1 to {LLAMA_MAX_LAYERS} layers"
+    return None
+
+
 def read_gguf_tensor(path: str | os.PathLike, header: GGUFHeader, name: str) -> np.ndarray:
     """Tensor `name` of a GGUF file, as stored (F32, F16 or I64), in numpy's row-major shape
     (the reverse of ggml's ne), in native byte order whatever the file's.

@@ -17,11 +17,15 @@ GEMMA_TOKENS = ["<pad>", "<eos>", "<bos>", "<unk>", "<start_of_turn>", "<end_of_
 
 
 def write_gguf(path: Path, arch: str = "llama", *, template: str | None = CHAT_TEMPLATE,
-               tokens: list[str] | None = None, file_type: int = 7, name: str = "tiny") -> Path:
-    """A small GGUF (two F32 tensors, ~1 KB of data) with the metadata discovery reads."""
+               tokens: list[str] | None = None, file_type: int = 7, name: str = "tiny",
+               layers: int | None = None) -> Path:
+    """A small GGUF (two F32 tensors, ~1 KB of data) with the metadata discovery reads
+    (`layers`: an `{arch}.block_count`, none by default)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     w = gguf.GGUFWriter(str(path), arch)
     w.add_name(name)
+    if layers is not None:
+        w.add_block_count(layers)
     w.add_context_length(128)
     w.add_file_type(file_type)  # 7: MOSTLY_Q8_0
     if template is not None:

@@ -81,6 +81,21 @@ def test_a_model_llama_cpp_refuses_says_why(good_script, tmp_path, model_path):
                     "llama.cpp could not load the model file", "damaged.gguf: ", "exceeds maximum")
 
 
+@pytest.mark.model
+@pytest.mark.parametrize("layers", [0, 513, 100_000])
+def test_a_layer_count_llama_cpp_aborts_on_is_one_line(good_script, tmp_path, model_path, layers):
+    """llama.cpp asserts 0 < block_count <= 512: such a GGUF ended the process (SIGABRT and a
+    debugger's backtrace), where every other damaged header field gives an error."""
+    data = bytearray(open(model_path, "rb").read())
+    key = b"llama.block_count\x04\x00\x00\x00"  # the key and its type, UINT32
+    at = data.index(key) + len(key)
+    data[at:at + 4] = layers.to_bytes(4, "little")
+    bad = tmp_path / "layers.gguf"
+    bad.write_bytes(bytes(data))
+    _one_line_error(_run("run", str(good_script), "--fresh-store", "--model", str(bad)),
+                    f"llama.block_count is {layers}", "1 to 512")
+
+
 def test_malformed_json_line_names_file_and_line(tmp_path):
     p = tmp_path / "bad.jsonl"
     p.write_text(json.dumps({"id": "a", "turns": ["Hi"]}) + "\n" + "{not json\n")

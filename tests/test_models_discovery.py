@@ -160,6 +160,16 @@ def test_base_model_turn_format_and_unsupported_architectures(tmp_path):
     assert "drafter" in found["drafter.gguf"].problem
 
 
+def test_a_layer_count_llama_cpp_aborts_on_is_listed_broken(tmp_path):
+    """0 layers, or over 512, ended llama.cpp with an assertion when chosen; listed as broken now."""
+    for layers in (0, 513, 512):
+        write_gguf(tmp_path / f"layers-{layers}.gguf", layers=layers)
+    found = by_name(discover_models([tmp_path], include_bundled=False, learned=False))
+    assert found["layers-0.gguf"].problem == "llama.block_count is 0; llama.cpp takes 1 to 512 layers"
+    assert "llama.block_count is 513" in found["layers-513.gguf"].problem
+    assert found["layers-512.gguf"].problem is None
+
+
 def test_sharded_model_listed_once_by_its_first_shard(tmp_path):
     write_gguf(tmp_path / "big" / "m-00001-of-00002.gguf")
     write_gguf(tmp_path / "big" / "m-00002-of-00002.gguf")

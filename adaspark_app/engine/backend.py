@@ -201,6 +201,16 @@ def check_gguf_file(path: str, what: str = "model") -> Path:
     return p
 
 
+def check_layer_count(path: str) -> None:
+    """Refuse a GGUF whose layer count llama.cpp would abort on (gguf_file.layer_count_problem);
+    ModelLoadError, one line."""
+    from ..gguf_file import layer_count_problem, read_gguf_header
+
+    problem = layer_count_problem(read_gguf_header(path, skip_arrays=True).kv)
+    if problem:
+        raise ModelLoadError(f"{path}: {problem} (the file is damaged)")
+
+
 @dataclass
 class VerifyOutput:
     """Target argmax per verified row and the time of the forward alone."""
@@ -314,6 +324,7 @@ class LlamaBackend:
 
     def _load_model(self, model_path: str, what: str, **params: bool | int) -> None:
         """Load the GGUF file into self.model with these llama_model_params fields set."""
+        check_layer_count(model_path)
         self.llama = L = _llama()
         self.model_path = str(model_path)
         mparams = L.llama_model_default_params()
