@@ -68,17 +68,17 @@ def test_model_that_is_not_gguf(good_script, tmp_path):
 
 @pytest.mark.model
 def test_a_model_llama_cpp_refuses_says_why(good_script, tmp_path, model_path):
-    """A GGUF whose header llama.cpp refuses (here a string said to be 2^60 bytes long) said only
-    "could not load the model file"; llama.cpp's reason was in a log nobody sees. Now the line
-    gives it."""
+    """A GGUF whose header llama.cpp refuses (here no key-value heads: every K weight has the
+    wrong shape) said only "could not load the model file"; llama.cpp's reason was in a log
+    nobody sees. Now the line gives it."""
     data = bytearray(open(model_path, "rb").read())
-    at = data.index(b"general.type") + len(b"general.type") + 4  # past the key and the value's type
-    assert data[at:at + 8] == (5).to_bytes(8, "little")  # the length of "model"
-    data[at + 7] = 0x10
+    key = b"llama.attention.head_count_kv\x04\x00\x00\x00"  # the key and its type, UINT32
+    at = data.index(key) + len(key)
+    data[at:at + 4] = (0).to_bytes(4, "little")
     bad = tmp_path / "damaged.gguf"
     bad.write_bytes(bytes(data))
     _one_line_error(_run("run", str(good_script), "--fresh-store", "--model", str(bad)),
-                    "llama.cpp could not load the model file", "damaged.gguf: ", "exceeds maximum")
+                    "llama.cpp could not load the model file", "damaged.gguf: ", "check_tensor_dims")
 
 
 @pytest.mark.model
