@@ -11,6 +11,8 @@ seconds and an earlier result is not truncated by a run that then fails to start
 from __future__ import annotations
 
 import os
+import shutil
+import stat
 from pathlib import Path
 from typing import TextIO
 
@@ -62,3 +64,26 @@ def make_output_dir(path: str | os.PathLike[str], what: str) -> Path:
     if not os.access(p, os.W_OK | os.X_OK):
         raise OutputError(f"cannot write into {what} {p}: permission denied")
     return p
+
+
+def is_special(path: str | os.PathLike[str]) -> bool:
+    """``path`` exists (its link followed) and is neither a regular file nor a folder: a device
+    (`/dev/null`, `/dev/stdout`), a pipe or a socket."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return False
+    return not (stat.S_ISREG(mode) or stat.S_ISDIR(mode))
+
+
+def put_in_place(tmp: str | os.PathLike[str], path: str | os.PathLike[str]) -> None:
+    """A file written whole at ``tmp`` becomes ``path``: renamed over it, or, where ``path`` is a
+    device or a pipe, copied into it and removed. A rename replaced the device itself: as root,
+    `drafter init --out /dev/null` left /dev/null a regular file, and every later writer to it
+    (tmux's daemon among them) failed. OSError as the rename or the copy raise it."""
+    if is_special(path):
+        with open(tmp, "rb") as src, open(path, "wb") as dst:
+            shutil.copyfileobj(src, dst)
+        os.unlink(tmp)
+    else:
+        os.replace(tmp, path)

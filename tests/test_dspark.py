@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -448,6 +449,24 @@ def test_drafter_init_names_a_missing_target_and_one_that_is_no_file(tmp_path) -
         with pytest.raises(ModelLoadError, match=why):
             write_random_drafter(str(target), str(tmp_path / "out.gguf"), block_size=3)
     assert not (tmp_path / "out.gguf").exists()
+
+
+def test_drafter_init_into_a_pipe_writes_through_it_and_leaves_it_a_pipe(tmp_path) -> None:
+    """The drafter is written beside `--out` and renamed over it; over a device the rename replaced
+    the device itself (as root, `--out /dev/null` left /dev/null a regular file). A pipe, read by a
+    thread, stands for /dev/null."""
+    import stat
+    import threading
+
+    pipe = tmp_path / "pipe"
+    os.mkfifo(pipe)
+    got: list[bytes] = []
+    reader = threading.Thread(target=lambda: got.append(pipe.read_bytes()), daemon=True)
+    reader.start()
+    write_random_drafter(bundled_target_path(), str(pipe), block_size=3)
+    reader.join(30)
+    assert stat.S_ISFIFO(os.stat(pipe).st_mode) and got and got[0][:4] == b"GGUF"
+    assert [p.name for p in tmp_path.iterdir()] == ["pipe"]
 
 
 def test_drafter_without_confidence_head(setup: Setup) -> None:

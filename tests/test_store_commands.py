@@ -408,3 +408,23 @@ def test_names_from_a_gguf_print_their_control_characters_as_escapes(default_db,
         out = capsys.readouterr().out
         assert "\x1b" not in out and "\x07" not in out
         assert "Evil\\x1b]0;pwned" in out and "\\x1b[31m" in out  # (rich drops the BEL itself)
+
+
+def test_export_into_a_pipe_writes_through_it_and_leaves_it_a_pipe(tmp_path, default_db, capsys):
+    """An export is written beside its file and renamed over it; over a device or a pipe the
+    rename replaced the device itself (as root, `--out /dev/null` left /dev/null a regular file
+    and broke every later writer to it). A pipe here, read by a thread, stands for /dev/null."""
+    import stat
+    import threading
+
+    fill(default_db)
+    pipe = tmp_path / "pipe"
+    os.mkfifo(pipe)
+    got: list[bytes] = []
+    reader = threading.Thread(target=lambda: got.append(pipe.read_bytes()), daemon=True)
+    reader.start()
+    assert cli("store", "export", "--out", str(pipe)) == 0
+    reader.join(10)
+    assert stat.S_ISFIFO(os.stat(pipe).st_mode)
+    assert json.loads(got[0])["format"] == "adaspark-store"
+    assert [p.name for p in tmp_path.iterdir() if p.name != "pipe" and not p.name.endswith(".db")] == []

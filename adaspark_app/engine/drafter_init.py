@@ -30,7 +30,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from adaspark_app.errors import ArgumentError, ModelLoadError, OutputError
-from adaspark_app.output_paths import make_output_dir
+from adaspark_app.output_paths import is_special, make_output_dir, put_in_place
 from adaspark_app.wording import counted
 
 #: Rank of the Markov head's low-rank bias (markov_w1 rows are rank-dim token codes).
@@ -218,7 +218,8 @@ def write_random_drafter(
         raise OutputError(f"cannot write --out {out_path}: it is a folder")
     make_output_dir(out_path.parent, "the folder of --out")
     try:
-        fd, tmp = tempfile.mkstemp(prefix=out_path.name + ".", suffix=".tmp", dir=out_path.parent)
+        fd, tmp = tempfile.mkstemp(prefix=out_path.name + ".", suffix=".tmp",
+                                   dir=None if is_special(out_path) else out_path.parent)  # /dev takes no files
     except OSError as exc:
         raise OutputError(f"cannot write --out {out_path}: {exc.strerror or exc}") from None
     os.close(fd)
@@ -266,7 +267,7 @@ def write_random_drafter(
         umask = os.umask(0)
         os.umask(umask)
         os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600; give the file the usual mode
-        os.replace(tmp, out_path)
+        put_in_place(tmp, out_path)  # a device (/dev/null) is written through, not replaced
     except BaseException as exc:
         if os.path.exists(tmp):
             os.unlink(tmp)

@@ -21,6 +21,7 @@ from rich.table import Table
 
 from adaspark_app.bounded_read import TooLarge, read_at_most
 from adaspark_app.errors import AdaSparkError, StoreError
+from adaspark_app.output_paths import is_special, put_in_place
 
 from adaspark_app.learn.state import StateError
 from adaspark_app.learn.learned_state import validate as validate_learned
@@ -406,13 +407,13 @@ def _write_atomic(path: Path, text: str) -> None:
     path = path.expanduser()
     folder = path.parent if str(path.parent) else Path(".")
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=folder)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=None if is_special(path) else folder)
     except OSError as exc:
         raise StoreError(f"cannot write {path}: {exc.strerror or exc}") from None
     try:
         with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
             fh.write(text)
-        os.replace(tmp, path)
+        put_in_place(tmp, path)  # a device (/dev/stdout, /dev/null) is written through, not replaced
     except OSError as exc:
         try:
             os.unlink(tmp)
