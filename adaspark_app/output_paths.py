@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import shutil
 import stat
+import tempfile
 from pathlib import Path
 from typing import TextIO
 
@@ -74,6 +75,14 @@ def is_special(path: str | os.PathLike[str]) -> bool:
     except OSError:
         return False
     return not (stat.S_ISREG(mode) or stat.S_ISDIR(mode))
+
+
+def temp_for(path: str | os.PathLike[str], prefix: str, suffix: str = "") -> tuple[int, str]:
+    """A new temporary file (descriptor, name) that `put_in_place` will move to ``path``: beside
+    it, so the rename stays on one file system, or in the system's temp folder where ``path`` is a
+    device or a pipe (its folder, /dev, takes no files). OSError as mkstemp raises it."""
+    folder = Path(path).parent
+    return tempfile.mkstemp(prefix=prefix, suffix=suffix, dir=None if is_special(path) else folder)
 
 
 def put_in_place(tmp: str | os.PathLike[str], path: str | os.PathLike[str]) -> None:

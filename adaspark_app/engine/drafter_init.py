@@ -23,14 +23,13 @@ from __future__ import annotations
 import argparse
 import importlib.resources
 import os
-import tempfile
 from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
 
 from adaspark_app.errors import ArgumentError, ModelLoadError, OutputError
-from adaspark_app.output_paths import is_special, make_output_dir, put_in_place
+from adaspark_app.output_paths import make_output_dir, put_in_place, temp_for
 from adaspark_app.wording import counted
 
 #: Rank of the Markov head's low-rank bias (markov_w1 rows are rank-dim token codes).
@@ -218,8 +217,7 @@ def write_random_drafter(
         raise OutputError(f"cannot write --out {out_path}: it is a folder")
     make_output_dir(out_path.parent, "the folder of --out")
     try:
-        fd, tmp = tempfile.mkstemp(prefix=out_path.name + ".", suffix=".tmp",
-                                   dir=None if is_special(out_path) else out_path.parent)  # /dev takes no files
+        fd, tmp = temp_for(out_path, prefix=out_path.name + ".", suffix=".tmp")
     except OSError as exc:
         raise OutputError(f"cannot write --out {out_path}: {exc.strerror or exc}") from None
     os.close(fd)

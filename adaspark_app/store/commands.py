@@ -11,7 +11,6 @@ import json
 import math
 import os
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +20,7 @@ from rich.table import Table
 
 from adaspark_app.bounded_read import TooLarge, read_at_most
 from adaspark_app.errors import AdaSparkError, StoreError
-from adaspark_app.output_paths import is_special, put_in_place
+from adaspark_app.output_paths import put_in_place, temp_for
 
 from adaspark_app.learn.state import StateError
 from adaspark_app.learn.learned_state import validate as validate_learned
@@ -405,9 +404,8 @@ def _cmd_show(store: Store, args: argparse.Namespace, console: Console) -> int:
 def _write_atomic(path: Path, text: str) -> None:
     """Write a file whole or not at all: a temp file in the same folder, then rename."""
     path = path.expanduser()
-    folder = path.parent if str(path.parent) else Path(".")
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=None if is_special(path) else folder)
+        fd, tmp = temp_for(path, prefix=f".{path.name}.")
     except OSError as exc:
         raise StoreError(f"cannot write {path}: {exc.strerror or exc}") from None
     try:

@@ -25,17 +25,7 @@ import time
 from pathlib import Path
 
 from adaspark_app import native
-
-
-def cpu_name() -> str:
-    """lscpu's model name, family and model (from /proc/cpuinfo), or the machine type."""
-    try:
-        info = {k.strip(): v for k, v in (line.split(":", 1) for line in Path("/proc/cpuinfo").read_text().splitlines()
-                                          if ":" in line)}
-    except OSError:
-        return platform.machine()
-    get = lambda k: info.get(k, "").strip()  # noqa: E731
-    return f"{get('model name')}, family {get('cpu family')} model {get('model')}" if get("model name") else platform.machine()
+from benchmarks.common import cpu_model, emit_report
 
 
 def fill(store, n: int) -> str:
@@ -105,14 +95,11 @@ def main() -> int:
         print(f"{n} messages: one-by-one / batched {rows[-1][1]:.2f}x [{rows[-1][2]:.2f}, {rows[-1][3]:.2f}]", flush=True)
     lines = ["# Opening a stored conversation of N messages: one mount against one per message", "",
              f"- command: `python -m benchmarks.ui.open_conversation --sizes {args.sizes} --repeats {args.repeats}`",
-             f"- machine: {cpu_name()}, {os.cpu_count()} cores, Python {platform.python_version()}",
+             f"- machine: {cpu_model()}, {os.cpu_count()} cores, Python {platform.python_version()}",
              "", "| messages | one-by-one / batched, median [min, max] over repeats | batched, ms per message (median) |",
              "|---|---|---|"]
     lines += [f"| {n} | {m:.2f}x [{lo:.2f}, {hi:.2f}] | {per:.1f} |" for n, m, lo, hi, per in rows]
-    text = "\n".join(lines) + "\n"
-    if args.out:
-        args.out.write_text(text, encoding="utf-8")
-    print(text)
+    emit_report(lines, args.out)
     return 0
 
 
