@@ -11,6 +11,9 @@ defaults. Every key, all optional:
     theme = "nord"            # a Textual theme name
     model_folders = ["~/models"]  # more folders `adaspark models` and the picker search
     gpu_layers = "all"        # layers on the GPU: a number, "all" or 0 (chat, run and bench)
+    saved_context_mb = 2048   # disk for conversations' saved contexts (the chat's KV caches
+                              # beside its store, so a reopened conversation answers without
+                              # reading its history again); 0 keeps none
 
     [sampling]                # as the options --temperature, --top-k, ... (same checks)
     temperature = 0.7
@@ -51,6 +54,7 @@ _TOP_KEYS: dict[str, tuple[tuple[type, ...], str]] = {
     "theme": ((str,), "a string (a Textual theme name)"),
     "model_folders": ((list,), "a list of folder paths"),
     "gpu_layers": ((int, str), "a number of layers or \"all\""),
+    "saved_context_mb": ((int,), "an integer (MiB)"),
     "sampling": ((dict,), "a table"),
 }
 _SAMPLING_KEYS: dict[str, tuple[tuple[type, ...], str]] = {
@@ -76,6 +80,7 @@ class Config:
     model_folders: tuple[str, ...] = ()
     sampling: dict[str, Any] = field(default_factory=dict)
     gpu_layers: int | None = None  # parsed: a number of layers, offload.ALL_LAYERS for "all"
+    saved_context_mb: int | None = None  # None: store.saved_context.DEFAULT_LIMIT_MB
 
     def chat_defaults(self) -> dict[str, Any]:
         """The chat's defaults, as ui.chat_settings.default_settings takes them as `config`:
@@ -159,6 +164,8 @@ def _checked(p: Path, data: dict[str, Any]) -> Config:
             except ArgumentError as err:
                 raise fail(f"sampling.{key}", f"is out of range: {_option_text(err)}") from None
 
+    if "saved_context_mb" in values and not 0 <= values["saved_context_mb"] <= 1 << 30:
+        raise fail("saved_context_mb", f"must be from 0 to {1 << 30} (MiB), not {values['saved_context_mb']}")
     if "max_tokens" in values and values["max_tokens"] < 1:
         raise fail("max_tokens", f"must be at least 1, not {values['max_tokens']}")
     folders = values.pop("model_folders", [])

@@ -307,6 +307,37 @@ async def test_real_continue_resumes_with_the_stored_settings(learned, chats, tm
         assert 0 < chats.get_messages(cid)[-1]["meta"]["n_tokens"] <= 8
 
 
+async def test_real_reopened_conversation_reads_its_history_from_disk(chats, tmp_path):
+    """The chat's engine keeps the conversation's KV cache beside the store when the chat ends (as
+    `adaspark chat`, engine and chats in one file); reopened, the reply says it read the history
+    from disk, and it is the reply a prefill of the whole history gives."""
+    from adaspark_app.engine.chat_engine import ChatEngine
+    from adaspark_app.store.saved_context import MIN_TOKENS, SUFFIX, folder_for
+
+    paste = "\n".join(f"Line {i}: the {['red', 'green', 'blue'][i % 3]} box holds {i * 7 % 23} marbles."
+                       for i in range(60))
+    cid = chats.create_conversation("Inventory", "SmolLM2")
+    chats.add_message(cid, "user", "Here is my inventory:\n" + paste)
+    chats.add_message(cid, "assistant", "Noted.")
+    config = EngineConfig(store_path=str(chats.path), saved_context_mb=64)
+    for question in ("Which box holds the most?", "List the green boxes."):
+        app = make_app(config, chats, tmp_path, resume_id=cid)
+        async with app.run_test(size=SIZE) as pilot:
+            chat = app.chat_screen
+            await wait_until(pilot, lambda: chat.conversation.id == cid)
+            await send(pilot, question)
+            await finished(pilot)
+            note = chat.chat_view.messages()[-1].query_one(".note").render()
+        assert len(list(folder_for(chats.path).glob("*" + SUFFIX))) == 1  # written as the chat ended
+    meta = chats.get_messages(cid)[-1]["meta"]
+    assert meta["restored_tokens"] >= MIN_TOKENS and meta["prompt_tokens"] < meta["prompt_length"] - MIN_TOKENS
+    assert f"{meta['restored_tokens']:,} history tokens from disk" in str(note)
+    history = [{"role": m["role"], "content": m["content"]} for m in chats.get_messages(cid)[:-1]]
+    with ChatEngine(arm="ar", n_ctx=4096) as eng:
+        fresh = eng.generate("fresh", history, max_tokens=MAX_TOKENS)
+    assert chats.get_messages(cid)[-1]["content"] == fresh.text
+
+
 UI_PROCESS_SCRIPT = textwrap.dedent("""
     import asyncio, json, os, sys
     from adaspark_app.engine.worker import EngineConfig

@@ -607,6 +607,28 @@ class LlamaBackend:
     def clear_kv(self) -> None:
         self.llama.llama_memory_clear(self.mem, True)
 
+    def seq_state(self, seq: int = 0) -> memoryview:
+        """Sequence `seq`'s cells of the KV cache, as llama.cpp serialises them (store/saved_context.py)."""
+        L = self.llama
+        n = int(L.llama_state_seq_get_size(self.ctx, seq))
+        buf = (ctypes.c_uint8 * n)()
+        got = int(L.llama_state_seq_get_data(self.ctx, buf, n, seq))
+        return memoryview(buf).cast("B")[:got]
+
+    def load_seq_state(self, state: memoryview, seq: int = 0) -> bool:
+        """Put a `seq_state` back into sequence `seq` (emptied first); False where llama.cpp refuses
+        it (another model's or cache type's, or too long for this context), the sequence left empty."""
+        L = self.llama
+        self.seq_rm(seq)
+        n = len(state)
+        if n == 0:
+            return False
+        buf = (ctypes.c_uint8 * n).from_buffer(state)
+        if int(L.llama_state_seq_set_data(self.ctx, buf, n, seq)) == 0:
+            self.seq_rm(seq)
+            return False
+        return True
+
     def system_info(self) -> str:
         return self.llama.llama_print_system_info().decode("utf-8", errors="replace")
 

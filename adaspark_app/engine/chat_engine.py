@@ -32,6 +32,8 @@ VALID_ROLES = ("system", "user", "assistant")
 # process killed mid-reply keeps what the reply had taught (about 1 ms a save, during the next
 # forward where it overlaps).
 CHECKPOINT_S = 10.0
+# A saved context is read only where it spares at least this many prompt tokens of prefill.
+MIN_GAIN = 64
 
 
 def _check_messages(messages: list[dict[str, str]]) -> None:
@@ -45,7 +47,10 @@ class ChatEngine:
 
     def __init__(self, model_path: str | None = None, drafter_path: str | None = None, store: Any = None,
                  arm: str | Arm = "adaspark", n_threads: int | None = None, n_ctx: int = 4096,
-                 self_check: bool = False, gpu_layers: int | str | None = None) -> None:
+                 self_check: bool = False, gpu_layers: int | str | None = None,
+                 saved_context_mb: int = 0) -> None:
+        """saved_context_mb: with a store, keep conversations' KV caches on disk beside it, up to
+        this many MiB (store/saved_context.py; 0: none kept, as `run` and `bench` do)."""
         self.arm = arm if isinstance(arm, Arm) else parse_arm(arm)
         path = model_path or default_model_path()
         check_gguf_file(path, "model")
@@ -87,8 +92,13 @@ class ChatEngine:
         self.store = store
         self.store_key = None
         self._key_meta = None
+        self.saved_contexts = None  # store/saved_context.SavedContexts where they are kept
+        self._held: str | None = None  # the conversation whose context the KV cache holds
+        self._on_disk: tuple[str, list[int]] | None = None  # a conversation and its tokens as last saved or read
         if store is not None:
             self._attach_store(store)
+            if saved_context_mb > 0:
+                self._keep_contexts(store, saved_context_mb)
         self._lock = threading.Lock()
 
     # ------------------------------------------------------------------ setup
@@ -129,6 +139,21 @@ class ChatEngine:
         self._key_meta = {"model": mfp, "device": dfp, "drafter": rfp, "model_name": self.model_name,
                           "drafter_name": self.drafter_name}
         self._restore_learned(store)
+
+    def _keep_contexts(self, store: Any, limit_mb: int) -> None:
+        """Keep conversations' contexts beside the store: not with a drafter (its own cache would
+        need its features again) nor a recurrent model (its state cannot be cut back to a prefix)."""
+        from .. import native
+        from ..store.saved_context import SavedContexts, folder_for
+
+        path = getattr(store, "path", None)
+        if path is None or self.drafter is not None or self.backend.recurrent or self._key_meta is None:
+            return
+        b = self.backend
+        identity = {"model": self._key_meta["model"]["id"], "device": self._key_meta["device"]["id"],
+                    "kv_types": list(b.kv_types),
+                    "flash_attn": os.environ.get("ADASPARK_FA"), "kernels": native.status(), "n_batch": b.n_batch}
+        self.saved_contexts = SavedContexts(folder_for(path), identity, limit_mb << 20)
 
     def _restore_learned(self, store: Any) -> None:
         """Load the key's learned state into the decoder (migrating the previous layout).
@@ -280,7 +305,11 @@ class ChatEngine:
         max_tokens = window.reply_tokens  # below the asked cap only when the context is that full
         settings = dec.set_sampling(sampling)
         sjson, seed = settings.to_json(), settings.seed if not settings.greedy else None
+        t_enter = time.perf_counter()
+        restored = self._enter(conversation_id, prompt)
+        enter_s = time.perf_counter() - t_enter
         first, n_prefill, prefill_s = dec.start_reply(prompt)
+        prefill_s += enter_s  # a saved context's read is part of the wait for the first token
         stream = StreamDecoder(b.token_bytes)
         counters = {"tokens": 0, "t0": time.perf_counter(), "saved": time.perf_counter()}
 
@@ -337,12 +366,69 @@ class ChatEngine:
             looped=stats["looped"], stopped=stats["stopped"], arm=str(self.arm), tokens=reply,
             ngram_rounds=stats["ngram_rounds"], drafter_rounds=stats["drafter_rounds"],
             decided_by=stats["decided_by"], sampling=sjson, seed=seed, dropped_turns=window.dropped_turns,
-            prompt_length=len(prompt), capped_to=window.reply_tokens if window.capped else None)
+            prompt_length=len(prompt), capped_to=window.reply_tokens if window.capped else None,
+            restored_tokens=restored)
+        self._held = conversation_id  # a whole reply: the cache is this conversation's, worth keeping
         try:
             self._save(result)
         except StoreError as err:  # a full disk: the reply stands, its learning is what is lost
             result.learned_not_saved = str(err)
         return result
+
+    # ------------------------------------------------------------------ saved contexts
+    def _enter(self, conversation_id: str, prompt: list[int]) -> int:
+        """Before a reply in `conversation_id`: save the context of the conversation the cache holds
+        if it is another, and put this conversation's saved context back where it gives more of the
+        prompt than the cache does. Returns the prompt tokens the saved context gave (0: none)."""
+        from ..store.saved_context import MIN_TOKENS
+
+        sc = self.saved_contexts
+        if sc is None:
+            return 0
+        if self._held is not None and self._held != conversation_id:
+            self.save_context()
+        self._held = None  # until this reply ends whole
+        dec = self.decoder
+        cached = _shared_prefix(dec.kv_tokens, prompt)
+        if len(prompt) - cached < MIN_GAIN:
+            return 0
+        saved = sc.find(conversation_id)
+        if saved is None or len(saved.tokens) >= self.backend.n_ctx:
+            return 0
+        given = _shared_prefix(saved.tokens, prompt)
+        if given < max(cached + MIN_GAIN, MIN_TOKENS // 2):
+            return 0
+        state = sc.state(saved)
+        if state is None:
+            return 0
+        if not self.backend.load_seq_state(state):  # llama.cpp refused it: the history is prefilled
+            dec.adopt_cache([])
+            sc.discard(saved)
+            return 0
+        dec.adopt_cache(saved.tokens)
+        self._on_disk = (conversation_id, saved.tokens)
+        return given
+
+    def save_context(self) -> bool:
+        """Save the context of the conversation the cache holds, where contexts are kept (not one
+        deleted meanwhile, nor one already saved as it is): done on leaving it and at `close`.
+        A disk that refuses costs a later prefill, nothing else. Returns whether a file was written."""
+        from ..store.saved_context import MIN_TOKENS
+
+        sc, cid = self.saved_contexts, self._held
+        self._held = None
+        tokens = self.decoder.kv_tokens
+        if sc is None or cid is None or len(tokens) < MIN_TOKENS or self._on_disk == (cid, tokens):
+            return False
+        try:
+            if self.store.get_conversation(cid) is None:  # deleted: its saved contexts went with it
+                return False
+        except StoreError:
+            return False
+        if not sc.save(cid, tokens, self.backend.seq_state(0)):
+            return False
+        self._on_disk = (cid, list(tokens))
+        return True
 
     def _checkpoint(self) -> None:
         """The learned state so far, mid-reply (every CHECKPOINT_S), without a request summary;
@@ -384,10 +470,17 @@ class ChatEngine:
 
     def reset_conversation(self) -> None:
         """Forget the cached conversation (the next reply prefills from scratch)."""
+        self._held = None
         self.decoder.end_reply(0)
         self.backend.clear_kv()
 
     def close(self) -> None:
+        """Save the held conversation's context (where they are kept), then free the model."""
+        if getattr(self, "backend", None) is not None and self.backend.ctx:
+            try:
+                self.save_context()
+            except Exception:  # a cache: never a reason for close to fail
+                pass
         if self.drafter is not None:
             self.drafter.close()
             self.drafter = None
@@ -401,6 +494,15 @@ class ChatEngine:
 
 
 __all__ = ["ChatEngine", "ModelLoadError"]
+
+
+def _shared_prefix(cached: list[int], prompt: list[int]) -> int:
+    """How many of the prompt's first tokens `cached` holds; the prompt's last token is always
+    decoded (its logits give the first reply token), as in ``Decoder.start_reply``."""
+    m, lim = 0, min(len(cached), len(prompt) - 1)
+    while m < lim and cached[m] == prompt[m]:
+        m += 1
+    return m
 
 
 def _is_bundled(path: str) -> bool:

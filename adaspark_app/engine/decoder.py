@@ -163,6 +163,13 @@ class Decoder:
         self.request_round = 0
         return first, len(prompt) - m, dt
 
+    def adopt_cache(self, tokens: list[int]) -> None:
+        """Sequence 0 of the KV cache now holds `tokens` at positions 0..len-1, put back from a
+        saved context (ChatEngine): the next ``start_reply`` prefills only what follows them."""
+        self._flush_pending()
+        self.kv_tokens = list(tokens)
+        self.anchor = None
+
     def end_reply(self, keep: int) -> None:
         """Trim the committed state to its first `keep` tokens (a stop inside a round's path)."""
         self._run_pending()  # the last round's work (its error after the trim)

@@ -95,6 +95,7 @@ class ReplyResult:
     prompt_length: int = 0  # tokens of the whole prompt (prompt_tokens counts only the prefilled ones)
     capped_to: int | None = None  # the reply's cap when the context left less than max_tokens
     learned_not_saved: str | None = None  # why the store refused what the reply taught (a full disk)
+    restored_tokens: int = 0  # history tokens read from the conversation's saved context, not prefilled
 
     @property
     def tokens_per_s(self) -> float:
@@ -106,4 +107,6 @@ class ReplyResult:
         d["tokens_per_s"] = self.tokens_per_s
         if d["learned_not_saved"] is None:
             del d["learned_not_saved"]  # the usual case: the rows `run` writes stay as they were
+        if not d["restored_tokens"]:
+            del d["restored_tokens"]  # `run` keeps no saved contexts
         return d

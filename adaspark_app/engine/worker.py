@@ -85,6 +85,7 @@ class EngineConfig:
     n_ctx: int | None = 4096  # None: the model's default chat context (engine/context_size.py)
     n_threads: int | None = None
     gpu_layers: int | None = None  # None: every layer where the build can offload (engine/offload.py)
+    saved_context_mb: int = 0  # conversations' KV caches kept beside the store (store/saved_context.py)
 
     def __call__(self) -> Any:
         from .. import native
@@ -105,7 +106,8 @@ class EngineConfig:
 
                 n_ctx = default_chat_n_ctx(self.model_path or default_model_path(), self.drafter_path).n_ctx
             engine = ChatEngine(model_path=self.model_path, drafter_path=self.drafter_path, store=store,
-                                arm=self.arm, n_ctx=n_ctx, n_threads=self.n_threads, gpu_layers=self.gpu_layers)
+                                arm=self.arm, n_ctx=n_ctx, n_threads=self.n_threads, gpu_layers=self.gpu_layers,
+                                saved_context_mb=self.saved_context_mb)
         except BaseException:
             if store is not None:
                 store.close()

@@ -279,6 +279,9 @@ class ChatTables:
             cur = conn.execute("delete from conversations where id = ?", (conversation_id,))
             if cur.rowcount == 0:
                 raise StoreError(f"no conversation {conversation_id!r} in {self.path}")
+        from .saved_context import folder_for, forget_conversation
+
+        forget_conversation(folder_for(self.path), conversation_id)  # its KV caches: its text, in other words
 
     # -- the message box's draft -----------------------------------------------------------------
 

@@ -488,13 +488,15 @@ def engine_log_path(directory: Path | None = None) -> str | None:
 def run_chat(model: str | None, drafter: str | None, store_path: str | None, max_tokens: int = MAX_TOKENS,
              sampling: Any = None, n_ctx: int | None = None, system: str | None = None,
              resume_id: str | None = None, sampling_given: dict[str, Any] | None = None,
-             gpu_layers: int | None = None) -> int:
+             gpu_layers: int | None = None, saved_context_mb: int | None = None) -> int:
     """Run `adaspark chat`; returns the exit code (2 with a one-line message on a user error).
 
     max_tokens, sampling and system: a new conversation's settings; resume_id: the stored
     conversation to open at start (`--continue`), which keeps its own; sampling_given: the
-    sampling values set by the options and the config file (a model switch keeps them)."""
+    sampling values set by the options and the config file (a model switch keeps them);
+    saved_context_mb: the disk kept for conversations' saved contexts (None: the default)."""
     from ..engine.worker import EngineConfig
+    from ..store.saved_context import DEFAULT_LIMIT_MB
     from ..store import Store
 
     try:
@@ -511,7 +513,8 @@ def run_chat(model: str | None, drafter: str | None, store_path: str | None, max
 
     # The engine process opens the same file for its learned state (WAL, busy timeout).
     config = EngineConfig(model_path=model, drafter_path=drafter, store_path=str(store.path), n_ctx=n_ctx,
-                          gpu_layers=gpu_layers)
+                          gpu_layers=gpu_layers,
+                          saved_context_mb=DEFAULT_LIMIT_MB if saved_context_mb is None else saved_context_mb)
     app = AdaSparkApp(
         config, store,
         model_label=Path(model).name if model else BUNDLED_NAME,
