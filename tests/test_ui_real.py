@@ -118,6 +118,31 @@ async def test_real_escape_stops_within_one_round_and_keeps_the_partial_reply(le
         assert stored["content"] == reply.text
 
 
+async def test_real_escape_while_a_long_prompt_is_read_gives_it_back_and_keeps_what_was_read(learned, chats, tmp_path):
+    """A pasted page takes seconds to read on the CPU: the status line counts it, Esc stops it
+    between two chunks (the message goes back in the box, no reply is kept), and sending it again
+    reads only the rest."""
+    status = lambda app: str(app.chat_screen.query_one("#status").render())  # noqa: E731
+    paste = " ".join(f"Item {i}: the box holds {i * 7 % 23} marbles and a note about the weather." for i in range(150))
+    app = make_app(EngineConfig(store_path=learned), chats, tmp_path, max_tokens=8)
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, paste)
+        chat = app.chat_screen
+        await wait_until(pilot, lambda: status(app).startswith("Reading prompt: ") and "prompt: 0/" not in status(app),
+                         timeout=REPLY_TIMEOUT, what=lambda: f"the prompt's reading to be counted ({status(app)!r})")
+        await pilot.press("escape")
+        await finished(pilot)
+        assert chat.prompt.text == paste
+        assert any("Stopped before the first token" in n for n in notifications(app))
+        assert all(m["role"] != "assistant" for c in chats.list_conversations() for m in chats.get_messages(c["id"]))
+        await pilot.press("enter")
+        await finished(pilot)
+        assert status(app) == "Ready."
+    (conv,) = chats.list_conversations()
+    meta = chats.get_messages(conv["id"])[-1]["meta"]
+    assert 0 < meta["prompt_tokens"] < meta["prompt_length"] - 100  # the start was kept from the stopped reading
+
+
 async def test_real_gpu_layers_on_a_cpu_build_notify_once_and_the_header_says_cpu(learned, chats, tmp_path):
     """`adaspark chat --gpu-layers all` on a CPU-only llama.cpp build: the engine runs on the CPU,
     the chat says so once, and its header names the CPU."""

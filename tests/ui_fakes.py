@@ -97,7 +97,7 @@ class ScriptedEngine:
     # ------------------------------------------------------------------ ChatEngine interface
     def generate(self, conversation_id: str, messages: list[dict[str, str]], max_tokens: int = 512,
                  on_round: Callable[[RoundEvent], None] | None = None,
-                 cancel: Any = None, turn: int = 0, sampling: Any = None) -> ReplyResult:
+                 cancel: Any = None, turn: int = 0, sampling: Any = None, on_prefill: Any = None) -> ReplyResult:
         if self.closed:
             raise RuntimeError("engine is closed")
         call = self.calls

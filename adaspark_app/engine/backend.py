@@ -51,6 +51,7 @@ FLASH_ATTN_ENABLED = 1
 # every step ("(slow)", fattn.cu), and its batch kernels (MMA, tile) convert any other type too.
 # F16 is the type every CUDA attention kernel reads as it is, and it is as large as BF16.
 GPU_KV_TYPES = (GGML_TYPE_F16, GGML_TYPE_F16)
+PREFILL_CHUNK_CPU = 128  # tokens a prompt is read in on the CPU (LlamaBackend.prefill)
 
 
 def kv_cache_types(on_gpu: bool) -> tuple[int, int]:
@@ -285,6 +286,8 @@ class LlamaBackend:
         self.ctx = ctx
         self.n_ctx = L.llama_n_ctx(ctx)
         self.n_batch = int(L.llama_n_batch(ctx))  # llama.cpp caps it at n_ctx: prefill chunks must fit
+        # a GPU reads a prompt fastest in the largest batches; the CPU as fast in small ones (prefill)
+        self.prefill_chunk = self.n_batch if self.offload.on_gpu else min(self.n_batch, PREFILL_CHUNK_CPU)
         self._init_vocab()
         self.mem = L.llama_get_memory(ctx)
         self.recurrent = bool(L.llama_model_is_recurrent(model)) or bool(L.llama_model_is_hybrid(model))
@@ -515,11 +518,16 @@ class LlamaBackend:
 
     def prefill(self, tokens: Sequence[int], start: int,
                 on_chunk: Callable[[list[int], list[int]], None] | None = None,
-                argmax: bool = True) -> int:
+                argmax: bool = True, between: Callable[[int], bool] | None = None) -> int | None:
         """Decode `tokens` at positions start.. into seq 0; returns the argmax after the last one
         (-1 with argmax=False: a sampled reply draws from `logits_view(1)` instead).
 
-        on_chunk(rows, positions) runs right after each chunk's decode (the drafter's features)."""
+        on_chunk(rows, positions) runs right after each chunk's decode (the drafter's features).
+        between(done) runs after every chunk but the last, with the tokens decoded so far: it
+        reports progress, and returning True stops the prefill there (None is returned; the cache
+        holds tokens[:done]). Chunks are `prefill_chunk` tokens: on the CPU 128, where a long
+        prompt is read as fast as in chunks of 512 (SmolLM2 and Qwen-0.5B, 2,048 tokens, 2 cores)
+        and a stop waits at most a quarter as long."""
         if start + len(tokens) > self.n_ctx:
             raise ContextOverflowError(
                 f"the conversation needs {start + len(tokens)} tokens but the context holds "
@@ -527,8 +535,9 @@ class LlamaBackend:
         self._tokens_on_device(argmax)
         last = None
         i = 0
+        size = self.prefill_chunk
         while i < len(tokens):
-            chunk = tokens[i:i + self.n_batch]
+            chunk = tokens[i:i + size]
             n = len(chunk)
             is_last = i + n == len(tokens)
             self._fill_batch(chunk, range(start + i, start + i + n), [(0,)] * n,
@@ -539,6 +548,8 @@ class LlamaBackend:
             i += n
             if is_last:
                 last = int(self._argmax_rows(1)[0]) if argmax else -1
+            elif between is not None and between(i):
+                return None
         assert last is not None
         return last
 

@@ -270,7 +270,8 @@ class ChatEngine:
     def generate(self, conversation_id: str, messages: list[dict[str, str]], max_tokens: int = 512,
                  on_round: Callable[[RoundEvent], None] | None = None,
                  cancel: threading.Event | None = None, turn: int = 0,
-                 sampling: SamplingSettings | None = None) -> ReplyResult:
+                 sampling: SamplingSettings | None = None,
+                 on_prefill: Callable[[int, int], None] | None = None) -> ReplyResult:
         """Generate the assistant's reply to `messages` (ending with the user's message).
 
         sampling: None or temperature 0 decodes greedily; otherwise each token is drawn from the
@@ -282,6 +283,11 @@ class ChatEngine:
         the new message stay), counted in `dropped_turns`; if the new message alone leaves less
         than max_tokens, the reply is capped to what fits (`capped_to`). A message that leaves
         no room for a reply raises MessageTooLongError before anything is decoded.
+
+        Reading the prompt: on_prefill(done, total) runs as it starts and after each chunk with the
+        prompt tokens read so far and to read. `cancel` set while the prompt is read stops it
+        between two chunks: the result has no token (`stopped`), and the cache keeps what was
+        read, so asking again goes on from there.
 
         Blocking: run it on the engine's worker thread. The KV cache is reused for the longest
         prefix the new prompt shares with what is cached (after a drop: at least the system
@@ -295,10 +301,10 @@ class ChatEngine:
             raise ArgumentError("sampling must be a SamplingSettings")
         with self._lock:
             return self._generate(conversation_id, messages, max_tokens, on_round, cancel, turn,
-                                  sampling or GREEDY)
+                                  sampling or GREEDY, on_prefill)
 
     def _generate(self, conversation_id, messages, max_tokens, on_round, cancel, turn,
-                  sampling: SamplingSettings) -> ReplyResult:
+                  sampling: SamplingSettings, on_prefill=None) -> ReplyResult:
         b = self.backend
         dec = self.decoder
         window, prompt = self.fit_window(messages, max_tokens)
@@ -308,8 +314,25 @@ class ChatEngine:
         t_enter = time.perf_counter()
         restored = self._enter(conversation_id, prompt)
         enter_s = time.perf_counter() - t_enter
-        first, n_prefill, prefill_s = dec.start_reply(prompt)
+        to_read = len(prompt) - _shared_prefix(dec.kv_tokens, prompt)
+
+        def between(done: int) -> bool:
+            if on_prefill is not None:
+                on_prefill(done, to_read)
+            return cancel is not None and cancel.is_set()
+
+        if on_prefill is not None:
+            on_prefill(0, to_read)
+        first, n_prefill, prefill_s = dec.start_reply(prompt, between=between)
         prefill_s += enter_s  # a saved context's read is part of the wait for the first token
+        if first is None:  # stopped while the prompt was read: no token, the cache keeps what was read
+            self._held = conversation_id
+            return ReplyResult(
+                conversation=conversation_id, turn=turn, text="", n_tokens=0, decode_s=0.0, prefill_s=prefill_s,
+                prompt_tokens=n_prefill, context=dec.context, rounds=0, widths={}, measure_rounds=0,
+                rows_by_source={}, accepted_by_source={}, looped=False, stopped=True, arm=str(self.arm),
+                sampling=sjson, seed=seed, dropped_turns=window.dropped_turns, prompt_length=len(prompt),
+                capped_to=window.reply_tokens if window.capped else None, restored_tokens=restored)
         stream = StreamDecoder(b.token_bytes)
         counters = {"tokens": 0, "t0": time.perf_counter(), "saved": time.perf_counter()}
 

@@ -128,10 +128,14 @@ class Decoder:
         return self.sources.drafter if self.policy.drafts else None
 
     # ------------------------------------------------------------------ a reply's start and end
-    def start_reply(self, prompt: list[int]) -> tuple[int, int, float]:
+    def start_reply(self, prompt: list[int],
+                    between: Callable[[int], bool] | None = None) -> tuple[int | None, int, float]:
         """Make the KV cache hold `prompt`, prefilling only what differs from what is cached.
 
-        Returns (first generated token, tokens prefilled, prefill seconds).
+        Returns (first generated token, tokens prefilled, prefill seconds). between(done) runs
+        between the prefill's chunks with the tokens prefilled so far (``LlamaBackend.prefill``);
+        where it returns True the prefill stops: the first token is None and the cache keeps the
+        prompt's start read so far, for the next reply to go on from.
         """
         b = self.backend
         self._flush_pending()
@@ -152,7 +156,12 @@ class Decoder:
         fed = self._drafter_fed
         t0 = time.perf_counter()
         first = b.prefill(prompt[m:], m, on_chunk=fed.accept if fed is not None else None,
-                          argmax=self.sampler is None)
+                          argmax=self.sampler is None, between=between)
+        if first is None:  # stopped between chunks
+            done = b.seq_pos_max(0) + 1 - m
+            self.kv_tokens = list(prompt[:m + done])
+            self.anchor = None
+            return None, done, time.perf_counter() - t0
         if self.sampler is not None:  # the first token is drawn like every other: at its position
             first = self.sampler.draw(b.logits_view(1)[0], len(prompt), self.sampler.history(prompt))
         dt = time.perf_counter() - t0

@@ -20,14 +20,15 @@ UI -> engine, on the command pipe:
 engine -> UI, on the event pipe:
     ("loaded", {"model_name", "drafter_name", "notices", "gauges", "pid", "n_ctx", "device"})
     ("load_failed", message)                        # then the process exits
+    ("prefill", request_id, tokens read, tokens to read)  # a long prompt being read, now and then
     ("rounds", request_id, [RoundEvent], [monotonic seconds of each], gauges or None)
     ("done", request_id, ReplyResult, gauges)
-    ("stopped", request_id)                         # cancelled before the reply started
+    ("stopped", request_id)                         # cancelled before the reply's first token
     ("failed", request_id, message)                 # the engine raised; the process goes on
     ("closed",)
 
 The shared `CancelFlag` stops a reply between rounds (`run_reply` checks it before each one),
-so Esc ends a reply within one round. Times are `time.monotonic()`, one clock for every
+so Esc ends a reply within one round, and a prompt's reading between two of its chunks. Times are `time.monotonic()`, one clock for every
 process on the machine, so the UI can tell which rounds ran after it asked to stop.
 """
 
@@ -48,6 +49,9 @@ from .events import RoundEvent
 # (ui/widgets/reply_stream.TEXT_INTERVAL_S); each message wakes two UI threads and the flusher.
 BATCH_INTERVAL_S = 0.25
 GAUGE_INTERVAL_S = 0.5  # the panel's learned figures change slowly; reading them costs engine time
+# A prompt this long takes a second or more to read on 2 CPU cores: the status line counts it
+PROGRESS_MIN_TOKENS = 512
+PROGRESS_S = 0.25
 
 
 class CancelFlag:
@@ -292,10 +296,19 @@ def _generate(engine: Any, events: Any, cancel: CancelFlag, request_id: int, con
         events.send(("rounds", request_id, batch, times, gauges))
 
     batcher = EventBatcher(send)
+    reported = [float("-inf")]
+
+    def prefill_progress(done: int, total: int) -> None:
+        # a long prompt's reading, for the status line: at its start, then at most every PROGRESS_S
+        now = time.monotonic()
+        if total >= PROGRESS_MIN_TOKENS and (done == 0 or now - reported[0] >= PROGRESS_S):
+            reported[0] = now
+            events.send(("prefill", request_id, done, total))
+
     try:
         extra = {} if sampling is None else {"sampling": sampling}  # SamplingSettings (pickled)
         result = engine.generate(conversation_id, messages, max_tokens=max_tokens, on_round=batcher.add,
-                                 cancel=cancel, turn=turn, **extra)
+                                 cancel=cancel, turn=turn, on_prefill=prefill_progress, **extra)
         batcher.flush()
     except (BrokenPipeError, EOFError):
         raise
@@ -307,6 +320,9 @@ def _generate(engine: Any, events: Any, cancel: CancelFlag, request_id: int, con
         return
     finally:
         batcher.close()
+    if result.stopped and result.n_tokens == 0:  # stopped while the prompt was read: nothing to show
+        events.send(("stopped", request_id))
+        return
     events.send(("done", request_id, result, read_gauges(engine, result.context)))
 
 

@@ -34,7 +34,7 @@ from ..wording import printable
 from .chat_settings import ChatSettings
 from .control_filter import DropControls
 from .conversation import MAX_TOKENS
-from .engine_client import (EngineClient, EngineDied, EngineDone, EngineLoaded, EngineLoadFailed,
+from .engine_client import (EngineClient, EngineDied, EngineDone, EngineLoaded, EngineLoadFailed, EnginePrefill,
                             EngineReplyFailed, EngineRounds, EngineStopped, lower_ui_priority)
 from .host import EngineStateChanged
 from .screens import ChatScreen, HelpScreen
@@ -275,6 +275,7 @@ class AdaSparkApp(App[int]):
         self.deaths_in_a_row = 0
         self._to_chat(message)
 
+    @on(EnginePrefill)
     @on(EngineRounds)
     @on(EngineStopped)
     @on(EngineReplyFailed)

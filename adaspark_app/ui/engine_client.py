@@ -62,6 +62,16 @@ class EngineLoadFailed(Message, bubble=False):
         self.restarted = restarted
 
 
+class EnginePrefill(Message, bubble=False):
+    """A long prompt is being read before the reply's first token: `done` of `total` tokens."""
+
+    def __init__(self, request_id: int, done: int, total: int) -> None:
+        super().__init__()
+        self.request_id = request_id
+        self.done = done
+        self.total = total
+
+
 class EngineRounds(Message, bubble=False):
     """A batch of a reply's rounds: events in round order, the monotonic time of each."""
 
@@ -358,6 +368,8 @@ class EngineClient:
                     continue
                 if kind == "rounds":
                     self._post(EngineRounds(msg[1], msg[2], msg[3], msg[4]))
+                elif kind == "prefill":
+                    self._post(EnginePrefill(msg[1], msg[2], msg[3]))
                 elif kind == "done":
                     self._post(EngineDone(msg[1], msg[2], msg[3]))
                 elif kind == "loaded":

@@ -65,9 +65,9 @@ def reference_replies(convs: Sequence[Conversation], max_tokens: int, n_ctx: int
     prompts: list[list[int]] = []
     start = eng.decoder.start_reply
 
-    def start_reply(prompt: list[int]) -> tuple[int, int, float]:
+    def start_reply(prompt: list[int], **kw: Any) -> tuple[int | None, int, float]:
         prompts.append(list(prompt))
-        return start(prompt)
+        return start(prompt, **kw)
 
     eng.decoder.start_reply = start_reply
     refs = []
@@ -249,11 +249,11 @@ class ScriptedTarget:
 
         def scripted_prefill(tokens: Sequence[int], start: int,
                              on_chunk: Callable[[list[int], list[int]], None] | None = None,
-                             argmax: bool = True) -> int:
+                             argmax: bool = True, between: Callable[[int], bool] | None = None) -> int | None:
             self.ref = self.ref[:start] + list(tokens) + self.reply + [backend.eos_token()]
             self._in_prefill = True
             try:
-                return prefill(tokens, start, on_chunk=on_chunk, argmax=argmax)
+                return prefill(tokens, start, on_chunk=on_chunk, argmax=argmax, between=between)
             finally:
                 self._in_prefill = False
 

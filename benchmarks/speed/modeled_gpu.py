@@ -90,8 +90,8 @@ def _engine(arm: str, model: str | None = None) -> ChatEngine:
         dec = eng.decoder
         start = dec.start_reply
 
-        def start_reply(prompt):
-            out = start(prompt)
+        def start_reply(prompt, **kw):
+            out = start(prompt, **kw)
             dec.learners.cost.host_clock = True
             return out
 

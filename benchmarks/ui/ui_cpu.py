@@ -132,7 +132,7 @@ class ReplayEngine:
 
     def generate(self, conversation_id: str, messages: list[dict[str, str]], max_tokens: int = 512,
                  on_round: Callable[[Any], None] | None = None, cancel: Any = None, turn: int = 0,
-                 sampling: Any = None) -> Any:
+                 sampling: Any = None, on_prefill: Any = None) -> Any:
         from adaspark_app.engine.events import ReplyResult, RoundEvent
 
         rec = self.replies[self.calls % len(self.replies)]

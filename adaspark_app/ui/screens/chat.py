@@ -39,8 +39,8 @@ from ..compositor import install as install_cropped_compositor
 from ..conversation import Conversation
 from ..cut_replies import settle_cut_replies, settled_notice
 from ..drafts import SAVE_INTERVAL_S, DraftKeeper
-from ..engine_client import (EngineDied, EngineDone, EngineLoaded, EngineLoadFailed, EngineReplyFailed, EngineRounds,
-                             EngineStopped)
+from ..engine_client import (EngineDied, EngineDone, EngineLoaded, EngineLoadFailed, EnginePrefill, EngineReplyFailed,
+                             EngineRounds, EngineStopped)
 from ..export import reply_file_name, write_export
 from ..host import ChatHost, EngineStateChanged
 from ..stats import SpecStats, gauges_from
@@ -242,6 +242,9 @@ class ChatScreen(Screen):
         """The engine did not load (the app has said why): a reply that waited for it is given back."""
         await self.replies.load_failed()
         self.set_status()
+
+    def on_engine_prefill(self, message: EnginePrefill) -> None:
+        self.replies.prefill(message)
 
     async def on_engine_rounds(self, message: EngineRounds) -> None:
         await self.replies.rounds(message)
