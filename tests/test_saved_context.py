@@ -222,3 +222,36 @@ def test_no_saved_contexts_with_a_drafter_or_without_a_store(store):
         assert eng.saved_contexts is None  # the drafter's own cache would need its features again
     with ChatEngine(saved_context_mb=64) as eng:
         assert eng.saved_contexts is None
+
+
+def test_a_save_killed_midway_leaves_a_file_removed_once_stale(tmp_path):
+    from adaspark_app.store.saved_context import SAVING, STALE_SAVING_S
+
+    sc = contexts(tmp_path)
+    sc.save("c1", [1], STATE)
+    fresh, stale = sc.folder / (SAVING + "fresh"), sc.folder / (SAVING + "stale")
+    for p in (fresh, stale):
+        p.write_bytes(b"x" * 100)
+    old = os.path.getmtime(stale) - STALE_SAVING_S - 1
+    os.utime(stale, (old, old))
+    sc.trim()
+    assert fresh.exists() and not stale.exists()  # one being written now is left alone
+    assert sc.find("c1") is not None
+
+
+def test_store_list_names_the_saved_contexts_and_clearing_removes_them(tmp_path, capsys):
+    from adaspark_app.store.commands import main_for_tests as store_main
+    from adaspark_app.store.saved_context import clear, usage
+
+    path = tmp_path / "chats.db"
+    Store.open(path).close()
+    sc = SavedContexts(folder_for(path), IDENTITY, 1 << 20)
+    sc.save("c1", [1, 2], STATE)
+    sc.save("c2", [1, 2], STATE)
+    assert store_main(["store", "list", "--store", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert f"saved contexts: 2 conversations, {usage(sc.folder)[1] / 1e6:.1f} MB in {sc.folder}" in out
+    clear(sc.folder)
+    assert usage(sc.folder) == (0, 0)
+    assert store_main(["store", "list", "--store", str(path)]) == 0
+    assert "saved contexts" not in capsys.readouterr().out

@@ -154,6 +154,7 @@ class ChatEngine:
                     "kv_types": list(b.kv_types),
                     "flash_attn": os.environ.get("ADASPARK_FA"), "kernels": native.status(), "n_batch": b.n_batch}
         self.saved_contexts = SavedContexts(folder_for(path), identity, limit_mb << 20)
+        self.saved_contexts.trim()  # a limit lowered since, and what a killed save left
 
     def _restore_learned(self, store: Any) -> None:
         """Load the key's learned state into the decoder (migrating the previous layout).

@@ -188,6 +188,7 @@ def _cmd_list(store: Store, args: argparse.Namespace, console: Console) -> int:
     if not rows:
         console.print(f"no learned state in {store.path}")
         _show_kept_aside(store, console, set())
+        _show_saved_contexts(store, console)
         return 0
     t = Table(title=f"learned state in {store.path}", title_justify="left")
     for col in ("key", "model", "device", "drafter", "requests", "saves", "updated"):
@@ -204,7 +205,19 @@ def _cmd_list(store: Store, args: argparse.Namespace, console: Console) -> int:
         )
     console.print(t)
     _show_kept_aside(store, console, set())
+    _show_saved_contexts(store, console)
     return 0
+
+
+def _show_saved_contexts(store: Store, console: Console) -> None:
+    """The chat's saved contexts beside the store (store/saved_context.py), where there are any."""
+    from .saved_context import folder_for, usage
+
+    folder = folder_for(store.path)
+    n, size = usage(folder)
+    if n:
+        console.print(f"saved contexts: {_count(n, 'conversation')}, {size / 1e6:.1f} MB in {folder} "
+                      "(the config file's saved_context_mb caps them; 0 keeps none)", markup=False, highlight=False)
 
 
 def _count(value: Any, noun: str) -> str:

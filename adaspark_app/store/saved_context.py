@@ -26,6 +26,7 @@ import json
 import os
 import struct
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,8 @@ from typing import Any
 MAGIC = b"ADASPARK-KV\n"
 FORMAT = 1
 SUFFIX = ".kv"
+SAVING = ".saving-"  # a file being written; one left by a process killed mid-save is removed later
+STALE_SAVING_S = 600.0
 #: A history shorter than this prefills in about a second on 2 cores: not worth a file.
 MIN_TOKENS = 256
 #: The config file's default for ``saved_context_mb``.
@@ -99,7 +102,7 @@ class SavedContexts:
         tmp = None
         try:
             self.folder.mkdir(parents=True, exist_ok=True, mode=0o700)
-            fd, tmp = tempfile.mkstemp(prefix=".saving-", dir=self.folder)
+            fd, tmp = tempfile.mkstemp(prefix=SAVING, dir=self.folder)
             with os.fdopen(fd, "wb") as f:
                 f.write(MAGIC + struct.pack("<I", len(header)) + header)
                 f.write(body_tokens)
@@ -116,12 +119,18 @@ class SavedContexts:
         return True
 
     def trim(self, keep: Path | None = None) -> None:
-        """Delete the least recently used files until the folder is within the limit (`keep` last)."""
+        """Delete the least recently used files until the folder is within the limit (`keep` last),
+        and what a process killed mid-save left (a `.saving-` file untouched for 10 minutes)."""
         try:
             entries = [(e.stat().st_mtime, e.stat().st_size, Path(e.path)) for e in os.scandir(self.folder)
-                       if e.name.endswith(SUFFIX) and e.is_file(follow_symlinks=False)]
+                       if e.is_file(follow_symlinks=False) and (e.name.endswith(SUFFIX) or e.name.startswith(SAVING))]
         except OSError:
             return
+        stale = time.time() - STALE_SAVING_S
+        for mtime, _, path in [e for e in entries if e[2].name.startswith(SAVING)]:
+            if mtime < stale:
+                _unlink(path)
+        entries = [e for e in entries if e[2].name.endswith(SUFFIX)]
         total = sum(size for _, size, _ in entries)
         for _, size, path in sorted(entries, key=lambda e: (e[2] == keep, e[0])):
             if total <= self.limit_bytes:
@@ -184,11 +193,29 @@ class SavedContexts:
         _unlink(saved.path)
 
 
+def usage(folder: str | os.PathLike) -> tuple[int, int]:
+    """(saved contexts, bytes) in `folder` (0, 0 where there is none)."""
+    try:
+        sizes = [e.stat().st_size for e in os.scandir(folder) if e.name.endswith(SUFFIX) and e.is_file()]
+    except OSError:
+        return 0, 0
+    return len(sizes), sum(sizes)
+
+
+def clear(folder: str | os.PathLike) -> None:
+    """Delete every saved context in `folder` (the config's `saved_context_mb = 0`: none kept)."""
+    _delete_where(folder, lambda name: name.endswith(SUFFIX) or name.startswith(SAVING))
+
+
 def forget_conversation(folder: str | os.PathLike, conversation_id: str) -> None:
     """Delete every saved context of a conversation (any engine): called where it is deleted."""
     prefix = _hash(conversation_id) + "-"
+    _delete_where(folder, lambda name: name.startswith(prefix) and name.endswith(SUFFIX))
+
+
+def _delete_where(folder: str | os.PathLike, chosen) -> None:
     try:
-        names = [e.name for e in os.scandir(folder) if e.name.startswith(prefix) and e.name.endswith(SUFFIX)]
+        names = [e.name for e in os.scandir(folder) if chosen(e.name)]
     except OSError:
         return
     for name in names:

@@ -512,6 +512,10 @@ def run_chat(model: str | None, drafter: str | None, store_path: str | None, max
               "add -t); for scripted conversations use `adaspark run SCRIPT.jsonl`", file=sys.stderr)
         return 2
 
+    if saved_context_mb == 0:  # the config keeps none: none kept from before either
+        from ..store.saved_context import clear, folder_for
+
+        clear(folder_for(store.path))
     # The engine process opens the same file for its learned state (WAL, busy timeout).
     config = EngineConfig(model_path=model, drafter_path=drafter, store_path=str(store.path), n_ctx=n_ctx,
                           gpu_layers=gpu_layers,
