@@ -28,8 +28,9 @@ engine -> UI, on the event pipe:
     ("closed",)
 
 The shared `CancelFlag` stops a reply between rounds (`run_reply` checks it before each one),
-so Esc ends a reply within one round, and a prompt's reading between two of its chunks. Times are `time.monotonic()`, one clock for every
-process on the machine, so the UI can tell which rounds ran after it asked to stop.
+so Esc ends a reply within one round, and a prompt's reading between two of its chunks. Times
+are `time.monotonic()`, one clock for every process on the machine, so the UI can tell which
+rounds ran after it asked to stop.
 """
 
 from __future__ import annotations
