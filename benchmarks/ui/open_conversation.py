@@ -3,11 +3,14 @@ kept for weeks, or opening it from the list.)
 
 The real app (`AdaSparkApp` under Textual's run_test, 100x30) opens a stored conversation of N
 messages (questions and replies of about 40 words with Markdown), timed from the call to
-`ChatScreen.open_conversation` to the screen settled. Two ways, interleaved per repeat: `batched`,
-the chat's own (`ChatView.show_turns` mounts every message at once: one layout), and `one-by-one`,
-the way it was before (each message mounted, laid out and scrolled to on its own).
+`ChatScreen.open_conversation` to the screen settled. The ways, interleaved per repeat (the order
+turns each repeat): `windowed`, the chat's own (`ChatView.show_turns` lays out the last
+`SHOWN_AT_OPEN` messages at once; the earlier ones wait until the reader scrolls up), `batched`,
+the way before it (every message at once, one layout), and `one-by-one`, the way before that
+(each message mounted, laid out and scrolled to on its own).
 
-    python -m benchmarks.ui.open_conversation [--sizes 100,300,1000] [--repeats 3] [--out FILE.md]
+    python -m benchmarks.ui.open_conversation [--sizes 100,300,1000] [--repeats 3]
+        [--ways windowed,batched[,one-by-one]] [--out FILE.md]
 
 The engine is the bundled model's, in its own process as in the chat; opening a conversation
 does not use it.
@@ -55,6 +58,11 @@ async def open_once(n: int, way: str) -> float:
     from adaspark_app.engine.worker import EngineConfig
     from adaspark_app.store import Store
     from adaspark_app.ui.app import AdaSparkApp
+    from adaspark_app.ui.widgets import chat_view
+
+    window = chat_view.SHOWN_AT_OPEN
+    if way != "windowed":
+        chat_view.SHOWN_AT_OPEN = 1 << 30  # every message laid out at once, as before the window
 
     with tempfile.TemporaryDirectory() as tmp:
         store = Store.open(Path(tmp) / "chat.db")
@@ -69,8 +77,9 @@ async def open_once(n: int, way: str) -> float:
             await chat.open_conversation(cid)
             await pilot.pause()
             seconds = time.perf_counter() - started
-            assert len(chat.chat_view.turns()) == n
+            assert len(chat.chat_view.turns()) == (min(n, window) if way == "windowed" else n)
         store.close()
+    chat_view.SHOWN_AT_OPEN = window
     return seconds
 
 
@@ -78,27 +87,36 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sizes", default="100,300,1000")
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--ways", default="windowed,batched",
+                    help="the first is the reference: windowed, batched, one-by-one")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
     native.activate()
     sizes = [int(s) for s in args.sizes.split(",")]
+    ways = args.ways.split(",")
+    if len(ways) < 2 or not set(ways) <= {"windowed", "batched", "one-by-one"}:
+        ap.error("--ways: two or more of windowed, batched, one-by-one")
+    ref, others = ways[0], ways[1:]
     rows = []
     for n in sizes:
-        times: dict[str, list[float]] = {"batched": [], "one-by-one": []}
+        times: dict[str, list[float]] = {w: [] for w in ways}
         for r in range(args.repeats):
-            order = ("batched", "one-by-one") if r % 2 == 0 else ("one-by-one", "batched")
-            for way in order:
+            for way in (ways if r % 2 == 0 else ways[::-1]):
                 times[way].append(asyncio.run(open_once(n, way)))
-        ratios = [o / b for o, b in zip(times["one-by-one"], times["batched"])]
-        rows.append((n, statistics.median(ratios), min(ratios), max(ratios),
-                     statistics.median(times["batched"]) / n * 1e3))
-        print(f"{n} messages: one-by-one / batched {rows[-1][1]:.2f}x [{rows[-1][2]:.2f}, {rows[-1][3]:.2f}]", flush=True)
-    lines = ["# Opening a stored conversation of N messages: one mount against one per message", "",
-             f"- command: `python -m benchmarks.ui.open_conversation --sizes {args.sizes} --repeats {args.repeats}`",
+        cells = []
+        for other in others:
+            ratios = [o / b for o, b in zip(times[other], times[ref])]
+            cells.append(f"{statistics.median(ratios):.2f}x [{min(ratios):.2f}, {max(ratios):.2f}]")
+        rows.append((n, cells, statistics.median(times[ref]) * 1e3))
+        print(f"{n} messages: " + ", ".join(f"{o} / {ref} {c}" for o, c in zip(others, cells)), flush=True)
+    lines = [f"# Opening a stored conversation of N messages: {ref} against {', '.join(others)}", "",
+             f"- command: `python -m benchmarks.ui.open_conversation --sizes {args.sizes} --repeats {args.repeats}"
+             f" --ways {args.ways}`",
              f"- machine: {cpu_model()}, {os.cpu_count()} cores, Python {platform.python_version()}",
-             "", "| messages | one-by-one / batched, median [min, max] over repeats | batched, ms per message (median) |",
-             "|---|---|---|"]
-    lines += [f"| {n} | {m:.2f}x [{lo:.2f}, {hi:.2f}] | {per:.1f} |" for n, m, lo, hi, per in rows]
+             "", "| messages | " + " | ".join(f"{o} / {ref}, median [min, max] over repeats" for o in others)
+             + f" | {ref}, ms to open (median) |",
+             "|---|" + "---|" * len(others) + "---|"]
+    lines += [f"| {n} | " + " | ".join(cells) + f" | {ms:.0f} |" for n, cells, ms in rows]
     emit_report(lines, args.out)
     return 0
 

@@ -160,7 +160,7 @@ class ReplyRunner:
 
     async def start(self, request: ReplyRequest) -> bool:
         """Show the request's turns and ask the engine for its reply (once they are painted)."""
-        hidden = self.view.turns()[request.keep:]
+        hidden = await self.view.turns_from(request.keep)
         user_msg, reply_msg = await self.view.show_request(None if request.regenerate else request.prompt,
                                                            request.prompt, hidden)
         # No await from here on until the request is sent: the engine's answer is handled by

@@ -20,6 +20,10 @@ from .spec_panel import SpecPanel
 from .stream_tail import StreamTail
 
 ROLE_LABELS = {"user": "You", "assistant": "Assistant", "system": "System"}
+# A stored conversation opens with its last SHOWN_AT_OPEN messages (about 8 ms each to lay out);
+# the earlier ones are shown SHOWN_AT_OPEN at a time when the reader scrolls to the top or clicks
+# the line above them, and all at once when an edit or a reply needs one of them.
+SHOWN_AT_OPEN = 60
 # Code-fence languages whose highlighter is built before the first reply (see warm_up).
 WARM_LANGUAGES = ("python", "bash", "javascript", "typescript", "json", "c", "cpp", "rust", "java", "go",
                   "html", "sql", "yaml")
@@ -313,6 +317,7 @@ class ChatView(VerticalScroll):
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
         self.following = True
+        self._earlier: list[Turn] = []  # the open conversation's turns not shown yet, oldest first
 
     def on_mount(self) -> None:
         self.anchor()
@@ -335,6 +340,8 @@ class ChatView(VerticalScroll):
 
     def watch_scroll_y(self, old_value: float, new_value: float) -> None:
         super().watch_scroll_y(old_value, new_value)
+        if new_value <= 0 < old_value and self._earlier and not self.following:
+            self.call_after_refresh(self.show_earlier)  # the reader reached the top: the messages before it
         if self.following or not self.is_anchored:
             return
         if new_value >= self.max_scroll_y:  # Textual itself re-anchors at the very end
@@ -350,6 +357,7 @@ class ChatView(VerticalScroll):
         return message
 
     async def clear(self) -> None:
+        self._earlier = []
         await self.remove_children()
         self.anchor()
 
@@ -357,35 +365,84 @@ class ChatView(VerticalScroll):
         return list(self.query(ChatMessage))
 
     def turns(self) -> list[ChatMessage]:
-        """The messages in order, one per turn of the conversation shown (while a reply is asked
-        for, the turns it would replace are still among them, hidden, until it is recorded)."""
+        """The messages shown, in order, one per turn of the conversation from turn `first_shown`
+        on (while a reply is asked for, the turns it would replace are still among them, hidden,
+        until it is recorded)."""
         return [c for c in self.children if isinstance(c, ChatMessage)]
+
+    @property
+    def first_shown(self) -> int:
+        """The conversation's index of the first message shown (the ones before wait above)."""
+        return len(self._earlier)
+
+    async def turns_from(self, index: int) -> list[ChatMessage]:
+        """The messages of turns `index` on, every earlier one shown first if it is among them."""
+        if index < self.first_shown:
+            await self.show_earlier(all_of_them=True)
+        return self.turns()[index - self.first_shown:]
 
     async def show_turns(self, turns: list[Turn]) -> None:
         """Show `turns` (a stored conversation) in place of what the view holds: each reply with
-        its note and, if its prompt left turns out, its context marker."""
+        its note and, if its prompt left turns out, its context marker. The last SHOWN_AT_OPEN
+        are laid out now, the earlier ones when asked for (``show_earlier``)."""
         await self.clear()
+        cut = max(0, len(turns) - SHOWN_AT_OPEN)
+        self._earlier = list(turns[:cut])
+        if self._earlier:
+            await self.mount(EarlierMessages(len(self._earlier)))
+        # one mount, one layout: mounted one by one (each laid out and scrolled to the end),
+        # a conversation of 1,000 messages took 31-33 s to open
+        await self._mount_turns(turns[cut:])
+        if self.following:
+            self.scroll_end(animate=False)
+
+    async def show_earlier(self, all_of_them: bool = False) -> None:
+        """Show the SHOWN_AT_OPEN messages before the first one shown (`all_of_them`: every one),
+        the view kept on what the reader sees."""
+        if not self._earlier:
+            return
+        cut = 0 if all_of_them else max(0, len(self._earlier) - SHOWN_AT_OPEN)
+        batch, self._earlier = self._earlier[cut:], self._earlier[:cut]
+        line = self.query_one(EarlierMessages)
+        height = self.virtual_size.height
+        following = self.following
+        line.count = len(self._earlier)
+        await self._mount_turns(batch, after=line)
+        if not self._earlier:
+            await line.remove()
+        if following:
+            self.scroll_end(animate=False)
+        else:  # what was at the top stays there: the view moves down by what came in above it
+            self.call_after_refresh(lambda: self.scroll_to(
+                y=self.scroll_y + self.virtual_size.height - height, animate=False))
+
+    async def _mount_turns(self, turns: list[Turn], after: Any = None) -> None:
         widgets = [ChatMessage(turn.role, turn.content, reply_note(turn.meta) if turn.role == "assistant" else "")
                    for turn in turns]
         if widgets:
-            # one mount, one layout: mounted one by one (each laid out and scrolled to the end),
-            # a conversation of 1,000 messages took 31-33 s to open
-            await self.mount_all(widgets)
+            await self.mount_all(widgets, after=after)
         for widget, turn in zip(widgets, turns):
             marks = context_marks(turn.meta)
             if marks is not None:
                 await self.mark_context(widget, *marks)
-        if self.following:
-            self.scroll_end(animate=False)
 
     def mark_editing(self, index: int | None) -> None:
-        """Highlight the message of turn `index` as the one being edited (None: none), in sight."""
+        """Highlight the message of turn `index` as the one being edited (None: none), in sight
+        (shown first if it waits above)."""
         turns = self.turns()
         for widget in turns:
             widget.remove_class("editing")
+        if index is not None and 0 <= index < self.first_shown:
+            self.call_later(self._mark_earlier, index)
+            return
+        index = None if index is None else index - self.first_shown
         if index is not None and 0 <= index < len(turns):
             turns[index].add_class("editing")
             turns[index].scroll_visible(animate=False)
+
+    async def _mark_earlier(self, index: int) -> None:
+        await self.show_earlier(all_of_them=True)
+        self.mark_editing(index)
 
     async def show_request(self, prompt: str | None, answers: str, hide: list[ChatMessage]) -> tuple[
             ChatMessage | None, ChatMessage]:
@@ -421,6 +478,32 @@ class ChatView(VerticalScroll):
         await message.mount(ContextMarker(Text(f"⋯ {text}")), before=children[0] if children else None)
         if self.following:
             self.scroll_end(animate=False)
+
+
+class EarlierMessages(Static):
+    """The line above the messages shown, while earlier ones wait: a click shows them."""
+
+    DEFAULT_CSS = """
+    EarlierMessages { color: $text-muted; text-style: italic; width: 1fr; padding: 0 0 1 0; }
+    """
+
+    def __init__(self, count: int) -> None:
+        super().__init__()
+        self.count = count
+
+    @property
+    def count(self) -> int:
+        return self._count
+
+    @count.setter
+    def count(self, value: int) -> None:
+        self._count = value
+        self.update(Text(f"▲ {value:,} earlier message{'s' if value != 1 else ''}: scroll up or click to show them"))
+
+    async def on_click(self) -> None:
+        view = self.parent
+        if isinstance(view, ChatView):
+            await view.show_earlier()
 
 
 def code_at(screen: Any, x: int, y: int) -> str | None:
