@@ -41,7 +41,6 @@ MIN_TOKENS = 256
 #: The config file's default for ``saved_context_mb``.
 DEFAULT_LIMIT_MB = 2048
 _MAX_HEADER = 1 << 16
-_READ_CHUNK = 1 << 22
 
 
 def folder_for(store_path: str | os.PathLike) -> Path:
