@@ -363,6 +363,31 @@ async def test_real_reopened_conversation_reads_its_history_from_disk(chats, tmp
     assert chats.get_messages(cid)[-1]["content"] == fresh.text
 
 
+async def test_real_switching_conversations_keeps_each_ones_context_on_disk(chats, tmp_path):
+    """In one chat: a reply in A, then in B (A's context is saved on leaving it), then in A again:
+    A's history comes from disk, and B's too when the chat goes back to it."""
+    from adaspark_app.store.saved_context import MIN_TOKENS
+
+    def stored(title: str) -> str:
+        cid = chats.create_conversation(title, "SmolLM2")
+        chats.add_message(cid, "user", f"{title}: " + " ".join(f"line {i} of {title}." for i in range(120)))
+        chats.add_message(cid, "assistant", "Noted.")
+        return cid
+
+    a, b = stored("alpha"), stored("beta")
+    app = make_app(EngineConfig(store_path=str(chats.path), saved_context_mb=64), chats, tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        chat = app.chat_screen
+        for cid in (a, b, a, b):
+            await chat.open_conversation(cid)
+            await send(pilot, "Say one word.")
+            await finished(pilot)
+    restored = {cid: [(m["meta"] or {}).get("restored_tokens", 0) for m in chats.get_messages(cid) if m["role"] == "assistant"]
+                for cid in (a, b)}
+    assert restored[a][1] == 0 and restored[b][1] == 0  # the first reply of each read its history
+    assert restored[a][2] >= MIN_TOKENS and restored[b][2] >= MIN_TOKENS, restored  # the second, from disk
+
+
 UI_PROCESS_SCRIPT = textwrap.dedent("""
     import asyncio, json, os, sys
     from adaspark_app.engine.worker import EngineConfig
