@@ -33,7 +33,11 @@ def test_a_saved_context_reads_back_its_tokens_and_state(tmp_path):
     assert sc.save("c1", [5, 7, 2**31 - 1], STATE)
     saved = sc.find("c1")
     assert saved.tokens == [5, 7, 2**31 - 1]
-    assert bytes(sc.state(saved)) == STATE
+    target, drafter = sc.state(saved)
+    assert bytes(target) == STATE and bytes(drafter) == b""
+    assert sc.save("c1", [5], STATE, b"drafter's")  # with a drafter's part
+    target, drafter = sc.state(sc.find("c1"))
+    assert bytes(target) == STATE and bytes(drafter) == b"drafter's"
     assert sc.find("c2") is None
     # another engine (model, device, kernels) finds nothing: its file has another name
     assert contexts(tmp_path, {"model": "m2", "device": "d1"}).find("c1") is None
@@ -215,11 +219,30 @@ def test_a_saved_context_llama_cpp_refuses_is_deleted_and_the_history_prefilled(
 
 
 @pytest.mark.model
-def test_no_saved_contexts_with_a_drafter_or_without_a_store(store):
+def test_with_a_drafter_its_features_are_saved_and_read_back_with_the_history(store):
     from adaspark_app.engine.chat_engine import ChatEngine
 
+    cid = store.create_conversation("inventory", "m")
     with ChatEngine(drafter_path="default", store=store, saved_context_mb=64) as eng:
-        assert eng.saved_contexts is None  # the drafter's own cache would need its features again
+        r1 = eng.generate(cid, _history("")[:1], max_tokens=48)
+        held = len(eng.decoder.kv_tokens)
+    history = _history(r1.text)
+    with ChatEngine(drafter_path="default", store=store, saved_context_mb=64) as eng:
+        reopened = eng.generate(cid, history, max_tokens=48)
+        assert reopened.restored_tokens >= MIN_TOKENS
+        assert reopened.drafter_rounds > 0  # it drafted on the features read back with the history
+    # a file of the engine without the drafter is another one: not used by this engine
+    with ChatEngine(store=store, saved_context_mb=64) as eng:
+        assert eng.generate(cid, history, max_tokens=48).restored_tokens == 0
+    with ChatEngine(store=store, arm="ar") as eng:
+        assert eng.generate(cid, history, max_tokens=48).text == reopened.text
+    assert held >= MIN_TOKENS
+
+
+@pytest.mark.model
+def test_no_saved_contexts_without_a_store():
+    from adaspark_app.engine.chat_engine import ChatEngine
+
     with ChatEngine(saved_context_mb=64) as eng:
         assert eng.saved_contexts is None
 

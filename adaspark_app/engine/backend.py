@@ -212,6 +212,28 @@ def check_layer_count(path: str) -> None:
         raise ModelLoadError(f"{path}: {problem} (the file is damaged)")
 
 
+def seq_state_of(L: Any, ctx: Any, seq: int) -> memoryview:
+    """Sequence `seq` of a llama.cpp context's memory, serialised (llama_state_seq_get_data)."""
+    n = int(L.llama_state_seq_get_size(ctx, seq))
+    buf = (ctypes.c_uint8 * n)()
+    got = int(L.llama_state_seq_get_data(ctx, buf, n, seq))
+    return memoryview(buf).cast("B")[:got]
+
+
+def load_seq_state_into(L: Any, ctx: Any, mem: Any, state: memoryview, seq: int) -> bool:
+    """A `seq_state_of` put back into sequence `seq`, emptied first; False (the sequence empty)
+    where llama.cpp refuses it."""
+    L.llama_memory_seq_rm(mem, seq, -1, -1)
+    n = len(state)
+    if n == 0:
+        return False
+    buf = (ctypes.c_uint8 * n).from_buffer(state)
+    if int(L.llama_state_seq_set_data(ctx, buf, n, seq)) == 0:
+        L.llama_memory_seq_rm(mem, seq, -1, -1)
+        return False
+    return True
+
+
 @dataclass
 class VerifyOutput:
     """Target argmax per verified row and the time of the forward alone."""
@@ -620,25 +642,12 @@ class LlamaBackend:
 
     def seq_state(self, seq: int = 0) -> memoryview:
         """Sequence `seq`'s cells of the KV cache, as llama.cpp serialises them (store/saved_context.py)."""
-        L = self.llama
-        n = int(L.llama_state_seq_get_size(self.ctx, seq))
-        buf = (ctypes.c_uint8 * n)()
-        got = int(L.llama_state_seq_get_data(self.ctx, buf, n, seq))
-        return memoryview(buf).cast("B")[:got]
+        return seq_state_of(self.llama, self.ctx, seq)
 
     def load_seq_state(self, state: memoryview, seq: int = 0) -> bool:
         """Put a `seq_state` back into sequence `seq` (emptied first); False where llama.cpp refuses
         it (another model's or cache type's, or too long for this context), the sequence left empty."""
-        L = self.llama
-        self.seq_rm(seq)
-        n = len(state)
-        if n == 0:
-            return False
-        buf = (ctypes.c_uint8 * n).from_buffer(state)
-        if int(L.llama_state_seq_set_data(self.ctx, buf, n, seq)) == 0:
-            self.seq_rm(seq)
-            return False
-        return True
+        return load_seq_state_into(self.llama, self.ctx, self.mem, state, seq)
 
     def system_info(self) -> str:
         return self.llama.llama_print_system_info().decode("utf-8", errors="replace")

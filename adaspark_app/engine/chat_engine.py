@@ -141,17 +141,18 @@ class ChatEngine:
         self._restore_learned(store)
 
     def _keep_contexts(self, store: Any, limit_mb: int) -> None:
-        """Keep conversations' contexts beside the store: not with a drafter (its own cache would
-        need its features again) nor a recurrent model (its state cannot be cut back to a prefix)."""
+        """Keep conversations' contexts beside the store (a DSpark drafter's with the target's):
+        not for a recurrent model (its state cannot be cut back to a prefix)."""
         from .. import native
         from ..store.saved_context import SavedContexts, folder_for
 
         path = getattr(store, "path", None)
-        if path is None or self.drafter is not None or self.backend.recurrent or self._key_meta is None:
+        if path is None or self.backend.recurrent or self._key_meta is None:
             return
         b = self.backend
+        drafter = self._key_meta.get("drafter")
         identity = {"model": self._key_meta["model"]["id"], "device": self._key_meta["device"]["id"],
-                    "kv_types": list(b.kv_types),
+                    "drafter": drafter["id"] if drafter else None, "kv_types": list(b.kv_types),
                     "flash_attn": os.environ.get("ADASPARK_FA"), "kernels": native.status(), "n_batch": b.n_batch}
         self.saved_contexts = SavedContexts(folder_for(path), identity, limit_mb << 20)
         self.saved_contexts.trim()  # a limit lowered since, and what a killed save left
@@ -422,11 +423,16 @@ class ChatEngine:
         given = _shared_prefix(saved.tokens, prompt)
         if given < max(cached + MIN_GAIN, MIN_TOKENS // 2):
             return 0
-        state = sc.state(saved)
-        if state is None:
+        states = sc.state(saved)
+        if states is None:
             return 0
-        if not self.backend.load_seq_state(state):  # llama.cpp refused it: the history is prefilled
+        target, drafter = states
+        if not self.backend.load_seq_state(target) or (  # llama.cpp refused it: the history is prefilled
+                self.drafter is not None and not self.drafter.load_seq_state(drafter)):
+            self.backend.seq_rm(0)
             dec.adopt_cache([])
+            if self.drafter is not None:
+                self.drafter.truncate(0)
             sc.discard(saved)
             return 0
         dec.adopt_cache(saved.tokens)
@@ -449,7 +455,13 @@ class ChatEngine:
                 return False
         except StoreError:
             return False
-        if not sc.save(cid, tokens, self.backend.seq_state(0)):
+        drafter_state = b""
+        if self.drafter is not None:  # its features of the same positions, or no file
+            self.decoder.sources.drafter.flush()
+            if self.drafter.n_positions() != len(tokens):
+                return False
+            drafter_state = self.drafter.seq_state()
+        if not sc.save(cid, tokens, self.backend.seq_state(0), drafter_state):
             return False
         self._on_disk = (cid, list(tokens))
         return True

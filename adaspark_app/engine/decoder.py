@@ -178,6 +178,8 @@ class Decoder:
         self._flush_pending()
         self.kv_tokens = list(tokens)
         self.anchor = None
+        if self.sources.drafter is not None:  # its KV was put back with the target's
+            self.sources.drafter.forget_pending()
 
     def end_reply(self, keep: int) -> None:
         """Trim the committed state to its first `keep` tokens (a stop inside a round's path)."""

@@ -62,7 +62,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from adaspark_app.engine import ext_bindings
-from adaspark_app.engine.backend import load_model_file, vocab_texts
+from adaspark_app.engine.backend import load_model_file, load_seq_state_into, seq_state_of, vocab_texts
 from adaspark_app.errors import ContextOverflowError, DrafterError, ModelLoadError
 from adaspark_app.learn.constants import MAX_WIDTH, TOP_K
 from adaspark_app.gguf_file import GGML_NUMPY_TYPES, GGUFHeader, read_gguf_header, read_gguf_tensor
@@ -382,6 +382,15 @@ class DSparkDrafter:
     def n_positions(self) -> int:
         """Positions held in the drafter's KV (seq 0): they are always 0 .. n-1."""
         return int(self._low.llama_memory_seq_pos_max(self._mem, 0)) + 1
+
+    def seq_state(self) -> memoryview:
+        """The drafter's KV (its features of positions 0 .. n_positions()-1), serialised: saved with
+        the target's in a conversation's saved context (ChatEngine.save_context)."""
+        return seq_state_of(self._low, self._ctx, 0)
+
+    def load_seq_state(self, state: memoryview) -> bool:
+        """Put a `seq_state` back (the KV emptied first); False where llama.cpp refuses it."""
+        return load_seq_state_into(self._low, self._ctx, self._mem, state, 0)
 
     def truncate(self, n_pos: int) -> None:
         """Drop the drafter's KV at positions >= n_pos (follow the target's seq 0)."""

@@ -109,6 +109,14 @@ class DrafterSource:
         self.rounds += 1
         return block
 
+    def flush(self) -> None:
+        """Inject every pending feature now (before the drafter's KV is saved)."""
+        self._flush()
+
+    def forget_pending(self) -> None:
+        """Drop the pending features: the target's cache was replaced (a saved context put back)."""
+        self._feats, self._positions = [], []
+
     def truncate(self, n: int) -> None:
         """Follow the target's sequence 0 back to positions < n (pending features included)."""
         self._flush(n)

@@ -9,8 +9,10 @@ reply after it is the one the chat would have given had it stayed open.
 One file per conversation and engine, in the folder beside the store (``folder_for``):
 
     MAGIC, a 4-byte little-endian header length, the header (JSON: format, the engine's identity
-    hash, the conversation's hash, the token count, the body's length and sha256), then the body:
-    the tokens (int32, little-endian) and llama.cpp's state of sequence 0.
+    hash, the conversation's hash, the token count, the body's length and sha256, the drafter
+    part's length), then the body: the tokens (int32, little-endian), llama.cpp's state of the
+    target's sequence 0 and, with a DSpark drafter, the state of the drafter's (its features of
+    the same positions; else nothing).
 
 A file is a cache, read as untrusted input: one from another version, engine or model, damaged
 or cut short is deleted (it is never given to llama.cpp unchecked) and the history is prefilled
@@ -69,6 +71,7 @@ class Saved:
     body_offset: int
     body_length: int
     sha256: str
+    drafter_length: int  # the drafter's state, at the body's end (0: none)
 
 
 class SavedContexts:
@@ -84,17 +87,20 @@ class SavedContexts:
         return self.folder / f"{_hash(conversation_id)}-{self.identity}{SUFFIX}"
 
     # ------------------------------------------------------------------ writing
-    def save(self, conversation_id: str, tokens: list[int], state: bytes | memoryview) -> bool:
+    def save(self, conversation_id: str, tokens: list[int], state: bytes | memoryview,
+             drafter_state: bytes | memoryview = b"") -> bool:
         """Write the conversation's cache (atomically: a reader sees the old file or the new one),
         then trim the folder to the limit. False, with `last_error`, where it could not be written."""
         self.last_error = None
         body_tokens = struct.pack(f"<{len(tokens)}i", *tokens)
         digest = hashlib.sha256(body_tokens)
         digest.update(state)
+        digest.update(drafter_state)
+        length = len(body_tokens) + len(state) + len(drafter_state)
         header = json.dumps({"format": FORMAT, "identity": self.identity, "conversation": _hash(conversation_id),
-                             "n_tokens": len(tokens), "body_length": len(body_tokens) + len(state),
-                             "sha256": digest.hexdigest()}).encode()
-        size = len(MAGIC) + 4 + len(header) + len(body_tokens) + len(state)
+                             "n_tokens": len(tokens), "body_length": length, "sha256": digest.hexdigest(),
+                             "drafter_length": len(drafter_state)}).encode()
+        size = len(MAGIC) + 4 + len(header) + length
         if size > self.limit_bytes:
             self.last_error = f"{size >> 20} MiB is over the limit of {self.limit_bytes >> 20} MiB"
             return False
@@ -106,6 +112,7 @@ class SavedContexts:
                 f.write(MAGIC + struct.pack("<I", len(header)) + header)
                 f.write(body_tokens)
                 f.write(state)
+                f.write(drafter_state)
             os.replace(tmp, self.path_for(conversation_id))
             tmp = None
         except OSError as err:
@@ -154,11 +161,13 @@ class SavedContexts:
                     return _bad(path)
                 header = json.loads(f.read(n_header).decode("utf-8"))
                 n, length, sha = header["n_tokens"], header["body_length"], header["sha256"]
+                drafter = header["drafter_length"]
                 offset = len(MAGIC) + 4 + n_header
                 if (header.get("format") != FORMAT or header.get("identity") != self.identity
                         or header.get("conversation") != _hash(conversation_id)
-                        or not all(isinstance(v, int) and not isinstance(v, bool) for v in (n, length))
-                        or not isinstance(sha, str) or n < 1 or 4 * n >= length or offset + length != size):
+                        or not all(isinstance(v, int) and not isinstance(v, bool) for v in (n, length, drafter))
+                        or not isinstance(sha, str) or n < 1 or drafter < 0 or 4 * n + drafter >= length
+                        or offset + length != size):
                     return _bad(path)
                 raw = f.read(4 * n)
         except FileNotFoundError:
@@ -167,11 +176,12 @@ class SavedContexts:
             return _bad(path)
         if len(raw) != 4 * n:
             return _bad(path)
-        return Saved(path, list(struct.unpack(f"<{n}i", raw)), offset, length, sha)
+        return Saved(path, list(struct.unpack(f"<{n}i", raw)), offset, length, sha, drafter)
 
-    def state(self, saved: Saved) -> memoryview | None:
-        """The saved llama.cpp state (a writable view: ctypes reads it without a copy), its checksum
-        checked (None, and the file deleted, where it fails); the file counts as used now."""
+    def state(self, saved: Saved) -> tuple[memoryview, memoryview] | None:
+        """The saved llama.cpp states, the target's and the drafter's (empty without one): writable
+        views, which ctypes reads without a copy. Their checksum is checked (None, and the file
+        deleted, where it fails); the file counts as used now."""
         body = bytearray(saved.body_length)
         try:
             with open(saved.path, "rb") as f:
@@ -185,7 +195,9 @@ class SavedContexts:
             os.utime(saved.path)
         except OSError:
             pass
-        return memoryview(body)[4 * len(saved.tokens):]
+        view = memoryview(body)
+        split = saved.body_length - saved.drafter_length
+        return view[4 * len(saved.tokens):split], view[split:]
 
     def discard(self, saved: Saved) -> None:
         """Delete a saved context llama.cpp refused."""
