@@ -156,7 +156,8 @@ class AdaSparkApp(App[int]):
         drafter = self.drafter_label or "none (n-gram drafts)"
         settings = self._shown_settings or self.default_settings()  # none shown yet: a new conversation's
         device = f"on {self.device_label} · " if self.device_label else ""
-        self.sub_title = (f"model {self.model_label} · {device}{self._context_label()}{settings.label()} · "
+        # the context figure second: it changes with every reply, and an 80-column terminal still shows it
+        self.sub_title = (f"model {self.model_label} · {self._context_label()}{device}{settings.label()} · "
                           f"drafter {drafter} · store {self.store_label}")
 
     def _context_label(self) -> str:
