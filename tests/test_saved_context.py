@@ -159,7 +159,7 @@ def store(tmp_path):
 def _first_turn(store, cid: str, arm: str = "adaspark") -> str:
     from adaspark_app.engine.chat_engine import ChatEngine
 
-    with ChatEngine(store=store, arm=arm, saved_context_mb=64) as eng:
+    with ChatEngine(store=store, arm=arm, saved_context_mb=256) as eng:
         assert eng.saved_contexts is not None
         r = eng.generate(cid, _history("")[:1], max_tokens=48)
     return r.text
@@ -176,7 +176,7 @@ def test_a_reopened_conversation_reads_its_history_from_disk_and_replies_the_sam
     sc = SavedContexts(folder_for(store.path), {}, 1)
     assert len(list(sc.folder.glob("*" + SUFFIX))) == 1  # written when the engine closed
     for sampling in (None, SamplingSettings(temperature=0.8, seed=7)):
-        with ChatEngine(store=store, arm=arm, saved_context_mb=64) as eng:
+        with ChatEngine(store=store, arm=arm, saved_context_mb=256) as eng:
             restored = eng.generate(cid, history, max_tokens=48, sampling=sampling)
         with ChatEngine(store=store, arm="ar") as eng:  # no saved contexts: the whole history prefilled
             fresh = eng.generate(cid, history, max_tokens=48, sampling=sampling)
@@ -191,7 +191,7 @@ def test_leaving_a_conversation_saves_it_and_a_deleted_one_is_never_written(stor
     from adaspark_app.engine.chat_engine import ChatEngine
 
     one, two = store.create_conversation("one", "m"), store.create_conversation("two", "m")
-    with ChatEngine(store=store, saved_context_mb=64) as eng:
+    with ChatEngine(store=store, saved_context_mb=256) as eng:
         sc = eng.saved_contexts
         eng.generate(one, _history("")[:1], max_tokens=8)
         assert sc.find(one) is None  # held, not saved, while the chat stays in it
@@ -207,7 +207,7 @@ def test_a_saved_context_llama_cpp_refuses_is_deleted_and_the_history_prefilled(
 
     cid = store.create_conversation("inventory", "m")
     history = _history("The box.")
-    with ChatEngine(store=store, saved_context_mb=64) as eng:
+    with ChatEngine(store=store, saved_context_mb=256) as eng:
         prompt = eng.prompt_tokens(history)
         # checks out (the checksum is right) but is no llama.cpp state: written by a bug, or an attacker
         assert eng.saved_contexts.save(cid, prompt[:-10], b"\x01\x00\x00\x00" + bytes(4000))
@@ -223,16 +223,16 @@ def test_with_a_drafter_its_features_are_saved_and_read_back_with_the_history(st
     from adaspark_app.engine.chat_engine import ChatEngine
 
     cid = store.create_conversation("inventory", "m")
-    with ChatEngine(drafter_path="default", store=store, saved_context_mb=64) as eng:
+    with ChatEngine(drafter_path="default", store=store, saved_context_mb=256) as eng:
         r1 = eng.generate(cid, _history("")[:1], max_tokens=48)
         held = len(eng.decoder.kv_tokens)
     history = _history(r1.text)
-    with ChatEngine(drafter_path="default", store=store, saved_context_mb=64) as eng:
+    with ChatEngine(drafter_path="default", store=store, saved_context_mb=256) as eng:
         reopened = eng.generate(cid, history, max_tokens=48)
         assert reopened.restored_tokens >= MIN_TOKENS
         assert reopened.drafter_rounds > 0  # it drafted on the features read back with the history
     # a file of the engine without the drafter is another one: not used by this engine
-    with ChatEngine(store=store, saved_context_mb=64) as eng:
+    with ChatEngine(store=store, saved_context_mb=256) as eng:
         assert eng.generate(cid, history, max_tokens=48).restored_tokens == 0
     with ChatEngine(store=store, arm="ar") as eng:
         assert eng.generate(cid, history, max_tokens=48).text == reopened.text
@@ -243,7 +243,7 @@ def test_with_a_drafter_its_features_are_saved_and_read_back_with_the_history(st
 def test_no_saved_contexts_without_a_store():
     from adaspark_app.engine.chat_engine import ChatEngine
 
-    with ChatEngine(saved_context_mb=64) as eng:
+    with ChatEngine(saved_context_mb=256) as eng:
         assert eng.saved_contexts is None
 
 
@@ -278,3 +278,19 @@ def test_store_list_names_the_saved_contexts_and_clearing_removes_them(tmp_path,
     assert usage(sc.folder) == (0, 0)
     assert store_main(["store", "list", "--store", str(path)]) == 0
     assert "saved contexts" not in capsys.readouterr().out
+
+
+@pytest.mark.model
+def test_a_context_over_a_quarter_of_the_limit_is_not_kept(store):
+    from adaspark_app.engine.chat_engine import ChatEngine
+
+    cid = store.create_conversation("inventory", "m")
+    with ChatEngine(store=store, saved_context_mb=128) as eng:  # ~21 MB: a quarter of 128 MiB is 32
+        eng.generate(cid, _history("")[:1], max_tokens=8)
+        size = eng.backend.seq_state_size(0)
+        assert eng.saved_contexts.takes(size) and eng.save_context()
+    with ChatEngine(store=store, saved_context_mb=(4 * size >> 20) - 1) as eng:
+        eng.reset_conversation()
+        eng.generate(cid, _history("")[:1] + [{"role": "assistant", "content": "x"},
+                                               {"role": "user", "content": "y"}], max_tokens=8)
+        assert not eng.saved_contexts.takes(eng.backend.seq_state_size(0)) and not eng.save_context()

@@ -344,7 +344,7 @@ async def test_real_reopened_conversation_reads_its_history_from_disk(chats, tmp
     cid = chats.create_conversation("Inventory", "SmolLM2")
     chats.add_message(cid, "user", "Here is my inventory:\n" + paste)
     chats.add_message(cid, "assistant", "Noted.")
-    config = EngineConfig(store_path=str(chats.path), saved_context_mb=64)
+    config = EngineConfig(store_path=str(chats.path), saved_context_mb=256)
     for question in ("Which box holds the most?", "List the green boxes."):
         app = make_app(config, chats, tmp_path, resume_id=cid)
         async with app.run_test(size=SIZE) as pilot:
@@ -375,7 +375,7 @@ async def test_real_switching_conversations_keeps_each_ones_context_on_disk(chat
         return cid
 
     a, b = stored("alpha"), stored("beta")
-    app = make_app(EngineConfig(store_path=str(chats.path), saved_context_mb=64), chats, tmp_path)
+    app = make_app(EngineConfig(store_path=str(chats.path), saved_context_mb=256), chats, tmp_path)
     async with app.run_test(size=SIZE) as pilot:
         chat = app.chat_screen
         for cid in (a, b, a, b):

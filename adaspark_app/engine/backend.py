@@ -640,6 +640,10 @@ class LlamaBackend:
     def clear_kv(self) -> None:
         self.llama.llama_memory_clear(self.mem, True)
 
+    def seq_state_size(self, seq: int = 0) -> int:
+        """The bytes `seq_state` would take."""
+        return int(self.llama.llama_state_seq_get_size(self.ctx, seq))
+
     def seq_state(self, seq: int = 0) -> memoryview:
         """Sequence `seq`'s cells of the KV cache, as llama.cpp serialises them (store/saved_context.py)."""
         return seq_state_of(self.llama, self.ctx, seq)

@@ -450,6 +450,8 @@ class ChatEngine:
         tokens = self.decoder.kv_tokens
         if sc is None or cid is None or len(tokens) < MIN_TOKENS or self._on_disk == (cid, tokens):
             return False
+        if not sc.takes(self.backend.seq_state_size(0)):
+            return False
         try:
             if self.store.get_conversation(cid) is None:  # deleted: its saved contexts went with it
                 return False

@@ -83,6 +83,12 @@ class SavedContexts:
         self.limit_bytes = max(0, int(limit_bytes))
         self.last_error: str | None = None  # why the last save did not happen (a full disk)
 
+    def takes(self, n_bytes: int) -> bool:
+        """Whether a context of `n_bytes` is kept: at most a quarter of the limit, so the folder
+        holds four conversations at least, and the chat's end never waits on gigabytes (a 7B
+        model's 32k-token context is 1.8 GB)."""
+        return n_bytes <= self.limit_bytes // 4
+
     def path_for(self, conversation_id: str) -> Path:
         return self.folder / f"{_hash(conversation_id)}-{self.identity}{SUFFIX}"
 
