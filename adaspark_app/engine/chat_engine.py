@@ -19,7 +19,7 @@ from ..learn.constants import MAX_WIDTH
 from .arms import Arm, parse_arm
 from .backend import LlamaBackend, check_gguf_file, default_model_path
 from .context_window import Window, fit_messages
-from .decoder import Decoder
+from .decoder import Decoder, shared_prefix
 from .reply import run_reply
 from .rounds import RoundOutcome
 from .detok import StreamDecoder
@@ -316,7 +316,7 @@ class ChatEngine:
         t_enter = time.perf_counter()
         restored = self._enter(conversation_id, prompt)
         enter_s = time.perf_counter() - t_enter
-        to_read = len(prompt) - _shared_prefix(dec.kv_tokens, prompt)
+        to_read = len(prompt) - shared_prefix(dec.kv_tokens, prompt)
 
         def between(done: int) -> bool:
             if on_prefill is not None:
@@ -414,13 +414,13 @@ class ChatEngine:
             self.save_context()
         self._held = None  # until this reply ends whole
         dec = self.decoder
-        cached = _shared_prefix(dec.kv_tokens, prompt)
+        cached = shared_prefix(dec.kv_tokens, prompt)
         if len(prompt) - cached < MIN_GAIN:
             return 0
         saved = sc.find(conversation_id)
         if saved is None or len(saved.tokens) >= self.backend.n_ctx:
             return 0
-        given = _shared_prefix(saved.tokens, prompt)
+        given = shared_prefix(saved.tokens, prompt)
         if given < max(cached + MIN_GAIN, MIN_TOKENS // 2):
             return 0
         states = sc.state(saved)
@@ -532,15 +532,6 @@ class ChatEngine:
 
 
 __all__ = ["ChatEngine", "ModelLoadError"]
-
-
-def _shared_prefix(cached: list[int], prompt: list[int]) -> int:
-    """How many of the prompt's first tokens `cached` holds; the prompt's last token is always
-    decoded (its logits give the first reply token), as in ``Decoder.start_reply``."""
-    m, lim = 0, min(len(cached), len(prompt) - 1)
-    while m < lim and cached[m] == prompt[m]:
-        m += 1
-    return m
 
 
 def _is_bundled(path: str) -> bool:

@@ -35,6 +35,16 @@ from .tree import Candidates, accepted_path, chain_ends_at, child_labels, cut_at
     tree_values
 
 
+def shared_prefix(cached: list[int], prompt: list[int]) -> int:
+    """How many of the prompt's first tokens `cached` holds, the prompt's last token left out:
+    it is always decoded (its logits give the reply's first token). What `Decoder.start_reply`
+    keeps of a cache, and what a saved context would give (ChatEngine)."""
+    m, lim = 0, min(len(cached), len(prompt) - 1)
+    while m < lim and cached[m] == prompt[m]:
+        m += 1
+    return m
+
+
 class Decoder:
     """Runs rounds for one arm on one backend; owns the learners (persisted by the caller)."""
 
@@ -145,10 +155,7 @@ class Decoder:
             raise ContextOverflowError(
                 f"the prompt has {len(prompt)} tokens but the context holds {b.n_ctx}: "
                 "start a new conversation or shorten the message")
-        m = 0
-        lim = min(len(self.kv_tokens), len(prompt) - 1)
-        while m < lim and self.kv_tokens[m] == prompt[m]:
-            m += 1
+        m = shared_prefix(self.kv_tokens, prompt)
         b.seq_rm(0, m, -1)
         self.kv_tokens = self.kv_tokens[:m]
         if self.sources.drafter is not None:

@@ -27,11 +27,12 @@ import hashlib
 import json
 import os
 import struct
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from ..output_paths import put_in_place, temp_for
 
 MAGIC = b"ADASPARK-KV\n"
 FORMAT = 1
@@ -113,13 +114,13 @@ class SavedContexts:
         tmp = None
         try:
             self.folder.mkdir(parents=True, exist_ok=True, mode=0o700)
-            fd, tmp = tempfile.mkstemp(prefix=SAVING, dir=self.folder)
+            fd, tmp = temp_for(self.path_for(conversation_id), prefix=SAVING)
             with os.fdopen(fd, "wb") as f:
                 f.write(MAGIC + struct.pack("<I", len(header)) + header)
                 f.write(body_tokens)
                 f.write(state)
                 f.write(drafter_state)
-            os.replace(tmp, self.path_for(conversation_id))
+            put_in_place(tmp, self.path_for(conversation_id))
             tmp = None
         except OSError as err:
             self.last_error = err.strerror or str(err)

@@ -156,7 +156,7 @@ class AdaSparkApp(App[int]):
         drafter = self.drafter_label or "none (n-gram drafts)"
         settings = self._shown_settings or self.default_settings()  # none shown yet: a new conversation's
         device = f"on {self.device_label} · " if self.device_label else ""
-        # the context figure second: it changes with every reply, and an 80-column terminal still shows it
+        # the context figure second: it changes with every reply, and a 100-column terminal shows it
         self.sub_title = (f"model {self.model_label} · {self._context_label()}{device}{settings.label()} · "
                           f"drafter {drafter} · store {self.store_label}")
 
@@ -498,8 +498,8 @@ def run_chat(model: str | None, drafter: str | None, store_path: str | None, max
     sampling values set by the options and the config file (a model switch keeps them);
     saved_context_mb: the disk kept for conversations' saved contexts (None: the default)."""
     from ..engine.worker import EngineConfig
-    from ..store.saved_context import DEFAULT_LIMIT_MB
     from ..store import Store
+    from ..store.saved_context import DEFAULT_LIMIT_MB, clear, folder_for
 
     try:
         store = Store.open(store_path)
@@ -514,8 +514,6 @@ def run_chat(model: str | None, drafter: str | None, store_path: str | None, max
         return 2
 
     if saved_context_mb == 0:  # the config keeps none: none kept from before either
-        from ..store.saved_context import clear, folder_for
-
         clear(folder_for(store.path))
     # The engine process opens the same file for its learned state (WAL, busy timeout).
     config = EngineConfig(model_path=model, drafter_path=drafter, store_path=str(store.path), n_ctx=n_ctx,

@@ -108,7 +108,6 @@ class ReplyRunner:
         # test (and a curious reader) count the rounds that ran after Esc.
         self.round_log: list[tuple[float, RoundEvent]] = []
         self.cancel_requested_at: float | None = None
-        self._reading = False  # the status line counts a long prompt's reading (prefill)
         self._in_flight_saved = 0.0  # monotonic time the reply's text was last written (see rounds)
 
     def is_current(self, request_id: int) -> bool:
@@ -171,7 +170,6 @@ class ReplyRunner:
         self._in_flight_saved = float("-inf")  # its first text is written at once
         self.round_log = []
         self.cancel_requested_at = None
-        self._reading = False
         self.stats.start_reply()
         self.stats.generating = True
         self.generating = True
@@ -237,17 +235,14 @@ class ReplyRunner:
         it, until the first token or a stop."""
         if not self.is_current(message.request_id) or self._pending is None or self.cancel_requested_at is not None:
             return
-        self._reading = True
         self.owner.set_status(f"Reading prompt: {message.done:,}/{message.total:,} tokens… Esc stops")
 
     async def rounds(self, message: EngineRounds) -> None:
         """A batch of rounds from the engine process: figures now, text in the reply's next frame."""
         if not self.is_current(message.request_id) or self._pending is None:
             return  # a reply abandoned after an engine restart
-        if self._reading:  # the first token: the status line says "Generating…" again
-            self._reading = False
-            if self.cancel_requested_at is None:
-                self.owner.set_status()
+        if not self.round_log and self.cancel_requested_at is None:
+            self.owner.set_status()  # the first token: "Generating…" again, after a long prompt's count
         self.round_log.extend(zip(message.times, message.events))
         stream = self._pending.stream
         await stream.receive(message.times, message.events, message.gauges)
@@ -404,7 +399,6 @@ class ReplyRunner:
         if self._request is not None:
             self.host.engine.reply_ended(self._request.request_id)
         self._request = None
-        self._reading = False
         self.generating = False
         self.stats.generating = False
         self.prompt.cursor_blink = self._cursor_blink
