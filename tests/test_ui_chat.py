@@ -285,6 +285,38 @@ async def test_resume_a_stored_conversation(store, tmp_path, log):
         assert store.list_conversations()[0]["n_messages"] == 4
 
 
+async def test_the_open_conversations_history_is_read_ahead_with_its_settings(store, tmp_path, log):
+    """The engine is asked to read the history while the next message is typed: once a loading
+    engine is there, on opening, and after a settings change; not after a reply (its conversation
+    is in the cache already), nor for a new conversation (no history)."""
+    from dataclasses import replace
+
+    cid = seed_conversation(store)
+    history = [{"role": "user", "content": "What is the capital of France?"}, {"role": "assistant", "content": "Paris."}]
+    app = make_app(store, scripted(["About two million."], log_path=log, load_seconds=1.0), tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        chat = app.chat_screen
+        await chat.open_conversation(cid)  # while the model loads: asked once it has
+        assert not app.engine.ready
+        await wait_until(pilot, lambda: read_log(log, "read_ahead"), what="a read-ahead after the load")
+        (call,) = read_log(log, "read_ahead")
+        assert (call["conversation"], call["messages"], call["max_tokens"]) == (
+            cid, history, chat.conversation.settings.max_tokens)
+        chat.apply_settings(replace(chat.conversation.settings, system="Be brief.", max_tokens=77))
+        await wait_until(pilot, lambda: len(read_log(log, "read_ahead")) == 2)
+        call = read_log(log, "read_ahead")[1]
+        assert call["messages"] == [{"role": "system", "content": "Be brief."}, *history] and call["max_tokens"] == 77
+        await type_and_send(pilot, "How many people live there?")
+        await finished(pilot)
+        await pilot.press("ctrl+n")
+        await chat.open_conversation(cid)
+        await wait_until(pilot, lambda: len(read_log(log, "read_ahead")) == 3)
+        assert read_log(log, "read_ahead")[2]["messages"][-1] == {"role": "assistant", "content": "About two million."}
+        await pilot.press("ctrl+n")
+    assert [c["event"] for c in read_log(log) if c["event"] != "load"] == [
+        "read_ahead", "read_ahead", "generate", "read_ahead", "close"]
+
+
 async def test_new_rename_delete_and_search(store, tmp_path):
     seed_conversation(store)
     other = store.create_conversation("Rust lifetimes", "SmolLM2")

@@ -363,6 +363,44 @@ async def test_real_reopened_conversation_reads_its_history_from_disk(chats, tmp
     assert chats.get_messages(cid)[-1]["content"] == fresh.text
 
 
+async def test_real_history_is_read_while_the_message_is_typed(learned, chats, tmp_path):
+    """A long conversation reopened with no saved context: the engine reads its history as soon as
+    it has loaded, the status line counting it; the reply then reads only the new message, says so,
+    and is the reply a prefill of the whole history gives."""
+    from adaspark_app.engine.chat_engine import ChatEngine
+
+    paste = "\n".join(f"Item {i}: the {['red', 'green', 'blue'][i % 3]} crate holds {i * 5 % 17} apples."
+                       for i in range(90))
+    cid = chats.create_conversation("Crates", "SmolLM2")
+    chats.add_message(cid, "user", "My crates:\n" + paste)
+    chats.add_message(cid, "assistant", "Noted.")
+    log = tmp_path / "calls.jsonl"
+    shown: list[str] = []
+    app = make_app(recording(EngineConfig(store_path=learned), log), chats, tmp_path, resume_id=cid)
+    async with app.run_test(size=SIZE) as pilot:
+        chat = app.chat_screen
+        status = chat.query_one("#status")
+        await wait_until(pilot, lambda: shown.append(str(status.render())) or (
+            chat.history_read is not None and chat.history_read.result.held == chat.history_read.result.total),
+            timeout=REPLY_TIMEOUT, what="the history read ahead")
+        read = chat.history_read.result
+        assert read.conversation == cid and read.read == read.total > 512 and read.restored == 0
+        assert any(text.startswith("Reading this conversation's history: ") for text in shown)
+        assert str(status.render()) == "Ready."
+        await send(pilot, "Which crate holds the most apples?")
+        await finished(pilot)
+        note = str(chat.chat_view.messages()[-1].query_one(".note").render())
+    meta = chats.get_messages(cid)[-1]["meta"]
+    assert meta["read_ahead_tokens"] == read.read and meta["prompt_tokens"] == meta["prompt_length"] - read.read
+    assert f"{read.read:,} history tokens read ahead" in note
+    (asked,) = read_log(log, "read_ahead")
+    (call,) = read_log(log, "generate")
+    assert asked["messages"] == call["messages"][:-1]
+    with ChatEngine(arm="ar", n_ctx=4096) as eng:
+        fresh = eng.generate("fresh", call["messages"], max_tokens=MAX_TOKENS)
+    assert chats.get_messages(cid)[-1]["content"] == fresh.text
+
+
 async def test_real_switching_conversations_keeps_each_ones_context_on_disk(chats, tmp_path):
     """In one chat: a reply in A, then in B (A's context is saved on leaving it), then in A again:
     A's history comes from disk, and B's too when the chat goes back to it."""

@@ -203,6 +203,15 @@ class ScriptedEngine:
     def cold_start_progress(self) -> tuple[int, int]:
         return (min(self.rounds_total, len(PRICES_S)), len(PRICES_S))
 
+    def read_ahead(self, conversation_id: str, messages: list[dict[str, str]], max_tokens: int = 512,
+                   stop: Any = None, on_progress: Any = None) -> Any:
+        """Logs what the chat asks to have read (the real engine's reading: tests/test_read_ahead.py)."""
+        from adaspark_app.engine.events import ReadAhead
+
+        _log(self.log_path, {"event": "read_ahead", "conversation": conversation_id, "messages": messages,
+                             "max_tokens": max_tokens, "pid": os.getpid()})
+        return ReadAhead(conversation_id, 0, 0, 0, 0)
+
     def close(self) -> None:
         self.closed = True
         _log(self.log_path, {"event": "close", "pid": os.getpid()})
@@ -247,6 +256,11 @@ class RecordingEngine:
                               "sampling": sampling.to_json() if sampling is not None else None,
                               "max_tokens": kwargs.get("max_tokens")})
         return self._engine.generate(conversation_id, messages, *args, **kwargs)
+
+    def read_ahead(self, conversation_id: str, messages: list[dict[str, str]], *args: Any, **kwargs: Any) -> Any:
+        _log(self._log_path, {"event": "read_ahead", "conversation": conversation_id, "messages": messages,
+                              "max_tokens": kwargs.get("max_tokens")})
+        return self._engine.read_ahead(conversation_id, messages, *args, **kwargs)
 
     def close(self) -> None:
         self._engine.close()  # the worker then closes the engine's store (found through __getattr__)

@@ -14,16 +14,16 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from ..errors import ArgumentError, ModelLoadError, StoreError
+from ..errors import AdaSparkError, ArgumentError, ModelLoadError, StoreError
 from ..learn.constants import MAX_WIDTH
 from .arms import Arm, parse_arm
 from .backend import LlamaBackend, check_gguf_file, default_model_path
 from .context_window import Window, fit_messages
-from .decoder import Decoder, shared_prefix
+from .decoder import Decoder, common_prefix, shared_prefix
 from .reply import run_reply
 from .rounds import RoundOutcome
 from .detok import StreamDecoder
-from .events import ReplyResult, RoundEvent
+from .events import ReadAhead, ReplyResult, RoundEvent
 from .sampling import GREEDY, SamplingSettings
 from .template import chat_template_for, turn_format_notice  # noqa: F401
 
@@ -95,6 +95,7 @@ class ChatEngine:
         self.saved_contexts = None  # store/saved_context.SavedContexts where they are kept
         self._held: str | None = None  # the conversation whose context the KV cache holds
         self._on_disk: tuple[str, list[int]] | None = None  # a conversation and its tokens as last saved or read
+        self._ahead: ReadAhead | None = None  # what read_ahead put in the cache since the last reply
         if store is not None:
             self._attach_store(store)
             if saved_context_mb > 0:
@@ -316,7 +317,12 @@ class ChatEngine:
         t_enter = time.perf_counter()
         restored = self._enter(conversation_id, prompt)
         enter_s = time.perf_counter() - t_enter
-        to_read = len(prompt) - shared_prefix(dec.kv_tokens, prompt)
+        cached = shared_prefix(dec.kv_tokens, prompt)
+        to_read = len(prompt) - cached
+        ahead, self._ahead, read_ahead = self._ahead, None, 0
+        if ahead is not None and ahead.conversation == conversation_id and not restored:
+            restored = min(ahead.restored, cached)  # what the history's reading gave, as the prompt keeps it
+            read_ahead = min(ahead.read, cached - restored)
 
         def between(done: int) -> bool:
             if on_prefill is not None:
@@ -334,7 +340,8 @@ class ChatEngine:
                 prompt_tokens=n_prefill, context=dec.context, rounds=0, widths={}, measure_rounds=0,
                 rows_by_source={}, accepted_by_source={}, looped=False, stopped=True, arm=str(self.arm),
                 sampling=sjson, seed=seed, dropped_turns=window.dropped_turns, prompt_length=len(prompt),
-                capped_to=window.reply_tokens if window.capped else None, restored_tokens=restored)
+                capped_to=window.reply_tokens if window.capped else None, restored_tokens=restored,
+                read_ahead_tokens=read_ahead)
         stream = StreamDecoder(b.token_bytes)
         counters = {"tokens": 0, "t0": time.perf_counter(), "saved": time.perf_counter()}
 
@@ -392,13 +399,72 @@ class ChatEngine:
             ngram_rounds=stats["ngram_rounds"], drafter_rounds=stats["drafter_rounds"],
             decided_by=stats["decided_by"], sampling=sjson, seed=seed, dropped_turns=window.dropped_turns,
             prompt_length=len(prompt), capped_to=window.reply_tokens if window.capped else None,
-            restored_tokens=restored)
+            restored_tokens=restored, read_ahead_tokens=read_ahead)
         self._held = conversation_id  # a whole reply: the cache is this conversation's, worth keeping
         try:
             self._save(result)
         except StoreError as err:  # a full disk: the reply stands, its learning is what is lost
             result.learned_not_saved = str(err)
         return result
+
+    # ------------------------------------------------------------------ reading ahead
+    def history_tokens(self, messages: list[dict[str, str]], max_tokens: int = 512) -> list[int]:
+        """The tokens that begin the prompt of the next reply in a conversation of `messages`
+        (system prompt and turns, before the user's next message; a trailing user message is left
+        out): the prompt of a next message, up to where the message's own text starts, less one
+        token (tokenisers may join the text to what precedes it). Found by rendering two next
+        messages and keeping what their prompts share, so any template does. Empty where nothing
+        can be known (a template that refuses, a history that leaves no room for a reply)."""
+        _check_messages(messages)
+        past = list(messages)
+        while past and past[-1]["role"] == "user":
+            past.pop()
+        if not past:
+            return []
+        try:
+            window, one = self.fit_window([*past, {"role": "user", "content": "A"}], max_tokens)
+            other = self.prompt_tokens([*window.messages[:-1], {"role": "user", "content": "?"}])
+        except AdaSparkError:
+            return []
+        return one[:max(0, common_prefix(one, other) - 1)]
+
+    def read_ahead(self, conversation_id: str, messages: list[dict[str, str]], max_tokens: int = 512,
+                   stop: Callable[[], bool] | None = None,
+                   on_progress: Callable[[int, int], None] | None = None) -> ReadAhead:
+        """Put a conversation's history in the KV cache before its next reply is asked (the chat
+        does it while the user types): from its saved context where one gives it, then a prefill of
+        the rest. `stop()` is asked between two of the prefill's chunks; True stops there, the cache
+        keeping what was read. on_progress(done, total) as `generate`'s on_prefill.
+
+        The next `generate` in the conversation prefills only what the cache lacks, and its result
+        counts what was read here (`restored_tokens`, `read_ahead_tokens`). Its reply is
+        byte-identical to one without reading ahead: the cache holds the same tokens at the same
+        positions. Another conversation the cache held is saved first (as `generate` does).
+        Blocking: run it on the engine's thread, as `generate`."""
+        with self._lock:
+            tokens = self.history_tokens(messages, max_tokens)
+            dec = self.decoder
+            if len(tokens) < 2 or self.backend.recurrent:  # a recurrent state cannot be cut back to a prefix
+                return ReadAhead(conversation_id, 0, 0, 0, len(tokens))
+            restored = self._enter(conversation_id, tokens)
+            to_read = len(tokens) - common_prefix(dec.kv_tokens, tokens)
+
+            def between(done: int) -> bool:
+                if on_progress is not None:
+                    on_progress(done, to_read)
+                return stop is not None and stop()
+
+            if on_progress is not None and to_read:
+                on_progress(0, to_read)
+            read = dec.read_ahead(tokens, between)
+            held = common_prefix(dec.kv_tokens, tokens)
+            done = ReadAhead(conversation_id, restored, read, held, len(tokens))
+            before = self._ahead if self._ahead is not None and self._ahead.conversation == conversation_id else None
+            self._ahead = done if before is None else ReadAhead(  # what all readings since the last reply gave
+                conversation_id, before.restored + restored, before.read + read, held, len(tokens))
+            if held == len(tokens):
+                self._held = conversation_id  # the whole history: worth saving on leaving it
+            return done
 
     # ------------------------------------------------------------------ saved contexts
     def _enter(self, conversation_id: str, prompt: list[int]) -> int:
@@ -509,6 +575,7 @@ class ChatEngine:
     def reset_conversation(self) -> None:
         """Forget the cached conversation (the next reply prefills from scratch)."""
         self._held = None
+        self._ahead = None
         self.decoder.end_reply(0)
         self.backend.clear_kv()
 

@@ -35,14 +35,19 @@ from .tree import Candidates, accepted_path, chain_ends_at, child_labels, cut_at
     tree_values
 
 
+def common_prefix(a: list[int], b: list[int]) -> int:
+    """How many first tokens `a` and `b` share."""
+    m, lim = 0, min(len(a), len(b))
+    while m < lim and a[m] == b[m]:
+        m += 1
+    return m
+
+
 def shared_prefix(cached: list[int], prompt: list[int]) -> int:
     """How many of the prompt's first tokens `cached` holds, the prompt's last token left out:
     it is always decoded (its logits give the reply's first token). What `Decoder.start_reply`
     keeps of a cache, and what a saved context would give (ChatEngine)."""
-    m, lim = 0, min(len(cached), len(prompt) - 1)
-    while m < lim and cached[m] == prompt[m]:
-        m += 1
-    return m
+    return common_prefix(cached, prompt[:-1])
 
 
 class Decoder:
@@ -156,28 +161,50 @@ class Decoder:
                 f"the prompt has {len(prompt)} tokens but the context holds {b.n_ctx}: "
                 "start a new conversation or shorten the message")
         m = shared_prefix(self.kv_tokens, prompt)
-        b.seq_rm(0, m, -1)
-        self.kv_tokens = self.kv_tokens[:m]
-        if self.sources.drafter is not None:
-            self.sources.drafter.begin(m)
-        fed = self._drafter_fed
         t0 = time.perf_counter()
-        first = b.prefill(prompt[m:], m, on_chunk=fed.accept if fed is not None else None,
-                          argmax=self.sampler is None, between=between)
+        first, done = self._read(prompt, m, self.sampler is None, between)
         if first is None:  # stopped between chunks
-            done = b.seq_pos_max(0) + 1 - m
-            self.kv_tokens = list(prompt[:m + done])
-            self.anchor = None
             return None, done, time.perf_counter() - t0
         if self.sampler is not None:  # the first token is drawn like every other: at its position
             first = self.sampler.draw(b.logits_view(1)[0], len(prompt), self.sampler.history(prompt))
         dt = time.perf_counter() - t0
-        self.kv_tokens = list(prompt)
         self.anchor = first
         self.sources.ngram.begin(prompt)
         self.learners.acceptance.begin_request()
         self.request_round = 0
         return first, len(prompt) - m, dt
+
+    def read_ahead(self, tokens: list[int], between: Callable[[int], bool] | None = None) -> int:
+        """Make the KV cache hold `tokens` (the start of a prompt to come: a conversation's
+        history while its next message is typed), prefilling only what differs from what is
+        cached, and no token drawn. between(done) as in ``start_reply``: True stops the reading
+        there, the cache keeping what was read. Returns the tokens prefilled."""
+        self._flush_pending()
+        if len(tokens) >= self.backend.n_ctx - 1:
+            return 0
+        m = common_prefix(self.kv_tokens, tokens)
+        if m == len(tokens):  # all cached already (and maybe more of the prompt to come): kept
+            return 0
+        return self._read(tokens, m, False, between)[1]
+
+    def _read(self, tokens: list[int], m: int, argmax: bool,
+              between: Callable[[int], bool] | None) -> tuple[int | None, int]:
+        """Keep the cache's first m tokens and prefill tokens[m:] after them (the drafter's features
+        with them where it drafts). Returns (the argmax after the last token, -1 without argmax,
+        None where `between` stopped the prefill; tokens prefilled). The cache then holds what was
+        read, with no anchor: `start_reply` sets the first token as the anchor."""
+        b = self.backend
+        b.seq_rm(0, m, -1)
+        self.kv_tokens = self.kv_tokens[:m]
+        self.anchor = None
+        if self.sources.drafter is not None:
+            self.sources.drafter.begin(m)
+        fed = self._drafter_fed
+        first = b.prefill(tokens[m:], m, on_chunk=fed.accept if fed is not None else None,
+                          argmax=argmax, between=between)
+        done = len(tokens) - m if first is not None else b.seq_pos_max(0) + 1 - m
+        self.kv_tokens = list(tokens[:m + done])
+        return first, done
 
     def adopt_cache(self, tokens: list[int]) -> None:
         """Sequence 0 of the KV cache now holds `tokens` at positions 0..len-1, put back from a

@@ -96,6 +96,7 @@ class ReplyResult:
     capped_to: int | None = None  # the reply's cap when the context left less than max_tokens
     learned_not_saved: str | None = None  # why the store refused what the reply taught (a full disk)
     restored_tokens: int = 0  # history tokens read from the conversation's saved context, not prefilled
+    read_ahead_tokens: int = 0  # history tokens prefilled before the reply was asked (ChatEngine.read_ahead)
 
     @property
     def tokens_per_s(self) -> float:
@@ -107,6 +108,18 @@ class ReplyResult:
         d["tokens_per_s"] = self.tokens_per_s
         if d["learned_not_saved"] is None:
             del d["learned_not_saved"]  # the usual case: the rows `run` writes stay as they were
-        if not d["restored_tokens"]:
-            del d["restored_tokens"]  # `run` keeps no saved contexts
+        for key in ("restored_tokens", "read_ahead_tokens"):
+            if not d[key]:
+                del d[key]  # `run` keeps no saved contexts and reads nothing ahead
         return d
+
+
+@dataclass(frozen=True)
+class ReadAhead:
+    """What `ChatEngine.read_ahead` did for a conversation before its next reply was asked."""
+
+    conversation: str
+    restored: int  # history tokens put back from the conversation's saved context
+    read: int  # history tokens prefilled
+    held: int  # history tokens the KV cache holds now (the next prompt's start)
+    total: int  # the history's tokens: held < total where the reading was stopped

@@ -16,6 +16,7 @@ Protocol (every message is a tuple whose first item names it; all items are pick
 
 UI -> engine, on the command pipe:
     ("generate", request_id, conversation_id, messages, max_tokens, turn, sampling)
+    ("read_ahead", conversation_id, messages, max_tokens)  # the history shown, before its next message
     ("close",)
 engine -> UI, on the event pipe:
     ("loaded", {"model_name", "drafter_name", "notices", "gauges", "pid", "n_ctx", "device"})
@@ -25,10 +26,14 @@ engine -> UI, on the event pipe:
     ("done", request_id, ReplyResult, gauges)
     ("stopped", request_id)                         # cancelled before the reply's first token
     ("failed", request_id, message)                 # the engine raised; the process goes on
+    ("reading_ahead", conversation_id, tokens read, tokens to read)  # a long history, now and then
+    ("read_ahead", ReadAhead)                       # the history is in the cache (or as far as read)
     ("closed",)
 
 The shared `CancelFlag` stops a reply between rounds (`run_reply` checks it before each one),
-so Esc ends a reply within one round, and a prompt's reading between two of its chunks. Times
+so Esc ends a reply within one round, and a prompt's reading between two of its chunks. A
+history read ahead stops between two chunks as soon as the next command arrives: a message sent
+while it is read goes on from where it stopped. Times
 are `time.monotonic()`, one clock for every process on the machine, so the UI can tell which
 rounds ran after it asked to stop.
 """
@@ -273,6 +278,8 @@ def serve(commands: Any, events: Any, cancel: CancelFlag, factory: Callable[[], 
                 return
             if command[0] == "generate":
                 _generate(engine, events, cancel, *command[1:])
+            elif command[0] == "read_ahead":
+                _read_ahead(engine, events, commands, *command[1:])
     except (BrokenPipeError, EOFError):
         return  # the UI has gone mid-reply
     finally:
@@ -297,15 +304,7 @@ def _generate(engine: Any, events: Any, cancel: CancelFlag, request_id: int, con
         events.send(("rounds", request_id, batch, times, gauges))
 
     batcher = EventBatcher(send)
-    reported = [float("-inf")]
-
-    def prefill_progress(done: int, total: int) -> None:
-        # a long prompt's reading, for the status line: at its start, then at most every PROGRESS_S
-        now = time.monotonic()
-        if total >= PROGRESS_MIN_TOKENS and (done == 0 or now - reported[0] >= PROGRESS_S):
-            reported[0] = now
-            events.send(("prefill", request_id, done, total))
-
+    prefill_progress = _reading_progress(events, "prefill", request_id)
     try:
         extra = {} if sampling is None else {"sampling": sampling}  # SamplingSettings (pickled)
         result = engine.generate(conversation_id, messages, max_tokens=max_tokens, on_round=batcher.add,
@@ -325,6 +324,41 @@ def _generate(engine: Any, events: Any, cancel: CancelFlag, request_id: int, con
         events.send(("stopped", request_id))
         return
     events.send(("done", request_id, result, read_gauges(engine, result.context)))
+
+
+def _reading_progress(events: Any, kind: str, about: Any) -> Callable[[int, int], None]:
+    """on_progress(done, total) for a long reading (a prompt, a history read ahead), for the status
+    line: sends (kind, about, done, total) at its start, then at most every PROGRESS_S, where it
+    is PROGRESS_MIN_TOKENS or longer."""
+    reported = [float("-inf")]
+
+    def progress(done: int, total: int) -> None:
+        now = time.monotonic()
+        if total >= PROGRESS_MIN_TOKENS and (done == 0 or now - reported[0] >= PROGRESS_S):
+            reported[0] = now
+            events.send((kind, about, done, total))
+
+    return progress
+
+
+def _read_ahead(engine: Any, events: Any, commands: Any, conversation_id: str, messages: list[dict[str, str]],
+                max_tokens: int) -> None:
+    """Read the history of the conversation the chat shows into the KV cache while the user types
+    (`ChatEngine.read_ahead`), until the next command arrives. Nothing depends on it: an engine
+    without it (a test's), or one that fails at it, answers nothing, and the next reply reads
+    what it needs itself."""
+    read_ahead = getattr(engine, "read_ahead", None)
+    if read_ahead is None:
+        return
+    try:
+        result = read_ahead(conversation_id, messages, max_tokens=max_tokens, stop=commands.poll,
+                            on_progress=_reading_progress(events, "reading_ahead", conversation_id))
+    except (BrokenPipeError, EOFError):
+        raise
+    except Exception as err:  # said in the engine's log; the reply will prefill what it needs
+        print(f"reading the history ahead failed: {type(err).__name__}: {err}", file=sys.stderr)
+        return
+    events.send(("read_ahead", result))
 
 
 def _close(engine: Any) -> None:

@@ -35,7 +35,8 @@ from .chat_settings import ChatSettings
 from .control_filter import DropControls
 from .conversation import MAX_TOKENS
 from .engine_client import (EngineClient, EngineDied, EngineDone, EngineLoaded, EngineLoadFailed, EnginePrefill,
-                            EngineReplyFailed, EngineRounds, EngineStopped, lower_ui_priority)
+                            EngineReadAhead, EngineReadingAhead, EngineReplyFailed, EngineRounds, EngineStopped,
+                            lower_ui_priority)
 from .host import EngineStateChanged
 from .screens import ChatScreen, HelpScreen
 from .styles_cache_fix import install as install_styles_cache_fix
@@ -277,6 +278,8 @@ class AdaSparkApp(App[int]):
         self._to_chat(message)
 
     @on(EnginePrefill)
+    @on(EngineReadingAhead)
+    @on(EngineReadAhead)
     @on(EngineRounds)
     @on(EngineStopped)
     @on(EngineReplyFailed)

@@ -23,7 +23,7 @@ from typing import Any, Callable
 
 from textual.message import Message
 
-from ..engine.events import ReplyResult, RoundEvent
+from ..engine.events import ReadAhead, ReplyResult, RoundEvent
 from ..engine.worker import CancelFlag, serve
 
 UI_NICE = 19  # the UI's niceness while it runs: see lower_ui_priority
@@ -70,6 +70,24 @@ class EnginePrefill(Message, bubble=False):
         self.request_id = request_id
         self.done = done
         self.total = total
+
+
+class EngineReadingAhead(Message, bubble=False):
+    """A long history is being read ahead of its next message: `done` of `total` tokens."""
+
+    def __init__(self, conversation_id: str, done: int, total: int) -> None:
+        super().__init__()
+        self.conversation_id = conversation_id
+        self.done = done
+        self.total = total
+
+
+class EngineReadAhead(Message, bubble=False):
+    """The engine has read a conversation's history ahead (whole, or until the next command)."""
+
+    def __init__(self, result: ReadAhead) -> None:
+        super().__init__()
+        self.result = result
 
 
 class EngineRounds(Message, bubble=False):
@@ -234,6 +252,20 @@ class EngineClient:
                 raise RuntimeError(f"the engine is not running ({err})") from None
         return request_id
 
+    def read_ahead(self, conversation_id: str, messages: list[dict[str, str]], max_tokens: int) -> bool:
+        """Ask the engine to read the history `messages` of the conversation the chat shows into its
+        cache before the next message is sent (`ChatEngine.read_ahead`); it stops as soon as the
+        next command arrives. Only a loaded engine is asked (the chat asks again when one loads).
+        Returns whether it was asked."""
+        with self._lock:
+            if self._closing or self._commands is None or not self.ready:
+                return False
+            try:
+                self._commands.send(("read_ahead", conversation_id, messages, max_tokens))
+            except (OSError, ValueError):
+                return False
+        return True
+
     def cancel(self) -> None:
         """Stop the reply in progress after its current round (never blocks)."""
         with self._lock:
@@ -370,6 +402,10 @@ class EngineClient:
                     self._post(EngineRounds(msg[1], msg[2], msg[3], msg[4]))
                 elif kind == "prefill":
                     self._post(EnginePrefill(msg[1], msg[2], msg[3]))
+                elif kind == "reading_ahead":
+                    self._post(EngineReadingAhead(msg[1], msg[2], msg[3]))
+                elif kind == "read_ahead":
+                    self._post(EngineReadAhead(msg[1]))
                 elif kind == "done":
                     self._post(EngineDone(msg[1], msg[2], msg[3]))
                 elif kind == "loaded":

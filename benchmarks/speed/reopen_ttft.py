@@ -1,20 +1,24 @@
 """How long does a reopened conversation wait for its first token: its saved context read from
-disk, against the whole history prefilled (the chat before saved contexts)?
+disk, or its history read while the next message is typed, against the whole history prefilled
+(the chat before either)?
 
 Per conversation of a set: a first engine replies to the first turn (`--first-tokens`) and keeps
 the conversation's context as the chat does when it leaves it. Then the second turn is asked of a
-fresh cache, both ways interleaved (the order alternates by repeat): `saved`, an engine keeping
-saved contexts (`ChatEngine(saved_context_mb=...)`), and `prefill`, one that keeps none. Time to
-first token is the reply's `prefill_s`: the saved context's lookup, checksum and load included.
-Both ways' replies (`--reply-tokens`, greedy) must be byte-identical. The file was just written,
-so it is read from the page cache, as in a chat reopened soon after; after a reboot, add the
-disk's read time of its size.
+fresh cache, the ways interleaved (their order turns by repeat): `saved`, an engine keeping saved
+contexts (`ChatEngine(saved_context_mb=...)`); `prefill`, one that keeps none; `ahead`, that one
+after `ChatEngine.read_ahead` of the history (what the chat does when a conversation opens),
+stopped after `--typing` seconds if given (the time the user takes to type), else read whole.
+Time to first token is the reply's `prefill_s`: the saved context's lookup, checksum and load
+included. Every way's replies (`--reply-tokens`, greedy) must be byte-identical. The file was just
+written, so it is read from the page cache, as in a chat reopened soon after; after a reboot, add
+the disk's read time of its size.
 
     python -m benchmarks.speed.reopen_ttft benchmarks/sets/sharegpt-paste-16-e.jsonl [--limit 8] [--repeats 3]
+        [--ways saved,prefill,ahead] [--typing S]
 
-The ratio is prefill / saved time to first token: a geometric mean over conversations with a 95%
-bootstrap interval (adaspark_app.bench.stats). The save, paid when the chat leaves the
-conversation, is reported beside it.
+Each ratio is prefill / that way's time to first token: a geometric mean over conversations with
+a 95% bootstrap interval (adaspark_app.bench.stats). The save, paid when the chat leaves the
+conversation, and the history's reading, paid while the user types, are reported beside them.
 """
 
 from __future__ import annotations
@@ -43,8 +47,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reply-tokens", type=int, default=16, help="the timed reply's length (compared)")
     ap.add_argument("--n-ctx", type=int, default=4096)
     ap.add_argument("--model", help="a GGUF (default: the bundled model)")
+    ap.add_argument("--ways", default="saved,prefill", help="of saved, prefill, ahead (prefill is the base)")
+    ap.add_argument("--typing", type=float, help="the `ahead` way: stop reading the history after this many "
+                    "seconds (default: read it whole)")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args(argv)
+    ways = [w.strip() for w in args.ways.split(",") if w.strip()]
+    if "prefill" not in ways or not set(ways) <= {"saved", "prefill", "ahead"} or len(ways) < 2:
+        ap.error("--ways: prefill and one or more of saved, ahead")
     native.activate()
     from adaspark_app.bench.stats import bootstrap_interval, geometric_mean
     from adaspark_app.engine.chat_engine import ChatEngine
@@ -54,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     folder = tempfile.mkdtemp(prefix="reopen-ttft-")
     store = Store.open(os.path.join(folder, "chats.db"))
     kw = {"model_path": args.model, "store": store, "n_ctx": args.n_ctx}
-    rows, log_ratios = [], {}
+    rows, log_ratios = [], {w: {} for w in ways if w != "prefill"}
     with ChatEngine(saved_context_mb=1 << 14, **kw) as saved, ChatEngine(**kw) as plain:
         for conv in convs:
             cid = store.create_conversation(str(conv.get("id")), "bench")
@@ -66,42 +76,65 @@ def main(argv: list[str] | None = None) -> int:
             size = saved.saved_contexts.path_for(cid).stat().st_size if wrote else 0
             second = conv["turns"][1] if len(conv["turns"]) > 1 else FOLLOW_UP
             history = first + [{"role": "assistant", "content": r1.text}, {"role": "user", "content": second}]
-            times: dict[str, list[float]] = {"saved": [], "prefill": []}
-            texts, restored, prompt = set(), 0, 0
+            times: dict[str, list[float]] = {w: [] for w in ways}
+            texts, given, prompt, read_s = set(), {w: 0 for w in ways}, 0, []
             for rep in range(args.repeats):
-                for way in (("saved", "prefill") if rep % 2 == 0 else ("prefill", "saved")):
+                for way in ways[rep % len(ways):] + ways[:rep % len(ways)]:
                     eng = saved if way == "saved" else plain
                     eng.reset_conversation()  # a reopened chat: nothing of it in the KV cache
+                    if way == "ahead":
+                        t1 = time.perf_counter()
+                        stop = None if args.typing is None else (lambda t1=t1: time.perf_counter() - t1 >= args.typing)
+                        eng.read_ahead(cid, history[:-1], max_tokens=args.reply_tokens, stop=stop)
+                        read_s.append(time.perf_counter() - t1)
                     r = eng.generate(cid, history, max_tokens=args.reply_tokens)
                     times[way].append(r.prefill_s)
                     texts.add(r.text)
-                    if way == "saved":
-                        restored, prompt = r.restored_tokens, r.prompt_length
-            ratio = statistics.median(times["prefill"]) / statistics.median(times["saved"])
-            if restored:
-                log_ratios[cid] = [math.log(p / s) for p, s in zip(times["prefill"], times["saved"])]
-            rows.append((conv.get("id"), prompt, restored, statistics.median(times["prefill"]),
-                         statistics.median(times["saved"]), ratio, save_s, size, len(texts) == 1))
-            print(f"{conv.get('id')}: {prompt} prompt tokens, {restored} from disk, prefill/saved {ratio:.1f}x, "
-                  f"identical {len(texts) == 1}", flush=True)
+                    given[way] = r.restored_tokens + r.read_ahead_tokens
+                    prompt = r.prompt_length
+            for way in log_ratios:
+                if given[way]:
+                    log_ratios[way][cid] = [math.log(p / s) for p, s in zip(times["prefill"], times[way])]
+            medians = {w: statistics.median(v) for w, v in times.items()}
+            rows.append((conv.get("id"), prompt, given, medians, save_s, size,
+                         statistics.median(read_s) if read_s else None, len(texts) == 1))
+            print(f"{conv.get('id')}: {prompt} prompt tokens, " + ", ".join(
+                f"{w} {given[w]} given, {medians['prefill'] / medians[w]:.1f}x" for w in log_ratios)
+                + f", identical {len(texts) == 1}", flush=True)
     store.close()
-    lines = ["# Time to first token in a reopened conversation: its saved context against a prefill", "",
+    others = list(log_ratios)
+    typing = "in full" if args.typing is None else (
+        f"until {args.typing:g} s had passed (the message's typing), at the end of a chunk")
+    lines = ["# Time to first token in a reopened conversation: its saved context, or its history read "
+             "ahead, against a prefill", "",
              f"- command: `{command_line('benchmarks.speed.reopen_ttft', argv)}`",
              f"- machine: {cpu_model()}, {os.cpu_count()} cores, Python {platform.python_version()}",
              f"- model: {Path(args.model).name if args.model else 'the bundled SmolLM2-135M-Instruct Q4_1'}, n_ctx {args.n_ctx}",
-             f"- {len(rows)} conversations, {args.repeats} repeats each way, interleaved; the saved file read "
-             "from the page cache (written just before)", ""]
-    if log_ratios:
-        lo, hi = bootstrap_interval(log_ratios)
-        gm = geometric_mean([math.exp(x) for v in log_ratios.values() for x in v])
-        lines += [f"**prefill / saved, time to first token: {gm:.1f}x [{lo:.1f}, {hi:.1f}]** "
-                  f"(geometric mean, 95% bootstrap interval over {len(log_ratios)} conversations)", ""]
+             f"- {len(rows)} conversations, {args.repeats} repeats each way, interleaved"
+             + ("; the saved file read from the page cache (written just before)" if "saved" in ways else "")
+             + (f"; the history read ahead {typing}" if "ahead" in ways else ""), ""]
+    for way in others:
+        if log_ratios[way]:
+            lo, hi = bootstrap_interval(log_ratios[way])
+            gm = geometric_mean([math.exp(x) for v in log_ratios[way].values() for x in v])
+            lines += [f"**prefill / {way}, time to first token: {gm:.1f}x [{lo:.1f}, {hi:.1f}]** "
+                      f"(geometric mean, 95% bootstrap interval over {len(log_ratios[way])} conversations)", ""]
     same = sum(r[-1] for r in rows)
-    lines += [f"Replies identical both ways: {same} of {len(rows)}.", "",
-              "| conversation | prompt tokens | from disk | prefill ms | saved ms | prefill / saved | save ms | file MB |",
-              "|---|---|---|---|---|---|---|---|"]
-    lines += [f"| {cid} | {p} | {rs} | {pf * 1e3:.0f} | {sv * 1e3:.0f} | {ra:.1f}x | {sa * 1e3:.0f} | {sz / 1e6:.1f} |"
-              for cid, p, rs, pf, sv, ra, sa, sz, _ in rows]
+    lines += [f"Replies identical every way: {same} of {len(rows)}.", ""]
+    head = ["conversation", "prompt tokens", "prefill ms"]
+    for way in others:
+        head += [f"{way}: tokens given", f"{way} ms", f"prefill / {way}"]
+    head += (["save ms", "file MB"] if "saved" in ways else []) + (["reading ahead ms"] if "ahead" in ways else [])
+    lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for cid, p, gv, med, sa, sz, rd, _ in rows:
+        cells = [str(cid), str(p), f"{med['prefill'] * 1e3:.0f}"]
+        for way in others:
+            cells += [str(gv[way]), f"{med[way] * 1e3:.0f}", f"{med['prefill'] / med[way]:.1f}x"]
+        if "saved" in ways:
+            cells += [f"{sa * 1e3:.0f}", f"{sz / 1e6:.1f}"]
+        if "ahead" in ways:
+            cells.append(f"{rd * 1e3:.0f}")
+        lines.append("| " + " | ".join(cells) + " |")
     emit_report(lines, args.out)
     return 0 if same == len(rows) else 1
 

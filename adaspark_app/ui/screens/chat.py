@@ -39,8 +39,8 @@ from ..compositor import install as install_cropped_compositor
 from ..conversation import Conversation
 from ..cut_replies import settle_cut_replies, settled_notice
 from ..drafts import SAVE_INTERVAL_S, DraftKeeper
-from ..engine_client import (EngineDied, EngineDone, EngineLoaded, EngineLoadFailed, EnginePrefill, EngineReplyFailed,
-                             EngineRounds, EngineStopped)
+from ..engine_client import (EngineDied, EngineDone, EngineLoaded, EngineLoadFailed, EnginePrefill, EngineReadAhead,
+                             EngineReadingAhead, EngineReplyFailed, EngineRounds, EngineStopped)
 from ..export import reply_file_name, write_export
 from ..host import ChatHost, EngineStateChanged
 from ..stats import SpecStats, gauges_from
@@ -131,6 +131,8 @@ class ChatScreen(Screen):
         self._fitted: tuple[bool, bool] | None = None  # what fitting_panels last decided (see _fit)
         self.drafts = DraftKeeper(host.store)  # the message box's text per conversation (ui/drafts.py)
         self._draft_timer: Timer | None = None  # the draft's next save (see _prompt_changed)
+        self.history_read: EngineReadAhead | None = None  # the engine's last word on reading a history ahead
+        self._reading_shown = False  # the status line counts a history being read ahead
 
     # ------------------------------------------------------------------ layout
     def compose(self) -> ComposeResult:
@@ -234,6 +236,7 @@ class ChatScreen(Screen):
         self.stats.device = message.device
         self.panel.show()
         self.set_status()
+        self.read_history_ahead()  # a new engine's cache is empty: the open conversation's history first
 
     def on_engine_state_changed(self, _: EngineStateChanged) -> None:
         self.set_status()
@@ -245,6 +248,34 @@ class ChatScreen(Screen):
 
     def on_engine_prefill(self, message: EnginePrefill) -> None:
         self.replies.prefill(message)
+
+    def on_engine_reading_ahead(self, message: EngineReadingAhead) -> None:
+        """A long history being read ahead: counted on the status line while nothing else is said there."""
+        if message.conversation_id == self.conversation.id and self._status_free():
+            self._reading_shown = True
+            self.set_status(f"Reading this conversation's history: {message.done:,}/{message.total:,} tokens… "
+                            "you can send already.")
+
+    def on_engine_read_ahead(self, message: EngineReadAhead) -> None:
+        self.history_read = message
+        if self._reading_shown:
+            self._reading_shown = False
+            if self._status_free():
+                self.set_status()
+
+    def _status_free(self) -> bool:
+        """Whether the status line may count a history's reading (no reply, no edit to explain)."""
+        return not self.generating and self.conversation.editing is None and self.host.load_error is None
+
+    def read_history_ahead(self) -> None:
+        """Have the engine read the open conversation's history into its cache while the next
+        message is typed, so the reply reads only that message (`ChatEngine.read_ahead`). Asked
+        on opening a conversation, on a settings change, and when an engine loads; never while a
+        reply runs (the reply leaves its conversation in the cache anyway)."""
+        conv = self.conversation
+        if conv.id is None or not conv.turns or self.generating:
+            return
+        self.host.engine.read_ahead(conv.id, conv.settings.messages(conv.history), conv.settings.max_tokens)
 
     async def on_engine_rounds(self, message: EngineRounds) -> None:
         await self.replies.rounds(message)
@@ -295,6 +326,7 @@ class ChatScreen(Screen):
         self.refresh_conversations()
         self._show_draft()
         self.prompt.focus()
+        self.read_history_ahead()
 
     async def new_conversation(self) -> None:
         if self._refused_while_generating():
@@ -430,6 +462,7 @@ class ChatScreen(Screen):
             self.notify(f"The settings were not saved: {err}", title="Store", severity="error")
             return
         self.show_settings()
+        self.read_history_ahead()  # a new system prompt changes the history's tokens
         when = " from the next reply on" if self.generating else ""
         self.notify(f"Settings saved{when}: {settings.label()}.", title="Settings")
 
