@@ -385,7 +385,7 @@ async def test_real_history_is_read_while_the_message_is_typed(learned, chats, t
             timeout=REPLY_TIMEOUT, what="the history read ahead")
         read = chat.history_read.result
         assert read.conversation == cid and read.read == read.total > 512 and read.restored == 0
-        assert any(text.startswith("Reading this conversation's history: ") for text in shown)
+        assert any(text.startswith("Reading history ahead: ") for text in shown)
         assert str(status.render()) == "Ready."
         await send(pilot, "Which crate holds the most apples?")
         await finished(pilot)

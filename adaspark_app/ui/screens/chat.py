@@ -253,8 +253,7 @@ class ChatScreen(Screen):
         """A long history being read ahead: counted on the status line while nothing else is said there."""
         if message.conversation_id == self.conversation.id and self._status_free():
             self._reading_shown = True
-            self.set_status(f"Reading this conversation's history: {message.done:,}/{message.total:,} tokens… "
-                            "you can send already.")
+            self.set_status(f"Reading history ahead: {message.done:,}/{message.total:,} tokens…")
 
     def on_engine_read_ahead(self, message: EngineReadAhead) -> None:
         self.history_read = message
