@@ -115,6 +115,18 @@ def test_a_reply_that_does_not_follow_the_history_read_counts_only_what_it_kept(
     assert r.tokens == _fresh(plain, edited).tokens
 
 
+def test_with_a_drafter_the_history_read_ahead_feeds_it_and_the_reply_is_unchanged(plain):
+    from adaspark_app.engine.chat_engine import ChatEngine
+
+    with ChatEngine(drafter_path="default", n_ctx=2048) as eng:
+        ra = eng.read_ahead("c", HISTORY)
+        eng.decoder.sources.drafter.flush()
+        assert eng.drafter.n_positions() == len(eng.decoder.kv_tokens) == ra.held == ra.total
+        r = eng.generate("c", [*HISTORY, QUESTION], max_tokens=32)
+        assert r.read_ahead_tokens == ra.read and r.prompt_tokens < 24
+    assert r.tokens == _fresh(plain, [*HISTORY, QUESTION]).tokens
+
+
 def test_reading_ahead_puts_back_a_saved_context_and_saves_the_one_it_leaves(tmp_path):
     from adaspark_app.engine.chat_engine import ChatEngine
     from adaspark_app.store import Store
