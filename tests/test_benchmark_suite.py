@@ -512,3 +512,13 @@ def test_reopen_ttft_reads_the_history_from_disk_or_ahead_and_every_way_replies_
     assert float(cell["reading ahead ms"]) > 0
     with pytest.raises(SystemExit):
         main([str(script), "--ways", "saved,ahead"])  # no base to compare with
+    with pytest.raises(SystemExit):
+        main([str(script), "--ways", "saved,prefill", "--after-reply"])  # nothing read from disk in a chat going on
+    # a follow-up: the cache holds the first reply; reading ahead gives the turn's end and the next's start
+    assert main([str(script), "--limit", "1", "--repeats", "2", "--first-tokens", "8", "--reply-tokens", "4",
+                 "--n-ctx", "1024", "--ways", "prefill,ahead", "--after-reply", "--out", str(out)]) == 0
+    report = out.read_text()
+    assert report.startswith("# Time to first token of a follow-up") and "Replies identical every way: 1 of 1." in report
+    head = next(line for line in report.splitlines() if line.startswith("| conversation |")).split("|")
+    row = next(line for line in report.splitlines() if line.startswith("| c1 |")).split("|")
+    assert 0 < int(dict(zip(head, row))[" ahead: tokens given "]) < 16

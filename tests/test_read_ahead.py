@@ -104,6 +104,31 @@ def test_a_stopped_reading_keeps_what_it_read_and_goes_on_from_there(engine, pla
     assert other.read_ahead_tokens == 0
 
 
+def test_reading_ahead_after_a_stopped_reply_keeps_what_it_read_of_the_message(engine, plain):
+    """The chat reads the history after every reply, one stopped while its prompt was read too:
+    the cache keeps the message's start, so sending it again goes on from there."""
+    import threading
+
+    engine.reset_conversation()
+    long_question = {"role": "user", "content": "Sort these:\n" + PASTE}
+    cancel = threading.Event()
+
+    def stop_after_a_chunk(done: int, total: int) -> None:
+        if done >= PREFILL_CHUNK_CPU:
+            cancel.set()
+
+    engine.read_ahead("c", HISTORY)
+    stopped = engine.generate("c", [*HISTORY, long_question], max_tokens=16, cancel=cancel,
+                              on_prefill=stop_after_a_chunk)
+    assert stopped.stopped and stopped.n_tokens == 0
+    held = engine.context
+    assert held > len(engine.history_tokens(HISTORY))
+    assert engine.read_ahead("c", HISTORY).read == 0 and engine.context == held
+    again = engine.generate("c", [*HISTORY, long_question], max_tokens=16)
+    assert again.prompt_tokens == again.prompt_length - held
+    assert again.tokens == _fresh(plain, [*HISTORY, long_question]).tokens[:16]
+
+
 def test_a_reply_that_does_not_follow_the_history_read_counts_only_what_it_kept(engine, plain):
     """An edited earlier message: the prompt shares only the system prompt with what was read."""
     system = [{"role": "system", "content": "You count marbles. " * 20}]

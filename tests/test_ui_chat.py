@@ -287,8 +287,8 @@ async def test_resume_a_stored_conversation(store, tmp_path, log):
 
 async def test_the_open_conversations_history_is_read_ahead_with_its_settings(store, tmp_path, log):
     """The engine is asked to read the history while the next message is typed: once a loading
-    engine is there, on opening, and after a settings change; not after a reply (its conversation
-    is in the cache already), nor for a new conversation (no history)."""
+    engine is there, on opening, after a settings change and after a reply; not for a new
+    conversation (no history)."""
     from dataclasses import replace
 
     cid = seed_conversation(store)
@@ -308,13 +308,17 @@ async def test_the_open_conversations_history_is_read_ahead_with_its_settings(st
         assert call["messages"] == [{"role": "system", "content": "Be brief."}, *history] and call["max_tokens"] == 77
         await type_and_send(pilot, "How many people live there?")
         await finished(pilot)
+        await wait_until(pilot, lambda: len(read_log(log, "read_ahead")) == 3)
+        after = read_log(log, "read_ahead")[2]["messages"]
+        assert after[-2:] == [{"role": "user", "content": "How many people live there?"},
+                              {"role": "assistant", "content": "About two million."}]
         await pilot.press("ctrl+n")
         await chat.open_conversation(cid)
-        await wait_until(pilot, lambda: len(read_log(log, "read_ahead")) == 3)
-        assert read_log(log, "read_ahead")[2]["messages"][-1] == {"role": "assistant", "content": "About two million."}
+        await wait_until(pilot, lambda: len(read_log(log, "read_ahead")) == 4)
+        assert read_log(log, "read_ahead")[3]["messages"] == after
         await pilot.press("ctrl+n")
     assert [c["event"] for c in read_log(log) if c["event"] != "load"] == [
-        "read_ahead", "read_ahead", "generate", "read_ahead", "close"]
+        "read_ahead", "read_ahead", "generate", "read_ahead", "read_ahead", "close"]
 
 
 async def test_new_rename_delete_and_search(store, tmp_path):

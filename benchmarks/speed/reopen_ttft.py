@@ -16,6 +16,11 @@ the disk's read time of its size.
     python -m benchmarks.speed.reopen_ttft benchmarks/sets/sharegpt-paste-16-e.jsonl [--limit 8] [--repeats 3]
         [--ways saved,prefill,ahead] [--typing S]
 
+`--after-reply` times a follow-up instead (ways prefill and ahead): the first turn is replied to
+again before each timed reply, so the cache holds the conversation as a reply leaves it, and the
+ahead way reads the history as the chat does after every reply (the turn's end, the next one's
+start, and the reply as its text tokenises).
+
 Each ratio is prefill / that way's time to first token: a geometric mean over conversations with
 a 95% bootstrap interval (adaspark_app.bench.stats). The save, paid when the chat leaves the
 conversation, and the history's reading, paid while the user types, are reported beside them.
@@ -50,11 +55,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ways", default="saved,prefill", help="of saved, prefill, ahead (prefill is the base)")
     ap.add_argument("--typing", type=float, help="the `ahead` way: stop reading the history after this many "
                     "seconds (default: read it whole)")
+    ap.add_argument("--after-reply", action="store_true",
+                    help="time a follow-up: the cache holds the first reply, as a chat that goes on")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args(argv)
     ways = [w.strip() for w in args.ways.split(",") if w.strip()]
     if "prefill" not in ways or not set(ways) <= {"saved", "prefill", "ahead"} or len(ways) < 2:
         ap.error("--ways: prefill and one or more of saved, ahead")
+    if args.after_reply and "saved" in ways:
+        ap.error("--after-reply: the ways prefill and ahead (nothing is read from disk in a chat that goes on)")
     native.activate()
     from adaspark_app.bench.stats import bootstrap_interval, geometric_mean
     from adaspark_app.engine.chat_engine import ChatEngine
@@ -82,6 +91,8 @@ def main(argv: list[str] | None = None) -> int:
                 for way in ways[rep % len(ways):] + ways[:rep % len(ways)]:
                     eng = saved if way == "saved" else plain
                     eng.reset_conversation()  # a reopened chat: nothing of it in the KV cache
+                    if args.after_reply:  # the cache as the first reply leaves it (greedy: the same reply)
+                        eng.generate(cid, first, max_tokens=args.first_tokens)
                     if way == "ahead":
                         t1 = time.perf_counter()
                         stop = None if args.typing is None else (lambda t1=t1: time.perf_counter() - t1 >= args.typing)
@@ -105,8 +116,10 @@ def main(argv: list[str] | None = None) -> int:
     others = list(log_ratios)
     typing = "in full" if args.typing is None else (
         f"until {args.typing:g} s had passed (the message's typing), at the end of a chunk")
-    lines = ["# Time to first token in a reopened conversation: its saved context, or its history read "
-             "ahead, against a prefill", "",
+    title = ("# Time to first token of a follow-up: the history read ahead after the reply, against none"
+             if args.after_reply else "# Time to first token in a reopened conversation: its saved context, "
+             "or its history read ahead, against a prefill")
+    lines = [title, "",
              f"- command: `{command_line('benchmarks.speed.reopen_ttft', argv)}`",
              f"- machine: {cpu_model()}, {os.cpu_count()} cores, Python {platform.python_version()}",
              f"- model: {Path(args.model).name if args.model else 'the bundled SmolLM2-135M-Instruct Q4_1'}, n_ctx {args.n_ctx}",
@@ -117,7 +130,8 @@ def main(argv: list[str] | None = None) -> int:
         if log_ratios[way]:
             lo, hi = bootstrap_interval(log_ratios[way])
             gm = geometric_mean([math.exp(x) for v in log_ratios[way].values() for x in v])
-            lines += [f"**prefill / {way}, time to first token: {gm:.1f}x [{lo:.1f}, {hi:.1f}]** "
+            d = 1 if lo >= 10 else 2  # a follow-up's small ratios need their second decimal
+            lines += [f"**prefill / {way}, time to first token: {gm:.{d}f}x [{lo:.{d}f}, {hi:.{d}f}]** "
                       f"(geometric mean, 95% bootstrap interval over {len(log_ratios[way])} conversations)", ""]
     same = sum(r[-1] for r in rows)
     lines += [f"Replies identical every way: {same} of {len(rows)}.", ""]
@@ -129,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     for cid, p, gv, med, sa, sz, rd, _ in rows:
         cells = [str(cid), str(p), f"{med['prefill'] * 1e3:.0f}"]
         for way in others:
-            cells += [str(gv[way]), f"{med[way] * 1e3:.0f}", f"{med['prefill'] / med[way]:.1f}x"]
+            cells += [str(gv[way]), f"{med[way] * 1e3:.0f}", f"{med['prefill'] / med[way]:.{1 if med['prefill'] >= 10 * med[way] else 2}f}x"]
         if "saved" in ways:
             cells += [f"{sa * 1e3:.0f}", f"{sz / 1e6:.1f}"]
         if "ahead" in ways:

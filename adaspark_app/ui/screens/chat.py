@@ -269,8 +269,8 @@ class ChatScreen(Screen):
     def read_history_ahead(self) -> None:
         """Have the engine read the open conversation's history into its cache while the next
         message is typed, so the reply reads only that message (`ChatEngine.read_ahead`). Asked
-        on opening a conversation, on a settings change, and when an engine loads; never while a
-        reply runs (the reply leaves its conversation in the cache anyway)."""
+        on opening a conversation, on a settings change, when an engine loads and after each
+        reply; never while a reply runs."""
         conv = self.conversation
         if conv.id is None or not conv.turns or self.generating:
             return
@@ -391,8 +391,11 @@ class ChatScreen(Screen):
         return self.replies.stop()
 
     def reply_ended(self) -> None:
-        """The reply in flight has ended (`ReplyRunner`): the app hears of it."""
+        """The reply in flight has ended (`ReplyRunner`): the app hears of it, and the engine reads
+        the history as the next prompt will hold it (the turn's end and the next one's start, and
+        the reply as its text tokenises) while the next message is typed."""
         self.post_message(self.ReplyEnded())
+        self.read_history_ahead()
 
     # ------------------------------------------------------------------ editing an earlier message
     def begin_editing(self, index: int, text: str | None = None) -> None:
