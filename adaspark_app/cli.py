@@ -247,7 +247,8 @@ def cmd_chat(args: argparse.Namespace) -> int:
     given.update({k: v for k, v in values.items() if v is not None})
     return run_chat(args.model, args.drafter, args.store, max_tokens=args.max_tokens, sampling=sampling,
                     n_ctx=args.n_ctx, system=settings.system, resume_id=resume[0] if resume else None,
-                    sampling_given=given, gpu_layers=gpu_layers, saved_context_mb=cfg.saved_context_mb) or 0
+                    sampling_given=given, gpu_layers=gpu_layers, saved_context_mb=cfg.saved_context_mb,
+                    read_ahead=cfg.read_ahead) or 0
 
 
 def _chat_n_ctx(args: argparse.Namespace) -> int | None:

@@ -14,6 +14,8 @@ defaults. Every key, all optional:
     saved_context_mb = 2048   # disk for conversations' saved contexts (the chat's KV caches
                               # beside its store, so a reopened conversation answers without
                               # reading its history again); 0 keeps none
+    read_ahead = true         # the chat reads an open conversation's history while you type
+                              # (false: only when a message is sent)
 
     [sampling]                # as the options --temperature, --top-k, ... (same checks)
     temperature = 0.7
@@ -55,6 +57,7 @@ _TOP_KEYS: dict[str, tuple[tuple[type, ...], str]] = {
     "model_folders": ((list,), "a list of folder paths"),
     "gpu_layers": ((int, str), "a number of layers or \"all\""),
     "saved_context_mb": ((int,), "an integer (MiB)"),
+    "read_ahead": ((bool,), "true or false"),
     "sampling": ((dict,), "a table"),
 }
 _SAMPLING_KEYS: dict[str, tuple[tuple[type, ...], str]] = {
@@ -81,6 +84,7 @@ class Config:
     sampling: dict[str, Any] = field(default_factory=dict)
     gpu_layers: int | None = None  # parsed: a number of layers, offload.ALL_LAYERS for "all"
     saved_context_mb: int | None = None  # None: store.saved_context.DEFAULT_LIMIT_MB
+    read_ahead: bool = True  # the chat reads an open conversation's history ahead of its next message
 
     def chat_defaults(self) -> dict[str, Any]:
         """The chat's defaults, as ui.chat_settings.default_settings takes them as `config`:
@@ -140,7 +144,7 @@ def _checked(p: Path, data: dict[str, Any]) -> Config:
     def typed(key: str, value: Any, spec: tuple[tuple[type, ...], str]) -> Any:
         types, word = spec
         # TOML booleans are Python bools, which are ints: never take one for a number
-        if isinstance(value, bool) or not isinstance(value, types):
+        if isinstance(value, bool) != (bool in types) or not isinstance(value, types):
             raise fail(key, f"must be {word}, not {_toml_type(value)}")
         return value
 

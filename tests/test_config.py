@@ -81,6 +81,8 @@ def test_every_key_read(cfg_file, tmp_path):
     ("[sampling]\ntop_k = -1\n", "'sampling.top_k'"),
     ("[sampling]\nwarmth = 1\n", "'sampling.warmth'"),
     ("sampling = 3\n", "'sampling'"),
+    ("read_ahead = 0\n", "'read_ahead'"),
+    ("read_ahead = \"no\"\n", "'read_ahead'"),
 ])
 def test_bad_values_name_the_key(cfg_file, text, key):
     cfg_file.write_text(text)
@@ -147,6 +149,13 @@ def test_chat_takes_its_defaults_from_the_config(cfg_file, started):
     assert main(["chat"]) == 0
     assert started["system"] == "Answer in French." and started["max_tokens"] == 48
     assert started["sampling"].temperature == 0.3 and started["sampling"].seed == 11
+
+
+def test_chat_reads_ahead_unless_the_config_says_not(cfg_file, started):
+    assert main(["chat"]) == 0 and started["read_ahead"] is True
+    cfg_file.write_text("read_ahead = false\n")
+    assert load_config().read_ahead is False
+    assert main(["chat"]) == 0 and started["read_ahead"] is False
 
 
 def test_chat_options_win_over_the_config(cfg_file, started):

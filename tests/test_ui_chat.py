@@ -321,6 +321,19 @@ async def test_the_open_conversations_history_is_read_ahead_with_its_settings(st
         "read_ahead", "read_ahead", "generate", "read_ahead", "read_ahead", "close"]
 
 
+async def test_with_read_ahead_off_the_history_is_read_only_when_a_message_is_sent(store, tmp_path, log):
+    cid = seed_conversation(store)
+    app = make_app(store, scripted(["About two million."], log_path=log), tmp_path, read_ahead=False)
+    async with app.run_test(size=SIZE) as pilot:
+        chat = app.chat_screen
+        await wait_until(pilot, lambda: app.engine.ready)
+        await chat.open_conversation(cid)
+        await type_and_send(pilot, "How many people live there?")
+        await finished(pilot)
+        await pilot.press("ctrl+n")
+    assert [c["event"] for c in read_log(log) if c["event"] != "load"] == ["generate", "close"]
+
+
 async def test_new_rename_delete_and_search(store, tmp_path):
     seed_conversation(store)
     other = store.create_conversation("Rust lifetimes", "SmolLM2")

@@ -73,7 +73,8 @@ class AdaSparkApp(App[int]):
                  max_tokens: int = MAX_TOKENS, exit_on_load_error: bool = True,
                  engine_log: str | None = None, sampling: Any = None, system: str | None = None,
                  model_path: str | None = None, resume_id: str | None = None,
-                 sampling_given: dict[str, Any] | None = None, quit_on_signals: bool = False) -> None:
+                 sampling_given: dict[str, Any] | None = None, quit_on_signals: bool = False,
+                 read_ahead: bool = True) -> None:
         """`engine_factory` builds the engine inside the engine process, so it must be picklable
         (an `EngineConfig`, or a module-level callable): it crosses a "spawn" process start.
 
@@ -83,12 +84,14 @@ class AdaSparkApp(App[int]):
         set (options, config file); with it, a model switch gives new conversations the new
         model's recommended settings (its GGUF's general.sampling.*) under those values.
         quit_on_signals: SIGHUP and SIGTERM quit as Ctrl+Q does (`adaspark chat`; not for an app a
-        test drives in its own process)."""
+        test drives in its own process). read_ahead: the engine reads the open conversation's
+        history while the next message is typed (the config file's `read_ahead`)."""
         install_styles_cache_fix()  # Textual keeps dead widgets' lines alive otherwise (styles_cache_fix.py)
         super().__init__()
         self._drop_controls = DropControls()  # replies and names may hold ESC and its kin (control_filter.py)
         self.engine = EngineClient(engine_factory, self.post_message, log_path=engine_log)
         self.engine_factory = engine_factory  # what the engine process is built from (the picker swaps it)
+        self.read_ahead = read_ahead
         self.switching_to: str | None = None  # the model the picker asked for, until it has loaded
         self.deaths_in_a_row = 0
         self.store = store
@@ -493,13 +496,14 @@ def engine_log_path(directory: Path | None = None) -> str | None:
 def run_chat(model: str | None, drafter: str | None, store_path: str | None, max_tokens: int = MAX_TOKENS,
              sampling: Any = None, n_ctx: int | None = None, system: str | None = None,
              resume_id: str | None = None, sampling_given: dict[str, Any] | None = None,
-             gpu_layers: int | None = None, saved_context_mb: int | None = None) -> int:
+             gpu_layers: int | None = None, saved_context_mb: int | None = None, read_ahead: bool = True) -> int:
     """Run `adaspark chat`; returns the exit code (2 with a one-line message on a user error).
 
     max_tokens, sampling and system: a new conversation's settings; resume_id: the stored
     conversation to open at start (`--continue`), which keeps its own; sampling_given: the
     sampling values set by the options and the config file (a model switch keeps them);
-    saved_context_mb: the disk kept for conversations' saved contexts (None: the default)."""
+    saved_context_mb: the disk kept for conversations' saved contexts (None: the default);
+    read_ahead: whether the chat reads an open conversation's history before its next message."""
     from ..engine.worker import EngineConfig
     from ..store import Store
     from ..store.saved_context import DEFAULT_LIMIT_MB, clear, folder_for
@@ -529,7 +533,7 @@ def run_chat(model: str | None, drafter: str | None, store_path: str | None, max
         store_label=_store_label(store, store_path),
         max_tokens=max_tokens, engine_log=engine_log_path(), sampling=sampling,
         system=system, model_path=model, resume_id=resume_id,
-        sampling_given=dict(sampling_given or {}), quit_on_signals=True,
+        sampling_given=dict(sampling_given or {}), quit_on_signals=True, read_ahead=read_ahead,
     )
     from ..config import load_config
 

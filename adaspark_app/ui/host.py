@@ -29,6 +29,7 @@ class ChatHost(Protocol):
     export_dir: Path  # where exports and saved replies go by default
     load_error: str | None  # why no engine will answer (its load failed, or it kept dying)
     resume_id: str | None  # the stored conversation to open at start (`chat --continue`)
+    read_ahead: bool  # the engine reads the open conversation's history before its next message
     unsaved_drafts: list[tuple[str, str]]  # (text, why) the store refused, for the chat's last words
 
     @property
