@@ -12,12 +12,13 @@ import pytest
 from adaspark_app.engine.backend import PREFILL_CHUNK_CPU
 from adaspark_app.engine.sampling import SamplingSettings
 
-pytestmark = pytest.mark.model
+pytestmark = [pytest.mark.model, pytest.mark.long]
 
 PASTE = "\n".join(f"Line {i}: the {['red', 'green', 'blue'][i % 3]} box holds {i * 7 % 23} marbles."
                   for i in range(60))
 HISTORY = [{"role": "user", "content": "Here is my inventory:\n" + PASTE}, {"role": "assistant", "content": "Noted."}]
 QUESTION = {"role": "user", "content": "Which box holds the most?"}
+SHORT = [{"role": "user", "content": "Here is my inventory:\n" + PASTE[:PASTE.index("Line 20:")]}, HISTORY[1]]
 
 
 @pytest.fixture(scope="module")
@@ -73,12 +74,13 @@ def test_a_reply_after_reading_ahead_reads_only_its_message_and_is_unchanged(pla
     with ChatEngine(n_ctx=2048, arm=arm) as engine:
         for sampling in (None, SamplingSettings(temperature=0.8, seed=11)):
             engine.reset_conversation()
-            ra = engine.read_ahead("c", HISTORY)
-            assert ra.held == ra.total == ra.read == len(engine.history_tokens(HISTORY)) and ra.restored == 0
-            r = engine.generate("c", [*HISTORY, QUESTION], max_tokens=32, sampling=sampling)
+            ra = engine.read_ahead("c", SHORT)
+            assert ra.held == ra.total == ra.read == len(engine.history_tokens(SHORT)) > PREFILL_CHUNK_CPU
+            assert ra.restored == 0
+            r = engine.generate("c", [*SHORT, QUESTION], max_tokens=32, sampling=sampling)
             assert r.read_ahead_tokens == ra.read
             assert r.prompt_tokens == r.prompt_length - ra.read < 24
-            assert r.tokens == _fresh(plain, [*HISTORY, QUESTION], sampling).tokens
+            assert r.tokens == _fresh(plain, [*SHORT, QUESTION], sampling).tokens
 
 
 def test_a_stopped_reading_keeps_what_it_read_and_goes_on_from_there(engine, plain):
@@ -110,23 +112,23 @@ def test_reading_ahead_after_a_stopped_reply_keeps_what_it_read_of_the_message(e
     import threading
 
     engine.reset_conversation()
-    long_question = {"role": "user", "content": "Sort these:\n" + PASTE}
+    long_question = {"role": "user", "content": "Sort these:\n" + SHORT[0]["content"]}
     cancel = threading.Event()
 
     def stop_after_a_chunk(done: int, total: int) -> None:
         if done >= PREFILL_CHUNK_CPU:
             cancel.set()
 
-    engine.read_ahead("c", HISTORY)
-    stopped = engine.generate("c", [*HISTORY, long_question], max_tokens=16, cancel=cancel,
+    engine.read_ahead("c", SHORT)
+    stopped = engine.generate("c", [*SHORT, long_question], max_tokens=16, cancel=cancel,
                               on_prefill=stop_after_a_chunk)
     assert stopped.stopped and stopped.n_tokens == 0
     held = engine.context
-    assert held > len(engine.history_tokens(HISTORY))
-    assert engine.read_ahead("c", HISTORY).read == 0 and engine.context == held
-    again = engine.generate("c", [*HISTORY, long_question], max_tokens=16)
+    assert held > len(engine.history_tokens(SHORT))
+    assert engine.read_ahead("c", SHORT).read == 0 and engine.context == held
+    again = engine.generate("c", [*SHORT, long_question], max_tokens=16)
     assert again.prompt_tokens == again.prompt_length - held
-    assert again.tokens == _fresh(plain, [*HISTORY, long_question]).tokens[:16]
+    assert again.tokens == _fresh(plain, [*SHORT, long_question]).tokens[:16]
 
 
 def test_a_reply_that_does_not_follow_the_history_read_counts_only_what_it_kept(engine, plain):
