@@ -359,3 +359,37 @@ def test_chain_ends_before_a_stop_token():
     assert NgramIndex(follow).chain((), 1) == [NgramStep(500, NgramKind.FOLLOWER, 2)]
     assert NgramIndex(follow, stop={500}.__contains__).chain((), 1) == []
     assert NgramIndex(follow, stop={500}.__contains__).first_step() is None
+
+
+def _state(index: NgramIndex) -> tuple:
+    return tuple(getattr(index, slot) for slot in ("_tokens", "_pos", "_follow", "_best", "_ambiguous"))
+
+
+def test_an_index_extended_is_the_index_built_over_the_whole_text():
+    import random
+
+    rng = random.Random(5)
+    text = [rng.randrange(40) for _ in range(3000)]  # a small vocabulary: repeats, ambiguous contexts
+    for cut in (0, 1, 2, 17, 1500, 2999, 3000):
+        grown = NgramIndex(text[:cut])
+        grown.chain()  # its caches filled at the shorter text
+        grown.extend(text[cut:])
+        whole = NgramIndex(text)
+        assert _state(grown) == _state(whole)
+        assert grown.chain() == whole.chain() and grown.long_copy() == whole.long_copy()
+
+
+def test_a_reply_in_the_same_conversation_extends_the_index_and_another_rebuilds_it():
+    from adaspark_app.engine.proposers import NgramSource
+    from adaspark_app.learn.precision import SourcePrecision
+
+    src = NgramSource(lambda t: False, SourcePrecision())
+    history = list(range(100)) * 3
+    src.begin(history)
+    first = src.index
+    src.begin(history + [7, 8, 9])  # the next prompt holds the history: the same index, grown
+    assert src.index is first and first.tokens == history + [7, 8, 9]
+    src.begin([1, 2, 3] + history)  # another conversation's prompt: a new index
+    assert src.index is not first and src.index.tokens == [1, 2, 3] + history
+    src.begin([1, 2])  # shorter than what is indexed: a new one
+    assert src.index.tokens == [1, 2]

@@ -83,6 +83,17 @@ def test_a_reply_after_reading_ahead_reads_only_its_message_and_is_unchanged(pla
             assert r.tokens == _fresh(plain, [*SHORT, QUESTION], sampling).tokens
 
 
+def test_the_history_read_ahead_is_indexed_for_the_n_gram_drafts_too(engine):
+    """The reply indexes only its message: the index of the history read ahead is extended."""
+    engine.reset_conversation()
+    engine.read_ahead("c", SHORT)
+    index = engine.decoder.sources.ngram.index
+    assert index.tokens == engine.history_tokens(SHORT)
+    r = engine.generate("c", [*SHORT, QUESTION], max_tokens=8)
+    assert engine.decoder.sources.ngram.index is index and index.tokens[:r.prompt_length] == engine.prompt_tokens(
+        [*SHORT, QUESTION])
+
+
 def test_a_stopped_reading_keeps_what_it_read_and_goes_on_from_there(engine, plain):
     engine.reset_conversation()
     asked, seen = [], []

@@ -167,9 +167,9 @@ class Decoder:
             return None, done, time.perf_counter() - t0
         if self.sampler is not None:  # the first token is drawn like every other: at its position
             first = self.sampler.draw(b.logits_view(1)[0], len(prompt), self.sampler.history(prompt))
-        dt = time.perf_counter() - t0
         self.anchor = first
-        self.sources.ngram.begin(prompt)
+        self.sources.ngram.begin(prompt)  # before the first token is shown: part of its wait
+        dt = time.perf_counter() - t0
         self.learners.acceptance.begin_request()
         self.request_round = 0
         return first, len(prompt) - m, dt
@@ -183,9 +183,13 @@ class Decoder:
         if len(tokens) >= self.backend.n_ctx - 1:
             return 0
         m = common_prefix(self.kv_tokens, tokens)
-        if m == len(tokens):  # all cached already (and maybe more of the prompt to come): kept
-            return 0
-        return self._read(tokens, m, False, between)[1]
+        done = 0
+        if m < len(tokens):  # else all cached already (and maybe more of the prompt to come): kept
+            first, done = self._read(tokens, m, False, between)
+            if first is None:
+                return done
+        self.sources.ngram.begin(tokens)  # the n-gram index too: the reply indexes only its message
+        return done
 
     def _read(self, tokens: list[int], m: int, argmax: bool,
               between: Callable[[int], bool] | None) -> tuple[int | None, int]:

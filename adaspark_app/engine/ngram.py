@@ -128,6 +128,12 @@ class NgramIndex:
         """The committed text indexed so far (a copy)."""
         return list(self._tokens)
 
+    def begins(self, tokens: Sequence[int]) -> bool:
+        """Whether the text indexed so far is the start of `tokens` (then ``extend`` with the rest
+        gives the index a build over all of `tokens` gives: every table is a function of the text)."""
+        n = len(self._tokens)
+        return n <= len(tokens) and self._tokens == list(tokens[:n])
+
     def extend(self, tokens: Sequence[int], precision: SourcePrecision | None = None) -> None:
         """Append committed tokens and index them incrementally.
 
