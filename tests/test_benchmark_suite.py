@@ -522,3 +522,14 @@ def test_reopen_ttft_reads_the_history_from_disk_or_ahead_and_every_way_replies_
     head = next(line for line in report.splitlines() if line.startswith("| conversation |")).split("|")
     row = next(line for line in report.splitlines() if line.startswith("| c1 |")).split("|")
     assert 0 < int(dict(zip(head, row))[" ahead: tokens given "]) < 16
+
+
+@pytest.mark.model
+def test_ngram_begin_times_both_ways_at_each_length(tmp_path):
+    """`benchmarks.cost.ngram_begin`: a row per history length, both ways timed (no speed asserted)."""
+    from benchmarks.cost.ngram_begin import main
+
+    out = tmp_path / "ngram.md"
+    assert main(["--lengths", "200,400", "--repeats", "2", "--out", str(out)]) == 0
+    rows = [line.split("|") for line in out.read_text().splitlines() if line.startswith("| 200 ") or line.startswith("| 400 ")]
+    assert [int(r[1]) for r in rows] == [200, 400] and all(float(r[2]) > 0 and float(r[3]) > 0 for r in rows)
