@@ -190,6 +190,27 @@ def test_reading_ahead_puts_back_a_saved_context_and_saves_the_one_it_leaves(tmp
         store.close()
 
 
+def test_a_reading_stopped_after_a_reply_leaves_the_conversation_to_be_saved(tmp_path):
+    """A quit right after a reply stops the reading the reply's end asked for: the conversation's
+    context is still saved at the engine's close."""
+    from adaspark_app.engine.chat_engine import ChatEngine
+    from adaspark_app.store import Store
+
+    store = Store.open(str(tmp_path / "chats.db"))
+    cid = store.create_conversation("a", "m")
+    try:
+        with ChatEngine(store=store, saved_context_mb=256, n_ctx=2048) as eng:
+            eng.generate(cid, [*HISTORY, QUESTION], max_tokens=8)
+            # the stored reply reads otherwise than the tokens generated (an edit): more than a chunk to read
+            edited = [*HISTORY, QUESTION, {"role": "assistant", "content": SHORT[0]["content"]}]
+            ra = eng.read_ahead(cid, edited, stop=lambda: True)
+            assert ra.held < ra.total
+            sc = eng.saved_contexts
+        assert sc.find(cid) is not None
+    finally:
+        store.close()
+
+
 def _wait(messages: list, kind: type, timeout: float = 60.0, where=lambda m: True):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

@@ -334,6 +334,26 @@ async def test_with_read_ahead_off_the_history_is_read_only_when_a_message_is_se
     assert [c["event"] for c in read_log(log) if c["event"] != "load"] == ["generate", "close"]
 
 
+async def test_a_reading_ahead_that_fails_ends_its_count_and_the_chat_goes_on(store, tmp_path, log):
+    cid = seed_conversation(store)
+    app = make_app(store, scripted(["About two million."], log_path=log, read_ahead_fails=True), tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        chat = app.chat_screen
+        await wait_until(pilot, lambda: app.engine.ready)
+        shown: list[str | None] = []
+        set_status = chat.set_status
+        chat.set_status = lambda text=None: shown.append(text) or set_status(text)  # what the line was told
+        status = chat.query_one("#status")
+        await chat.open_conversation(cid)
+        await wait_until(pilot, lambda: chat.history_read is not None)
+        assert chat.history_read.result is None  # the engine said it failed
+        assert any(text and text.startswith("Reading history ahead: 0/600 tokens") for text in shown)
+        await wait_until(pilot, lambda: str(status.render()) == "Ready.")
+        await type_and_send(pilot, "How many people live there?")
+        await finished(pilot)
+        assert chat.conversation.last_reply == "About two million."
+
+
 async def test_new_rename_delete_and_search(store, tmp_path):
     seed_conversation(store)
     other = store.create_conversation("Rust lifetimes", "SmolLM2")
@@ -524,6 +544,7 @@ async def test_quitting_mid_reply_stops_it_and_closes_the_engine(store, tmp_path
     assert read_log(log, "close") and not held.is_set()
     assert app.engine.exitcode == 0 and not app.engine.alive
     assert store.list_conversations()[0]["n_messages"] == 2  # the partial reply was kept
+    assert not read_log(log, "read_ahead")  # a reply's end asks for none when the chat quits
 
 
 # ---------------------------------------------------------------------------- the engine process dies

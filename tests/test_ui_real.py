@@ -381,7 +381,8 @@ async def test_real_history_is_read_while_the_message_is_typed(learned, chats, t
         chat = app.chat_screen
         status = chat.query_one("#status")
         await wait_until(pilot, lambda: shown.append(str(status.render())) or (
-            chat.history_read is not None and chat.history_read.result.held == chat.history_read.result.total),
+            chat.history_read is not None and chat.history_read.result is not None
+            and chat.history_read.result.held == chat.history_read.result.total),
             timeout=REPLY_TIMEOUT, what="the history read ahead")
         read = chat.history_read.result
         assert read.conversation == cid and read.read == read.total > 512 and read.restored == 0

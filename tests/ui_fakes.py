@@ -71,7 +71,7 @@ class ScriptedEngine:
                  hold_after_rounds: int | None = None, held: Any = None, gate: Any = None,
                  model_name: str = "Scripted-135M (test)", drafter_name: str | None = None,
                  load_seconds: float = 0.0, log_path: str | None = None,
-                 learned_not_saved: str | None = None) -> None:
+                 learned_not_saved: str | None = None, read_ahead_fails: bool = False) -> None:
         if load_seconds:
             time.sleep(load_seconds)
         self.replies = list(replies or ["Hello! I am a **scripted** reply."])
@@ -89,6 +89,7 @@ class ScriptedEngine:
         self.notices: list[str] = []
         self.log_path = log_path
         self.learned_not_saved = learned_not_saved  # what each reply says of its learning's save
+        self.read_ahead_fails = read_ahead_fails  # a reading that counts its start, then raises
         self.calls = 0
         self.rounds_total = 0
         self.closed = False
@@ -210,6 +211,9 @@ class ScriptedEngine:
 
         _log(self.log_path, {"event": "read_ahead", "conversation": conversation_id, "messages": messages,
                              "max_tokens": max_tokens, "pid": os.getpid()})
+        if self.read_ahead_fails:
+            on_progress(0, 600)
+            raise RuntimeError("scripted failure while reading ahead")
         return ReadAhead(conversation_id, 0, 0, 0, 0)
 
     def close(self) -> None:

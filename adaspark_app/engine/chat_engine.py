@@ -446,6 +446,7 @@ class ChatEngine:
             dec = self.decoder
             if len(tokens) < 2 or self.backend.recurrent:  # a recurrent state cannot be cut back to a prefix
                 return ReadAhead(conversation_id, 0, 0, 0, len(tokens))
+            was_held = self._held == conversation_id
             restored = self._enter(conversation_id, tokens)
             to_read = len(tokens) - common_prefix(dec.kv_tokens, tokens)
 
@@ -462,8 +463,8 @@ class ChatEngine:
             before = self._ahead if self._ahead is not None and self._ahead.conversation == conversation_id else None
             self._ahead = done if before is None else ReadAhead(  # what all readings since the last reply gave
                 conversation_id, before.restored + restored, before.read + read, held, len(tokens))
-            if held == len(tokens):
-                self._held = conversation_id  # the whole history: worth saving on leaving it
+            if held == len(tokens) or was_held:  # the whole history, or what a reply left of it (a
+                self._held = conversation_id  # reading stopped by a quit): worth saving on leaving it
             return done
 
     # ------------------------------------------------------------------ saved contexts

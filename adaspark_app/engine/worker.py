@@ -27,7 +27,7 @@ engine -> UI, on the event pipe:
     ("stopped", request_id)                         # cancelled before the reply's first token
     ("failed", request_id, message)                 # the engine raised; the process goes on
     ("reading_ahead", conversation_id, tokens read, tokens to read)  # a long history, now and then
-    ("read_ahead", ReadAhead)                       # the history is in the cache (or as far as read)
+    ("read_ahead", ReadAhead or None)               # the history is in the cache (as far as read; None: failed)
     ("closed",)
 
 The shared `CancelFlag` stops a reply between rounds (`run_reply` checks it before each one),
@@ -345,8 +345,8 @@ def _read_ahead(engine: Any, events: Any, commands: Any, conversation_id: str, m
                 max_tokens: int) -> None:
     """Read the history of the conversation the chat shows into the KV cache while the user types
     (`ChatEngine.read_ahead`), until the next command arrives. Nothing depends on it: an engine
-    without it (a test's), or one that fails at it, answers nothing, and the next reply reads
-    what it needs itself."""
+    without it (a test's) answers nothing, one that fails at it answers None (the status line's
+    count ends), and the next reply reads what it needs itself."""
     read_ahead = getattr(engine, "read_ahead", None)
     if read_ahead is None:
         return
@@ -357,7 +357,7 @@ def _read_ahead(engine: Any, events: Any, commands: Any, conversation_id: str, m
         raise
     except Exception as err:  # said in the engine's log; the reply will prefill what it needs
         print(f"reading the history ahead failed: {type(err).__name__}: {err}", file=sys.stderr)
-        return
+        result = None
     events.send(("read_ahead", result))
 
 

@@ -83,9 +83,10 @@ class EngineReadingAhead(Message, bubble=False):
 
 
 class EngineReadAhead(Message, bubble=False):
-    """The engine has read a conversation's history ahead (whole, or until the next command)."""
+    """The engine has read a conversation's history ahead (whole, or until the next command;
+    None: the reading failed, the engine's log says why)."""
 
-    def __init__(self, result: ReadAhead) -> None:
+    def __init__(self, result: ReadAhead | None) -> None:
         super().__init__()
         self.result = result
 

@@ -272,7 +272,7 @@ class ChatScreen(Screen):
         on opening a conversation, on a settings change, when an engine loads and after each
         reply; never while a reply runs."""
         conv = self.conversation
-        if conv.id is None or not conv.turns or self.generating or not self.host.read_ahead:
+        if conv.id is None or not conv.turns or self.generating or not self.host.read_ahead or self.host.quitting:
             return
         self.host.engine.read_ahead(conv.id, conv.settings.messages(conv.history), conv.settings.max_tokens)
 
