@@ -592,6 +592,23 @@ async def test_opening_a_conversation_held_with_another_model_switches_the_engin
     assert len(read_log(log, "model")) == 3  # no switch to a missing file
 
 
+async def test_a_narrow_header_gives_the_models_name_and_the_context_first(store, tmp_path, log):
+    """At 80 columns the header's subtitle shows about 50 characters: the full form was cut inside the
+    model's name. Below 100 columns it takes a short form; wider, the full one comes back."""
+    app = make_app(store, config_engine(None, log, n_ctx=1536), tmp_path)
+    async with app.run_test(size=(80, 24)) as pilot:
+        chat = app.chat_screen
+        await wait_until(pilot, lambda: app.engine.ready and app.n_ctx == 1536)
+        await send(pilot, "hello")
+        await finished(pilot)
+        used = chat.conversation.context_used
+        assert used and app.sub_title.startswith(f"{app.model_label.split(' (')[0]} · {used}/1536 tok · ")
+        assert "(" not in app.sub_title.split(" · ")[0]
+        await pilot.resize_terminal(100, 30)
+        await wait_until(pilot, lambda: app.sub_title.startswith(f"model {app.model_label} · context {used} of 1536 tok"),
+                         what=lambda: f"the full header at 100 columns, have {app.sub_title!r} at {app.size}")
+
+
 async def test_the_header_shows_the_context_size_and_what_the_conversation_uses(store, tmp_path, log):
     app = make_app(store, config_engine(None, log, n_ctx=1536), tmp_path)
     async with app.run_test(size=SIZE) as pilot:

@@ -45,6 +45,9 @@ from .widgets.sidebar import ConversationList
 QUIT_GRACE_S = 5.0  # how long Ctrl+Q waits for a running reply to stop and be saved
 QUIT_SIGNALS = ("SIGHUP", "SIGTERM")  # the terminal closed (an SSH link dropped, a window shut), or `kill`
 MAX_RESTARTS = 3  # engine deaths in a row (no reply completed between them) before giving up
+# Narrower than this, the header's subtitle takes its short form: at 80 columns about 50 of its
+# characters show, and the full form was cut inside the model's name, before the context figure.
+SHORT_HEADER_BELOW = 100
 
 # Keys handled inside widgets rather than by bindings, listed so the help screen shows them.
 PROMPT_KEYS = [
@@ -160,16 +163,21 @@ class AdaSparkApp(App[int]):
         drafter = self.drafter_label or "none (n-gram drafts)"
         settings = self._shown_settings or self.default_settings()  # none shown yet: a new conversation's
         device = f"on {self.device_label} · " if self.device_label else ""
+        rest = f"{device}{settings.label()} · drafter {drafter} · store {self.store_label}"
+        if self.size.width < SHORT_HEADER_BELOW:  # the model's name without its details, the context as a/b
+            self.sub_title = f"{short_model_label(self.model_label)} · {self._context_label(short=True)}{rest}"
+            return
         # the context figure second: it changes with every reply, and a 100-column terminal shows it
-        self.sub_title = (f"model {self.model_label} · {self._context_label()}{device}{settings.label()} · "
-                          f"drafter {drafter} · store {self.store_label}")
+        self.sub_title = f"model {self.model_label} · {self._context_label()}{rest}"
 
-    def _context_label(self) -> str:
+    def _context_label(self, short: bool = False) -> str:
         """'context 312 of 8192 tok · ': what the open conversation takes of the engine's
-        context ('context 8192 tok · ' where that is not known)."""
+        context ('context 8192 tok · ' where that is not known); short: '312/8192 tok · '."""
         if not self.n_ctx:
             return ""
         used = self._context_used
+        if short:
+            return f"{self.n_ctx} tok context · " if used is None else f"{used}/{self.n_ctx} tok · "
         return f"context {self.n_ctx} tok · " if used is None else f"context {used} of {self.n_ctx} tok · "
 
     def on_mount(self) -> None:
@@ -491,6 +499,13 @@ def engine_log_path(directory: Path | None = None) -> str | None:
         return str(log)
     except Exception:
         return None
+
+
+def short_model_label(label: str) -> str:
+    """The model's name for a narrow header: without the details in brackets ('SmolLM2-135M-Instruct'
+    for 'SmolLM2-135M-Instruct (bundled, Q4_1)'), a base model still said."""
+    name = label.split(" (", 1)[0] if " (" in label else label.split(" · ", 1)[0]
+    return name + (" · base model" if label.endswith(" · base model") else "")
 
 
 def run_chat(model: str | None, drafter: str | None, store_path: str | None, max_tokens: int = MAX_TOKENS,

@@ -572,6 +572,7 @@ class ChatScreen(Screen):
 
     def on_resize(self, event: events.Resize) -> None:
         self._fit(event.size.width)
+        self.show_settings()  # the header's form follows the width (AdaSparkApp._update_subtitle)
 
     def _fit(self, width: int) -> None:
         """Show the sidebar and the panel where they fit (fitting_panels). Only when the answer
