@@ -173,3 +173,23 @@ def test_replies_with_device_tokens_are_byte_identical_to_ar_and_to_host_tokens(
     finally:
         for e in engines.values():
             e.close()
+
+
+@pytest.mark.model
+def test_reading_ahead_keeps_the_way_tokens_are_taken(model_path, monkeypatch):
+    """A history read ahead after a greedy reply leaves the device's samplers attached: a change of
+    way makes a GPU reserve its graphs again, then again at the next reply. The next reply is
+    unchanged."""
+    monkeypatch.setenv(ARGMAX_ENV, "device")
+    history = [{"role": "user", "content": "Name three colours."}]
+    with ChatEngine(model_path, arm="adaspark") as eng:
+        r = eng.generate("c", history, max_tokens=16)
+        assert eng.backend._chains_attached
+        history += [{"role": "assistant", "content": r.text + " And more."}]  # more than the reply to read
+        assert eng.read_ahead("c", history).read > 0
+        assert eng.backend._chains_attached
+        follow = [*history, {"role": "user", "content": "And three more?"}]
+        got = eng.generate("c", follow, max_tokens=16)
+    monkeypatch.setenv(ARGMAX_ENV, "host")
+    with ChatEngine(model_path, arm="ar") as eng:
+        assert eng.generate("c", follow, max_tokens=16).tokens == got.tokens

@@ -185,7 +185,9 @@ class Decoder:
         m = common_prefix(self.kv_tokens, tokens)
         done = 0
         if m < len(tokens):  # else all cached already (and maybe more of the prompt to come): kept
-            first, done = self._read(tokens, m, False, between)
+            # the last reply's way of taking tokens (its token unused): a change of it would make a
+            # GPU reserve its graphs again, here and at the next reply (LlamaBackend._tokens_on_device)
+            first, done = self._read(tokens, m, self.sampler is None, between)
             if first is None:
                 return done
         self.sources.ngram.begin(tokens)  # the n-gram index too: the reply indexes only its message
