@@ -318,19 +318,11 @@ class ChatEngine:
         restored = self._enter(conversation_id, prompt)
         enter_s = time.perf_counter() - t_enter
         cached = shared_prefix(dec.kv_tokens, prompt)
-        to_read = len(prompt) - cached
         ahead, self._ahead, read_ahead = self._ahead, None, 0
         if ahead is not None and ahead.conversation == conversation_id and not restored:
             restored = min(ahead.restored, cached)  # what the history's reading gave, as the prompt keeps it
             read_ahead = min(ahead.read, cached - restored)
-
-        def between(done: int) -> bool:
-            if on_prefill is not None:
-                on_prefill(done, to_read)
-            return cancel is not None and cancel.is_set()
-
-        if on_prefill is not None:
-            on_prefill(0, to_read)
+        between = _reading(len(prompt) - cached, on_prefill, cancel.is_set if cancel is not None else None)
         first, n_prefill, prefill_s = dec.start_reply(prompt, between=between)
         prefill_s += enter_s  # a saved context's read is part of the wait for the first token
         if first is None:  # stopped while the prompt was read: no token, the cache keeps what was read
@@ -448,16 +440,8 @@ class ChatEngine:
                 return ReadAhead(conversation_id, 0, 0, 0, len(tokens))
             was_held = self._held == conversation_id
             restored = self._enter(conversation_id, tokens)
-            to_read = len(tokens) - common_prefix(dec.kv_tokens, tokens)
-
-            def between(done: int) -> bool:
-                if on_progress is not None:
-                    on_progress(done, to_read)
-                return stop is not None and stop()
-
-            if on_progress is not None and to_read:
-                on_progress(0, to_read)
-            read = dec.read_ahead(tokens, between)
+            read = dec.read_ahead(tokens, _reading(len(tokens) - common_prefix(dec.kv_tokens, tokens),
+                                                   on_progress, stop))
             held = common_prefix(dec.kv_tokens, tokens)
             done = ReadAhead(conversation_id, restored, read, held, len(tokens))
             before = self._ahead if self._ahead is not None and self._ahead.conversation == conversation_id else None
@@ -469,9 +453,10 @@ class ChatEngine:
 
     # ------------------------------------------------------------------ saved contexts
     def _enter(self, conversation_id: str, prompt: list[int]) -> int:
-        """Before a reply in `conversation_id`: save the context of the conversation the cache holds
-        if it is another, and put this conversation's saved context back where it gives more of the
-        prompt than the cache does. Returns the prompt tokens the saved context gave (0: none)."""
+        """Before a reply in `conversation_id`, or a reading of its history (`prompt`: the history's
+        tokens): save the context of the conversation the cache holds if it is another, and put this
+        conversation's saved context back where it gives more of the prompt than the cache does.
+        Returns the prompt tokens the saved context gave (0: none)."""
         from ..store.saved_context import MIN_TOKENS
 
         sc = self.saved_contexts
@@ -600,6 +585,22 @@ class ChatEngine:
 
 
 __all__ = ["ChatEngine", "ModelLoadError"]
+
+
+def _reading(total: int, on_progress: Callable[[int, int], None] | None,
+             stop: Callable[[], bool] | None) -> Callable[[int], bool]:
+    """A prefill's between(done) (`LlamaBackend.prefill`) for reading `total` tokens: on_progress(done,
+    total) now with 0 where there is anything to read, then after each chunk; True where stop()
+    says the reading stops there."""
+    if on_progress is not None and total:
+        on_progress(0, total)
+
+    def between(done: int) -> bool:
+        if on_progress is not None:
+            on_progress(done, total)
+        return stop is not None and stop()
+
+    return between
 
 
 def _is_bundled(path: str) -> bool:

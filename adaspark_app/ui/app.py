@@ -504,8 +504,8 @@ def engine_log_path(directory: Path | None = None) -> str | None:
 def short_model_label(label: str) -> str:
     """The model's name for a narrow header: without the details in brackets ('SmolLM2-135M-Instruct'
     for 'SmolLM2-135M-Instruct (bundled, Q4_1)'), a base model still said."""
-    name = label.split(" (", 1)[0] if " (" in label else label.split(" · ", 1)[0]
-    return name + (" · base model" if label.endswith(" · base model") else "")
+    base = " · base model"
+    return label.removesuffix(base).split(" (", 1)[0] + (base if label.endswith(base) else "")
 
 
 def run_chat(model: str | None, drafter: str | None, store_path: str | None, max_tokens: int = MAX_TOKENS,
