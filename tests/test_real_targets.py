@@ -145,3 +145,14 @@ def test_the_k_quant_batch_kernels_are_the_ones_tested():
     libs = sorted({line.split()[-1] for line in maps if "libggml-cpu" in line})
     assert native.status() == "q4_1-tinyblas" and len(libs) == 1, (native.status(), libs)
     assert b"tinyBLAS_K_AVX2" in Path(libs[0]).read_bytes(), f"{libs[0]} has no K-quant multi-row kernel"
+
+
+@pytest.mark.parametrize("name", TARGETS)
+def test_prompts_tokenised_by_pieces_equal_their_whole_tokenisation(name):
+    """Each target's vocabulary and chat template (an SPM one in Gemma's): prompts tokenised a piece
+    at a time, cut at the template's markers, equal the whole prompt's tokens."""
+    from test_prompt_tokens import check_grown_prompts
+
+    with ChatEngine(str(_target_path(name)), arm="ar", n_ctx=4096) as engine:
+        whole = check_grown_prompts(engine)
+        assert engine.prompts.markers and engine.prompts.reused > whole // 2

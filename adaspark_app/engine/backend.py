@@ -408,8 +408,11 @@ class LlamaBackend:
 
     # ------------------------------------------------------------------ text
     def tokenize(self, text: str, add_special: bool = False, parse_special: bool = True) -> list[int]:
+        return self.tokenize_bytes(text.encode("utf-8"), add_special, parse_special)
+
+    def tokenize_bytes(self, data: bytes, add_special: bool = False, parse_special: bool = True) -> list[int]:
+        """`tokenize` of text already in UTF-8."""
         L = self.llama
-        data = text.encode("utf-8")
         cap = len(data) + 16
         buf = (L.llama_token * cap)()
         n = L.llama_tokenize(self.vocab, data, len(data), buf, cap, add_special, parse_special)
@@ -428,6 +431,22 @@ class LlamaBackend:
             n = L.llama_token_to_piece(self.vocab, token, buf, -n, 0, special)
             return buf.raw[:n]
         return self._piece_buf.raw[:n]
+
+    def special_tokens(self) -> dict[int, tuple[bytes, bool, bool]]:
+        """The tokens whose texts llama.cpp cuts a text at before tokenising its pieces (control,
+        user-defined and unknown tokens: llama-vocab.cpp's special tokens cache), as
+        {id: (text, is a control token, strips white space before it)}. A scan of the vocabulary:
+        18 ms for 49k tokens, 54 ms for 152k on 2 cores."""
+        L, vocab = self.llama, self.vocab
+        cuts = L.LLAMA_TOKEN_ATTR_CONTROL | L.LLAMA_TOKEN_ATTR_USER_DEFINED | L.LLAMA_TOKEN_ATTR_UNKNOWN
+        get_attr = L.llama_vocab_get_attr
+        found = {}
+        for i in range(int(L.llama_vocab_n_tokens(vocab))):
+            attr = get_attr(vocab, i)
+            if attr & cuts:
+                found[i] = (L.llama_vocab_get_text(vocab, i) or b"", bool(attr & L.LLAMA_TOKEN_ATTR_CONTROL),
+                            bool(attr & L.LLAMA_TOKEN_ATTR_LSTRIP))
+        return found
 
     def vocab_texts(self) -> list[bytes]:
         """Every token's text as the GGUF's vocabulary holds it (llama_vocab_get_text), in id

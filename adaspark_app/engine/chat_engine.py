@@ -24,7 +24,9 @@ from .reply import run_reply
 from .rounds import RoundOutcome
 from .detok import StreamDecoder
 from .events import ReadAhead, ReplyResult, RoundEvent
+from .prompt_tokens import PromptTokens
 from .sampling import GREEDY, SamplingSettings
+from .self_check import SelfCheckError
 from .template import chat_template_for, turn_format_notice  # noqa: F401
 
 VALID_ROLES = ("system", "user", "assistant")
@@ -34,6 +36,8 @@ VALID_ROLES = ("system", "user", "assistant")
 CHECKPOINT_S = 10.0
 # A saved context is read only where it spares at least this many prompt tokens of prefill.
 MIN_GAIN = 64
+# Messages whose token counts are kept for the context window's block edges (_text_size).
+TEXT_SIZES_KEPT = 4096
 
 
 def _check_messages(messages: list[dict[str, str]]) -> None:
@@ -81,6 +85,8 @@ class ChatEngine:
         if drafter_path is not None:
             self.drafter = self._load_drafter(drafter_path)
         self.decoder = Decoder(b, self.arm, drafter=self.drafter, self_check=self_check)
+        self.prompts = PromptTokens(b.tokenize_bytes, b.special_tokens)
+        self._sizes: dict[str, int] = {}  # a message's text -> its plain token count (_text_size)
         # The GGUF's template; a base model (none) gets its family's built-in turn format
         self.template = chat_template_for(b)
         self.turn_format = self.template.turn_format
@@ -242,7 +248,13 @@ class ChatEngine:
         """The prompt for `messages` through the GGUF's chat template, tokenised."""
         _check_messages(messages)
         text = self.template.render(messages, add_generation_prompt=True)
-        return self.backend.tokenize(text, add_special=False, parse_special=True)
+        tokens = self.prompts(text)  # the pieces of earlier prompts reused (engine/prompt_tokens.py)
+        if self.decoder.self_check:
+            whole = self.backend.tokenize(text, add_special=False, parse_special=True)
+            if tokens != whole:
+                raise SelfCheckError(f"the prompt's tokens reused from an earlier prompt differ from its own at "
+                                     f"token {common_prefix(tokens, whole)} of {len(whole)}")
+        return tokens
 
     def fit_window(self, messages: list[dict[str, str]], max_tokens: int) -> tuple[Window, list[int]]:
         """The messages that fit the context with a reply of up to `max_tokens`, and their prompt
@@ -265,10 +277,21 @@ class ChatEngine:
 
         def turn_size(turn: list[dict[str, str]]) -> int:
             # the block edges only need a stable size: the turn's text, tokenised plainly
-            return sum(len(self.backend.tokenize(m["content"], parse_special=False)) + 4 for m in turn)
+            return sum(self._text_size(m["content"]) + 4 for m in turn)
 
         window = fit_messages(messages, count, self.backend.n_ctx, max_tokens, turn_size=turn_size)
         return window, prompts[len(window.messages)]
+
+    def _text_size(self, text: str) -> int:
+        """Tokens of a message's text tokenised plainly, kept for the texts counted last (a full
+        context sizes every turn for each reply)."""
+        size = self._sizes.pop(text, None)
+        if size is None:
+            size = len(self.backend.tokenize(text, parse_special=False))
+        self._sizes[text] = size  # newest last
+        if len(self._sizes) > TEXT_SIZES_KEPT:
+            del self._sizes[next(iter(self._sizes))]
+        return size
 
     def generate(self, conversation_id: str, messages: list[dict[str, str]], max_tokens: int = 512,
                  on_round: Callable[[RoundEvent], None] | None = None,
@@ -310,13 +333,13 @@ class ChatEngine:
                   sampling: SamplingSettings, on_prefill=None) -> ReplyResult:
         b = self.backend
         dec = self.decoder
+        t_asked = time.perf_counter()
         window, prompt = self.fit_window(messages, max_tokens)
         max_tokens = window.reply_tokens  # below the asked cap only when the context is that full
         settings = dec.set_sampling(sampling)
         sjson, seed = settings.to_json(), settings.seed if not settings.greedy else None
-        t_enter = time.perf_counter()
         restored = self._enter(conversation_id, prompt)
-        enter_s = time.perf_counter() - t_enter
+        enter_s = time.perf_counter() - t_asked  # the prompt's rendering and tokens, a saved context's read
         cached = shared_prefix(dec.kv_tokens, prompt)
         ahead, self._ahead, read_ahead = self._ahead, None, 0
         if ahead is not None and ahead.conversation == conversation_id and not restored:
@@ -324,7 +347,7 @@ class ChatEngine:
             read_ahead = min(ahead.read, cached - restored)
         between = _reading(len(prompt) - cached, on_prefill, cancel.is_set if cancel is not None else None)
         first, n_prefill, prefill_s = dec.start_reply(prompt, between=between)
-        prefill_s += enter_s  # a saved context's read is part of the wait for the first token
+        prefill_s += enter_s  # part of the wait for the first token
         if first is None:  # stopped while the prompt was read: no token, the cache keeps what was read
             self._held = conversation_id
             return ReplyResult(

@@ -73,7 +73,7 @@ class ReplyResult:
     text: str
     n_tokens: int
     decode_s: float  # first to last generated token
-    prefill_s: float
+    prefill_s: float  # the first token's wait: the prompt's tokens, a saved context's read, the prefill
     prompt_tokens: int  # tokens prefilled for this turn (only the new ones when KV is reused)
     context: int  # committed tokens at the end of the reply
     rounds: int

@@ -8,7 +8,7 @@ fresh cache, the ways interleaved (their order turns by repeat): `saved`, an eng
 contexts (`ChatEngine(saved_context_mb=...)`); `prefill`, one that keeps none; `ahead`, that one
 after `ChatEngine.read_ahead` of the history (what the chat does when a conversation opens),
 stopped after `--typing` seconds if given (the time the user takes to type), else read whole.
-Time to first token is the reply's `prefill_s`: the saved context's lookup, checksum and load
+Time to first token is the reply's `prefill_s`: the prompt's tokens and the saved context's lookup, checksum and load
 included. Every way's replies (`--reply-tokens`, greedy) must be byte-identical. The file was just
 written, so it is read from the page cache, as in a chat reopened soon after; after a reboot, add
 the disk's read time of its size.
