@@ -259,3 +259,53 @@ def test_the_engine_process_reads_ahead_until_the_next_command_comes():
         assert client.close()
     finally:
         client.close()
+
+
+# ---------------------------------------------------------------------- the message as it is typed
+@pytest.mark.parametrize("rest", ["Which box holds the most?", " and which the least?", "\n\nWhich box?", "7 more.",
+                                  "ünïcödé", ""])
+def test_a_draft_read_ahead_begins_every_message_typed_after_it(engine, rest):
+    """The tokens read for a draft begin the prompt of whatever is typed after it."""
+    draft = "Here is more:\n" + PASTE[:PASTE.index("Line 12:")]
+    for history in (SHORT, [], [{"role": "system", "content": "Answer briefly."}]):
+        tokens = engine.history_tokens(history, draft=draft)
+        prompt = engine.prompt_tokens([*history, {"role": "user", "content": draft + rest}])
+        assert len(tokens) > len(engine.history_tokens(history)) + 100 and prompt[:len(tokens)] == tokens
+        assert len(prompt) - len(tokens) < 24 + len(rest)  # all the draft but its end
+
+
+@pytest.mark.parametrize("arm", ["adaspark", "ar"])
+def test_a_reply_after_its_draft_was_read_reads_only_what_was_typed_after_it(plain, arm):
+    """A pasted text read while the question is typed, then the question sent: the reply reads only
+    the question, and is the reply a plain prefill gives, greedy and seeded; a draft edited before
+    its end is read again from the edit."""
+    from adaspark_app.engine.chat_engine import ChatEngine
+
+    paste = "Here is my inventory:\n" + PASTE[:PASTE.index("Line 30:")]
+    with ChatEngine(n_ctx=2048, arm=arm) as engine:
+        for sampling in (None, SamplingSettings(temperature=0.8, seed=5)):
+            engine.reset_conversation()
+            ra = engine.read_ahead("c", SHORT, draft=paste)
+            message = {"role": "user", "content": paste + "\nWhich box holds the most?"}
+            r = engine.generate("c", [*SHORT, message], max_tokens=32, sampling=sampling)
+            assert r.read_ahead_tokens == ra.read == ra.held > len(engine.history_tokens(SHORT)) + 300
+            assert r.prompt_tokens < 24 and r.tokens == _fresh(plain, [*SHORT, message], sampling).tokens
+        engine.reset_conversation()
+        engine.read_ahead("c", SHORT, draft=paste)
+        edited = paste.replace("Line 5:", "Row 5:")
+        again = engine.read_ahead("c", SHORT, draft=edited)
+        assert 0 < again.read < again.total - len(engine.history_tokens(SHORT))  # from the edit on
+        message = {"role": "user", "content": edited + "\nWhich?"}
+        r = engine.generate("c", [*SHORT, message], max_tokens=32)
+        assert r.prompt_tokens < 24 and r.tokens == _fresh(plain, [*SHORT, message]).tokens
+
+
+def test_a_new_conversations_draft_is_read_and_its_first_reply_counts_it(engine, plain):
+    """No conversation yet (its id comes with its first reply): the draft is read under None."""
+    engine.reset_conversation()
+    ra = engine.read_ahead(None, [], draft=HISTORY[0]["content"])
+    assert ra.conversation is None and ra.held == ra.total > 400
+    message = {"role": "user", "content": HISTORY[0]["content"] + "\nWhich box holds the most?"}
+    r = engine.generate("new", [message], max_tokens=16)
+    assert r.read_ahead_tokens == ra.read and r.prompt_tokens < 24
+    assert r.tokens == _fresh(plain, [message]).tokens

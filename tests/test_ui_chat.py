@@ -321,6 +321,48 @@ async def test_the_open_conversations_history_is_read_ahead_with_its_settings(st
         "read_ahead", "read_ahead", "generate", "read_ahead", "read_ahead", "close"]
 
 
+async def test_the_message_box_is_read_ahead_once_typing_pauses(store, tmp_path, log):
+    """A pause in typing asks the engine to read the message box's text too: in a new conversation
+    (no id yet) and in one with a history; an unchanged draft is not asked again, an edit of an
+    earlier message is not read, and a reply's end reads what the box holds by then."""
+    from adaspark_app.ui.screens.chat import TYPING_PAUSE_S
+
+    cid = seed_conversation(store)
+    history = [{"role": "user", "content": "What is the capital of France?"}, {"role": "assistant", "content": "Paris."}]
+    app = make_app(store, scripted(["About two million.", "Yes."], log_path=log), tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        chat = app.chat_screen
+        await wait_until(pilot, lambda: app.engine.ready)
+        chat.prompt.text = "Here is a long text I pasted"
+        await wait_until(pilot, lambda: read_log(log, "read_ahead"), what="the new conversation's draft read")
+        (call,) = read_log(log, "read_ahead")
+        assert (call["conversation"], call["messages"], call["draft"]) == (None, [], "Here is a long text I pasted")
+        await pilot.pause(2 * TYPING_PAUSE_S)
+        chat.prompt.text = "Here is a long text I pasted"  # the same text: not asked again
+        await pilot.pause(2 * TYPING_PAUSE_S)
+        assert len(read_log(log, "read_ahead")) == 1
+        await chat.open_conversation(cid)  # its history, with the box's draft (none)
+        await wait_until(pilot, lambda: len(read_log(log, "read_ahead")) == 2)
+        assert (read_log(log, "read_ahead")[1]["messages"], read_log(log, "read_ahead")[1]["draft"]) == (history, "")
+        chat.prompt.text = "How many"
+        await wait_until(pilot, lambda: len(read_log(log, "read_ahead")) == 3)
+        assert read_log(log, "read_ahead")[2]["draft"] == "How many"
+        chat.prompt.text = "How many people live there?"
+        await pilot.press("enter")  # before the pause: the reply reads the rest itself
+        await finished(pilot)
+        await wait_until(pilot, lambda: len(read_log(log, "read_ahead")) == 4)
+        assert read_log(log, "read_ahead")[3]["draft"] == ""
+        await pilot.pause(2 * TYPING_PAUSE_S)
+        assert len(read_log(log, "read_ahead")) == 4  # the box's clearing was that same ask
+        chat.begin_editing(0)
+        await pilot.pause()
+        chat.prompt.text = "What is the capital of Spain?"
+        await pilot.pause(2 * TYPING_PAUSE_S)
+        assert len(read_log(log, "read_ahead")) == 4  # an earlier message edited: nothing read
+    assert [c["event"] for c in read_log(log) if c["event"] != "load"][:5] == [
+        "read_ahead", "read_ahead", "read_ahead", "generate", "read_ahead"]
+
+
 async def test_with_read_ahead_off_the_history_is_read_only_when_a_message_is_sent(store, tmp_path, log):
     cid = seed_conversation(store)
     app = make_app(store, scripted(["About two million."], log_path=log), tmp_path, read_ahead=False)

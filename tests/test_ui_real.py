@@ -393,10 +393,48 @@ async def test_real_history_is_read_while_the_message_is_typed(learned, chats, t
         note = str(chat.chat_view.messages()[-1].query_one(".note").render())
     meta = chats.get_messages(cid)[-1]["meta"]
     assert meta["read_ahead_tokens"] == read.read and meta["prompt_tokens"] == meta["prompt_length"] - read.read
-    assert f"{read.read:,} history tokens read ahead" in note
+    assert f"{read.read:,} tokens read ahead" in note
     asked = read_log(log, "read_ahead")[0]  # (another follows the reply)
     (call,) = read_log(log, "generate")
     assert asked["messages"] == call["messages"][:-1]
+    with ChatEngine(arm="ar", n_ctx=4096) as eng:
+        fresh = eng.generate("fresh", call["messages"], max_tokens=MAX_TOKENS)
+    assert chats.get_messages(cid)[-1]["content"] == fresh.text
+
+
+async def test_real_pasted_text_is_read_while_the_question_is_typed(learned, chats, tmp_path):
+    """A new chat: a long text pasted into the message box is read by the engine once typing
+    pauses, the status line counting it; the question typed after it is then all the reply
+    reads, and the reply is the one a plain prefill gives."""
+    from adaspark_app.engine.chat_engine import ChatEngine
+
+    paste = "\n".join(f"Item {i}: the {['red', 'green', 'blue'][i % 3]} crate holds {i * 5 % 17} apples."
+                      for i in range(80))
+    log = tmp_path / "calls.jsonl"
+    shown: list[str] = []
+    app = make_app(recording(EngineConfig(store_path=learned), log), chats, tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        chat = app.chat_screen
+        status = chat.query_one("#status")
+        await wait_until(pilot, lambda: app.engine.ready, timeout=REPLY_TIMEOUT)
+        chat.prompt.text = paste
+        await wait_until(pilot, lambda: shown.append(str(status.render())) or (
+            chat.history_read is not None and chat.history_read.result is not None
+            and chat.history_read.result.held == chat.history_read.result.total),
+            timeout=REPLY_TIMEOUT, what="the pasted text read ahead")
+        read = chat.history_read.result
+        assert read.conversation is None and read.read == read.total > 512
+        assert any(text.startswith("Reading your message ahead: ") for text in shown)
+        await send(pilot, paste + "\nWhich crate holds the most apples?")
+        await finished(pilot)
+        note = str(chat.chat_view.messages()[-1].query_one(".note").render())
+        cid = chat.conversation.id
+    meta = chats.get_messages(cid)[-1]["meta"]
+    assert meta["read_ahead_tokens"] == read.read and meta["prompt_tokens"] < 24
+    assert f"{read.read:,} tokens read ahead" in note
+    (asked,) = [c for c in read_log(log, "read_ahead") if c["draft"]][:1]
+    assert asked["draft"] == paste and asked["conversation"] is None
+    (call,) = read_log(log, "generate")
     with ChatEngine(arm="ar", n_ctx=4096) as eng:
         fresh = eng.generate("fresh", call["messages"], max_tokens=MAX_TOKENS)
     assert chats.get_messages(cid)[-1]["content"] == fresh.text

@@ -204,13 +204,13 @@ class ScriptedEngine:
     def cold_start_progress(self) -> tuple[int, int]:
         return (min(self.rounds_total, len(PRICES_S)), len(PRICES_S))
 
-    def read_ahead(self, conversation_id: str, messages: list[dict[str, str]], max_tokens: int = 512,
-                   stop: Any = None, on_progress: Any = None) -> Any:
+    def read_ahead(self, conversation_id: str | None, messages: list[dict[str, str]], max_tokens: int = 512,
+                   stop: Any = None, on_progress: Any = None, draft: str = "") -> Any:
         """Logs what the chat asks to have read (the real engine's reading: tests/test_read_ahead.py)."""
         from adaspark_app.engine.events import ReadAhead
 
         _log(self.log_path, {"event": "read_ahead", "conversation": conversation_id, "messages": messages,
-                             "max_tokens": max_tokens, "pid": os.getpid()})
+                             "max_tokens": max_tokens, "draft": draft, "pid": os.getpid()})
         if self.read_ahead_fails:
             on_progress(0, 600)
             raise RuntimeError("scripted failure while reading ahead")
@@ -263,7 +263,7 @@ class RecordingEngine:
 
     def read_ahead(self, conversation_id: str, messages: list[dict[str, str]], *args: Any, **kwargs: Any) -> Any:
         _log(self._log_path, {"event": "read_ahead", "conversation": conversation_id, "messages": messages,
-                              "max_tokens": kwargs.get("max_tokens")})
+                              "max_tokens": kwargs.get("max_tokens"), "draft": kwargs.get("draft", "")})
         return self._engine.read_ahead(conversation_id, messages, *args, **kwargs)
 
     def close(self) -> None:

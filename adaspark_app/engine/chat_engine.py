@@ -342,7 +342,7 @@ class ChatEngine:
         enter_s = time.perf_counter() - t_asked  # the prompt's rendering and tokens, a saved context's read
         cached = shared_prefix(dec.kv_tokens, prompt)
         ahead, self._ahead, read_ahead = self._ahead, None, 0
-        if ahead is not None and ahead.conversation == conversation_id and not restored:
+        if ahead is not None and ahead.conversation in (conversation_id, None) and not restored:
             restored = min(ahead.restored, cached)  # what the history's reading gave, as the prompt keeps it
             read_ahead = min(ahead.read, cached - restored)
         between = _reading(len(prompt) - cached, on_prefill, cancel.is_set if cancel is not None else None)
@@ -423,33 +423,41 @@ class ChatEngine:
         return result
 
     # ------------------------------------------------------------------ reading ahead
-    def history_tokens(self, messages: list[dict[str, str]], max_tokens: int = 512) -> list[int]:
+    def history_tokens(self, messages: list[dict[str, str]], max_tokens: int = 512, draft: str = "") -> list[int]:
         """The tokens that begin the prompt of the next reply in a conversation of `messages`
         (system prompt and turns, before the user's next message; a trailing user message is left
-        out): the prompt of a next message, up to where the message's own text starts, less one
-        token (tokenisers may join the text to what precedes it). Found by rendering two next
-        messages and keeping what their prompts share, so any template does. Empty where nothing
-        can be known (a template that refuses, a history that leaves no room for a reply)."""
+        out), the start of that message too where `draft` gives it (the message box's text, to
+        which more will be typed): the prompt of a next message, up to where what follows the
+        draft starts, less one token (tokenisers may join the text to what precedes it). Found by
+        rendering two next messages and keeping what their prompts share, so any template does.
+        Empty where nothing can be known (a template that refuses, a history that leaves no room
+        for a reply)."""
         _check_messages(messages)
+        if not isinstance(draft, str):
+            raise ArgumentError("draft must be a str")
         past = list(messages)
         while past and past[-1]["role"] == "user":
             past.pop()
-        if not past:
+        if not past and not draft:
             return []
         try:
-            window, one = self.fit_window([*past, {"role": "user", "content": "A"}], max_tokens)
-            other = self.prompt_tokens([*window.messages[:-1], {"role": "user", "content": "?"}])
+            window, one = self.fit_window([*past, {"role": "user", "content": draft + "A"}], max_tokens)
+            other = self.prompt_tokens([*window.messages[:-1], {"role": "user", "content": draft + "?"}])
         except AdaSparkError:
             return []
         return one[:max(0, common_prefix(one, other) - 1)]
 
-    def read_ahead(self, conversation_id: str, messages: list[dict[str, str]], max_tokens: int = 512,
+    def read_ahead(self, conversation_id: str | None, messages: list[dict[str, str]], max_tokens: int = 512,
                    stop: Callable[[], bool] | None = None,
-                   on_progress: Callable[[int, int], None] | None = None) -> ReadAhead:
+                   on_progress: Callable[[int, int], None] | None = None, draft: str = "") -> ReadAhead:
         """Put a conversation's history in the KV cache before its next reply is asked (the chat
         does it while the user types): from its saved context where one gives it, then a prefill of
         the rest. `stop()` is asked between two of the prefill's chunks; True stops there, the cache
         keeping what was read. on_progress(done, total) as `generate`'s on_prefill.
+
+        draft: the next message as far as it is typed (a pasted text, say): read too, up to its
+        last token or so (`history_tokens`). conversation_id None: a new conversation's first
+        message, whose id comes with its reply (that reply counts the reading).
 
         The next `generate` in the conversation prefills only what the cache lacks, and its result
         counts what was read here (`restored_tokens`, `read_ahead_tokens`). Its reply is
@@ -457,7 +465,7 @@ class ChatEngine:
         positions. Another conversation the cache held is saved first (as `generate` does).
         Blocking: run it on the engine's thread, as `generate`."""
         with self._lock:
-            tokens = self.history_tokens(messages, max_tokens)
+            tokens = self.history_tokens(messages, max_tokens, draft)
             dec = self.decoder
             if len(tokens) < 2 or self.backend.recurrent:  # a recurrent state cannot be cut back to a prefix
                 return ReadAhead(conversation_id, 0, 0, 0, len(tokens))
@@ -475,11 +483,12 @@ class ChatEngine:
             return done
 
     # ------------------------------------------------------------------ saved contexts
-    def _enter(self, conversation_id: str, prompt: list[int]) -> int:
+    def _enter(self, conversation_id: str | None, prompt: list[int]) -> int:
         """Before a reply in `conversation_id`, or a reading of its history (`prompt`: the history's
         tokens): save the context of the conversation the cache holds if it is another, and put this
-        conversation's saved context back where it gives more of the prompt than the cache does.
-        Returns the prompt tokens the saved context gave (0: none)."""
+        conversation's saved context back where it gives more of the prompt than the cache does
+        (None: a new conversation, none saved). Returns the prompt tokens the saved context gave
+        (0: none)."""
         from ..store.saved_context import MIN_TOKENS
 
         sc = self.saved_contexts
@@ -488,6 +497,8 @@ class ChatEngine:
         if self._held is not None and self._held != conversation_id:
             self.save_context()
         self._held = None  # until this reply ends whole
+        if conversation_id is None:
+            return 0
         dec = self.decoder
         cached = shared_prefix(dec.kv_tokens, prompt)
         if len(prompt) - cached < MIN_GAIN:

@@ -118,8 +118,8 @@ class ReplyResult:
 class ReadAhead:
     """What `ChatEngine.read_ahead` did for a conversation before its next reply was asked."""
 
-    conversation: str
+    conversation: str | None  # None: a new conversation's first message, read as it was typed
     restored: int  # history tokens put back from the conversation's saved context
     read: int  # history tokens prefilled
-    held: int  # history tokens the KV cache holds now (the next prompt's start)
-    total: int  # the history's tokens: held < total where the reading was stopped
+    held: int  # history tokens the KV cache holds now (the next prompt's start; a draft's too)
+    total: int  # the history's tokens (and the draft's): held < total where the reading was stopped

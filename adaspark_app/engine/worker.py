@@ -16,7 +16,7 @@ Protocol (every message is a tuple whose first item names it; all items are pick
 
 UI -> engine, on the command pipe:
     ("generate", request_id, conversation_id, messages, max_tokens, turn, sampling)
-    ("read_ahead", conversation_id, messages, max_tokens)  # the history shown, before its next message
+    ("read_ahead", conversation_id, messages, max_tokens, draft)  # the history shown, and the message typed
     ("close",)
 engine -> UI, on the event pipe:
     ("loaded", {"model_name", "drafter_name", "notices", "gauges", "pid", "n_ctx", "device"})
@@ -341,10 +341,10 @@ def _reading_progress(events: Any, kind: str, about: Any) -> Callable[[int, int]
     return progress
 
 
-def _read_ahead(engine: Any, events: Any, commands: Any, conversation_id: str, messages: list[dict[str, str]],
-                max_tokens: int) -> None:
+def _read_ahead(engine: Any, events: Any, commands: Any, conversation_id: str | None,
+                messages: list[dict[str, str]], max_tokens: int, draft: str = "") -> None:
     """Read the history of the conversation the chat shows into the KV cache while the user types
-    (`ChatEngine.read_ahead`), until the next command arrives. Nothing depends on it: an engine
+    (`ChatEngine.read_ahead`), and the message as far as it is typed, until the next command arrives. Nothing depends on it: an engine
     without it (a test's) answers nothing, one that fails at it answers None (the status line's
     count ends), and the next reply reads what it needs itself."""
     read_ahead = getattr(engine, "read_ahead", None)
@@ -352,7 +352,7 @@ def _read_ahead(engine: Any, events: Any, commands: Any, conversation_id: str, m
         return
     try:
         result = read_ahead(conversation_id, messages, max_tokens=max_tokens, stop=commands.poll,
-                            on_progress=_reading_progress(events, "reading_ahead", conversation_id))
+                            on_progress=_reading_progress(events, "reading_ahead", conversation_id), draft=draft)
     except (BrokenPipeError, EOFError):
         raise
     except Exception as err:  # said in the engine's log; the reply will prefill what it needs

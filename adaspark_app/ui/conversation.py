@@ -400,7 +400,7 @@ def reply_meta(result: ReplyResult, model: str, shown_rate: float | None = None,
     meta["prompt_length"] = result.prompt_length  # the whole prompt: with n_tokens, the context used
     if result.restored_tokens:  # the history came from the conversation's saved context, not a prefill
         meta["restored_tokens"] = result.restored_tokens
-    if result.read_ahead_tokens:  # the history was read while the message was typed
+    if result.read_ahead_tokens:  # the history (and the message's start) read while it was typed
         meta["read_ahead_tokens"] = result.read_ahead_tokens
     if result.dropped_turns:  # the marker above the reply, shown again when the chat is reopened
         meta["dropped_turns"] = result.dropped_turns
@@ -452,7 +452,7 @@ def reply_note(meta: Any, sep: str = " · ") -> str:
     if isinstance(meta.get("rounds"), int) and meta["rounds"]:
         parts.append(counted(meta["rounds"], "round"))
     for key, said in (("restored_tokens", "history tokens from disk"),
-                      ("read_ahead_tokens", "history tokens read ahead")):
+                      ("read_ahead_tokens", "tokens read ahead")):
         n = meta.get(key)
         if isinstance(n, int) and not isinstance(n, bool) and n > 0:
             parts.append(f"{n:,} {said}")

@@ -253,16 +253,18 @@ class EngineClient:
                 raise RuntimeError(f"the engine is not running ({err})") from None
         return request_id
 
-    def read_ahead(self, conversation_id: str, messages: list[dict[str, str]], max_tokens: int) -> bool:
+    def read_ahead(self, conversation_id: str | None, messages: list[dict[str, str]], max_tokens: int,
+                   draft: str = "") -> bool:
         """Ask the engine to read the history `messages` of the conversation the chat shows into its
-        cache before the next message is sent (`ChatEngine.read_ahead`); it stops as soon as the
+        cache before the next message is sent, and `draft`, the message as far as it is typed
+        (`ChatEngine.read_ahead`; conversation_id None: a new conversation); it stops as soon as the
         next command arrives. Only a loaded engine is asked (the chat asks again when one loads).
         Returns whether it was asked."""
         with self._lock:
             if self._closing or self._commands is None or not self.ready:
                 return False
             try:
-                self._commands.send(("read_ahead", conversation_id, messages, max_tokens))
+                self._commands.send(("read_ahead", conversation_id, messages, max_tokens, draft))
             except (OSError, ValueError):
                 return False
         return True

@@ -14,12 +14,17 @@ written, so it is read from the page cache, as in a chat reopened soon after; af
 the disk's read time of its size.
 
     python -m benchmarks.speed.reopen_ttft benchmarks/sets/sharegpt-paste-16-e.jsonl [--limit 8] [--repeats 3]
-        [--ways saved,prefill,ahead] [--typing S]
+        [--ways saved,prefill,ahead] [--typing S] [--after-reply | --typed N]
 
 `--after-reply` times a follow-up instead (ways prefill and ahead): the first turn is replied to
 again before each timed reply, so the cache holds the conversation as a reply leaves it, and the
 ahead way reads the history as the chat does after every reply (the turn's end, the next one's
 start, and the reply as its text tokenises).
+
+`--typed N` times a new conversation's first message instead (ways prefill and ahead): its text
+but the last N characters is pasted into the message box, and the ahead way reads it as a draft
+(`read_ahead(..., draft=...)`, what the chat does once typing pauses) while the last N characters
+are typed (`--typing` seconds, default read whole), then sends the whole message.
 
 Each ratio is prefill / that way's time to first token: a geometric mean over conversations with
 a 95% bootstrap interval (adaspark_app.bench.stats). The save, paid when the chat leaves the
@@ -57,13 +62,17 @@ def main(argv: list[str] | None = None) -> int:
                     "seconds (default: read it whole)")
     ap.add_argument("--after-reply", action="store_true",
                     help="time a follow-up: the cache holds the first reply, as a chat that goes on")
+    ap.add_argument("--typed", type=int, help="time a first message whose text but its last TYPED characters "
+                    "was pasted and read ahead while those are typed")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args(argv)
     ways = [w.strip() for w in args.ways.split(",") if w.strip()]
     if "prefill" not in ways or not set(ways) <= {"saved", "prefill", "ahead"} or len(ways) < 2:
         ap.error("--ways: prefill and one or more of saved, ahead")
-    if args.after_reply and "saved" in ways:
-        ap.error("--after-reply: the ways prefill and ahead (nothing is read from disk in a chat that goes on)")
+    if (args.after_reply or args.typed) and "saved" in ways:
+        ap.error("--after-reply, --typed: the ways prefill and ahead (nothing is read from disk in a chat that goes on)")
+    if args.after_reply and args.typed:
+        ap.error("--after-reply or --typed, not both")
     native.activate()
     from adaspark_app.bench.stats import bootstrap_interval, geometric_mean
     from adaspark_app.engine.chat_engine import ChatEngine
@@ -78,13 +87,17 @@ def main(argv: list[str] | None = None) -> int:
         for conv in convs:
             cid = store.create_conversation(str(conv.get("id")), "bench")
             first = [{"role": "user", "content": conv["turns"][0]}]
-            r1 = saved.generate(cid, first, max_tokens=args.first_tokens)
-            t0 = time.perf_counter()
-            wrote = saved.save_context()
-            save_s = time.perf_counter() - t0
-            size = saved.saved_contexts.path_for(cid).stat().st_size if wrote else 0
-            second = conv["turns"][1] if len(conv["turns"]) > 1 else FOLLOW_UP
-            history = first + [{"role": "assistant", "content": r1.text}, {"role": "user", "content": second}]
+            save_s, size = 0.0, 0
+            if args.typed:  # the first message itself, its start pasted before the rest is typed
+                history, draft = first, conv["turns"][0][:-args.typed]
+            else:
+                r1 = saved.generate(cid, first, max_tokens=args.first_tokens)
+                t0 = time.perf_counter()
+                wrote = saved.save_context()
+                save_s = time.perf_counter() - t0
+                size = saved.saved_contexts.path_for(cid).stat().st_size if wrote else 0
+                second = conv["turns"][1] if len(conv["turns"]) > 1 else FOLLOW_UP
+                history, draft = first + [{"role": "assistant", "content": r1.text}, {"role": "user", "content": second}], ""
             times: dict[str, list[float]] = {w: [] for w in ways}
             texts, given, prompt, read_s = set(), {w: 0 for w in ways}, 0, []
             for rep in range(args.repeats):
@@ -96,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
                     if way == "ahead":
                         t1 = time.perf_counter()
                         stop = None if args.typing is None else (lambda t1=t1: time.perf_counter() - t1 >= args.typing)
-                        eng.read_ahead(cid, history[:-1], max_tokens=args.reply_tokens, stop=stop)
+                        eng.read_ahead(cid, history[:-1], max_tokens=args.reply_tokens, stop=stop, draft=draft)
                         read_s.append(time.perf_counter() - t1)
                     r = eng.generate(cid, history, max_tokens=args.reply_tokens)
                     times[way].append(r.prefill_s)
@@ -117,15 +130,18 @@ def main(argv: list[str] | None = None) -> int:
     typing = "in full" if args.typing is None else (
         f"until {args.typing:g} s had passed (the message's typing), at the end of a chunk")
     title = ("# Time to first token of a follow-up: the history read ahead after the reply, against none"
-             if args.after_reply else "# Time to first token in a reopened conversation: its saved context, "
-             "or its history read ahead, against a prefill")
+             if args.after_reply else f"# Time to first token of a pasted text and {args.typed} characters typed "
+             "after it: the paste read ahead while they are typed, against none" if args.typed else
+             "# Time to first token in a reopened conversation: its saved context, or its history read ahead, "
+             "against a prefill")
     lines = [title, "",
              f"- command: `{command_line('benchmarks.speed.reopen_ttft', argv)}`",
              f"- machine: {cpu_model()}, {os.cpu_count()} cores, Python {platform.python_version()}",
              f"- model: {Path(args.model).name if args.model else 'the bundled SmolLM2-135M-Instruct Q4_1'}, n_ctx {args.n_ctx}",
              f"- {len(rows)} conversations, {args.repeats} repeats each way, interleaved"
              + ("; the saved file read from the page cache (written just before)" if "saved" in ways else "")
-             + (f"; the history read ahead {typing}" if "ahead" in ways else ""), ""]
+             + (f"; the {'pasted text' if args.typed else 'history'} read ahead {typing}" if "ahead" in ways else ""),
+             ""]
     for way in others:
         if log_ratios[way]:
             lo, hi = bootstrap_interval(log_ratios[way])

@@ -54,6 +54,9 @@ from .settings import SettingsScreen
 #: The fewest columns the conversation keeps: on a narrower terminal the sidebar, then the panel,
 #: start hidden.
 CHAT_MIN_COLUMNS = 50
+#: The message box's text is read ahead by the engine once typing pauses this long (a paste is one
+#: change): a pause that short costs a few tokens' reading, and the reply then reads only the rest.
+TYPING_PAUSE_S = 0.5
 
 
 def fitting_panels(width: int, sidebar: int, panel: int) -> tuple[bool, bool]:
@@ -133,6 +136,9 @@ class ChatScreen(Screen):
         self._draft_timer: Timer | None = None  # the draft's next save (see _prompt_changed)
         self.history_read: EngineReadAhead | None = None  # the engine's last word on reading a history ahead
         self._reading_shown = False  # the status line counts a history being read ahead
+        self._reading_draft = False  # the reading asked last holds the message box's text
+        self._typing_timer: Timer | None = None  # the draft's reading, once typing pauses (_prompt_changed)
+        self._draft_asked: tuple[str | None, str] | None = None  # (conversation, draft) last asked to be read
 
     # ------------------------------------------------------------------ layout
     def compose(self) -> ComposeResult:
@@ -253,7 +259,8 @@ class ChatScreen(Screen):
         """A long history being read ahead: counted on the status line while nothing else is said there."""
         if message.conversation_id == self.conversation.id and self._status_free():
             self._reading_shown = True
-            self.set_status(f"Reading history ahead: {message.done:,}/{message.total:,} tokens…")
+            what = "your message" if self._reading_draft else "history"
+            self.set_status(f"Reading {what} ahead: {message.done:,}/{message.total:,} tokens…")
 
     def on_engine_read_ahead(self, message: EngineReadAhead) -> None:
         self.history_read = message
@@ -268,13 +275,19 @@ class ChatScreen(Screen):
 
     def read_history_ahead(self) -> None:
         """Have the engine read the open conversation's history into its cache while the next
-        message is typed, so the reply reads only that message (`ChatEngine.read_ahead`). Asked
-        on opening a conversation, on a settings change, when an engine loads and after each
-        reply; never while a reply runs."""
+        message is typed, and the message box's text as far as it is typed (a pasted text, say), so
+        the reply reads only the rest (`ChatEngine.read_ahead`). Asked on opening a conversation,
+        on a settings change, when an engine loads, after each reply and when typing pauses
+        (TYPING_PAUSE_S); never while a reply runs or an earlier message is edited."""
         conv = self.conversation
-        if conv.id is None or not conv.turns or self.generating or not self.host.read_ahead or self.host.quitting:
+        if self.generating or not self.host.read_ahead or self.host.quitting or conv.editing is not None:
             return
-        self.host.engine.read_ahead(conv.id, conv.settings.messages(conv.history), conv.settings.max_tokens)
+        draft = self.prompt.text if self.prompt.text.strip() else ""
+        if not conv.turns and not draft:
+            return
+        self._draft_asked = (conv.id, draft)
+        self._reading_draft = bool(draft)
+        self.host.engine.read_ahead(conv.id, conv.settings.messages(conv.history), conv.settings.max_tokens, draft)
 
     async def on_engine_rounds(self, message: EngineRounds) -> None:
         await self.replies.rounds(message)
@@ -356,9 +369,19 @@ class ChatScreen(Screen):
 
     @on(TextArea.Changed, "#prompt")
     def _prompt_changed(self, _: TextArea.Changed) -> None:
-        """Typed, cleared or given back: saved within SAVE_INTERVAL_S (a kill loses no more)."""
+        """Typed, cleared or given back: saved within SAVE_INTERVAL_S (a kill loses no more), and
+        read ahead by the engine once typing pauses for TYPING_PAUSE_S."""
         if self._draft_timer is None:
             self._draft_timer = self.set_timer(SAVE_INTERVAL_S, self._draft_due)
+        if self._typing_timer is not None:
+            self._typing_timer.stop()
+        self._typing_timer = self.set_timer(TYPING_PAUSE_S, self._typing_paused)
+
+    def _typing_paused(self) -> None:
+        self._typing_timer = None
+        draft = self.prompt.text if self.prompt.text.strip() else ""
+        if (self.conversation.id, draft) != self._draft_asked:
+            self.read_history_ahead()
 
     def _draft_due(self) -> None:
         self._draft_timer = None
