@@ -110,11 +110,6 @@ class PromptTokens:
                 self._learn(tokens)
         return tokens
 
-    def clear(self) -> None:
-        """Forget every kept piece (the markers stay: they belong to the vocabulary)."""
-        self._pieces.clear()
-        self._kept = 0
-
     def marker(self, token: int) -> bool:
         """Whether the text may be cut at every occurrence of `token`'s text (the module
         docstring's rule)."""

@@ -344,9 +344,9 @@ def _reading_progress(events: Any, kind: str, about: Any) -> Callable[[int, int]
 def _read_ahead(engine: Any, events: Any, commands: Any, conversation_id: str | None,
                 messages: list[dict[str, str]], max_tokens: int, draft: str = "") -> None:
     """Read the history of the conversation the chat shows into the KV cache while the user types
-    (`ChatEngine.read_ahead`), and the message as far as it is typed, until the next command arrives. Nothing depends on it: an engine
-    without it (a test's) answers nothing, one that fails at it answers None (the status line's
-    count ends), and the next reply reads what it needs itself."""
+    (`ChatEngine.read_ahead`), and the message as far as it is typed, until the next command
+    arrives. Nothing depends on it: an engine without it (a test's) answers nothing, one that fails
+    at it answers None (the status line's count ends), and the next reply reads what it needs."""
     read_ahead = getattr(engine, "read_ahead", None)
     if read_ahead is None:
         return
