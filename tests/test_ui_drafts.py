@@ -89,6 +89,43 @@ async def test_each_conversation_has_its_own_draft(store, tmp_path):
         assert chat.prompt.text == "for a new one"
 
 
+async def test_a_save_due_as_another_conversation_opens_saves_nothing_into_it(store, tmp_path):
+    """The draft's save timer fired just before a switch, its call run in the middle of it (the
+    opened conversation's id set, its draft not yet shown): the text typed for the conversation
+    left is not saved as the opened one's draft (it was saved for the one left as the switch
+    began)."""
+    other = store.create_conversation("other", "m")
+    store.add_message(other, "user", "hi")
+    store.save_draft(other, "the other's own draft")
+    app = make_app(store, tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        chat = app.chat_screen
+        await wait_until(pilot, lambda: chat._draft_timer is None, what="no save pending")
+        due: list = []
+        set_timer = chat.set_timer
+
+        def held(delay, callback, *args, **kwargs):
+            if delay == SAVE_INTERVAL_S:  # the save's call kept for the test to make; its timer never fires
+                due.append(callback)
+                return set_timer(3600.0, lambda: None)
+            return set_timer(delay, callback, *args, **kwargs)
+
+        chat.set_timer = held
+        await type_text(pilot, "typed here")
+        await wait_until(pilot, lambda: due, what="the draft's save timer")
+        show_turns = chat.chat_view.show_turns
+
+        async def switching(turns):
+            for callback in due:
+                callback()  # the fired timer's call, mid-switch
+            await show_turns(turns)
+
+        chat.chat_view.show_turns = switching
+        await chat.open_conversation(other)
+        assert chat.prompt.text == "the other's own draft"
+    assert store.draft(other) == "the other's own draft" and store.draft(None) == "typed here"
+
+
 async def test_a_sent_message_is_no_longer_a_draft(store, tmp_path):
     app = make_app(store, tmp_path)
     async with app.run_test(size=SIZE) as pilot:

@@ -54,8 +54,9 @@ from .settings import SettingsScreen
 #: The fewest columns the conversation keeps: on a narrower terminal the sidebar, then the panel,
 #: start hidden.
 CHAT_MIN_COLUMNS = 50
-#: The message box's text is read ahead by the engine once typing pauses this long (a paste is one
-#: change): a pause that short costs a few tokens' reading, and the reply then reads only the rest.
+#: The message box's text is read ahead by the engine this long after it changes, and so every this
+#: long while typing goes on (a paste is one change): each reading is of the few tokens typed since
+#: the last, and the reply then reads only what was typed in its last half second.
 TYPING_PAUSE_S = 0.5
 
 
@@ -277,8 +278,8 @@ class ChatScreen(Screen):
         """Have the engine read the open conversation's history into its cache while the next
         message is typed, and the message box's text as far as it is typed (a pasted text, say), so
         the reply reads only the rest (`ChatEngine.read_ahead`). Asked on opening a conversation,
-        on a settings change, when an engine loads, after each reply and when typing pauses
-        (TYPING_PAUSE_S); never while a reply runs or an earlier message is edited."""
+        on a settings change, when an engine loads, after each reply and every TYPING_PAUSE_S while
+        the box changes; never while a reply runs or an earlier message is edited."""
         conv = self.conversation
         if self.generating or not self.host.read_ahead or self.host.quitting or conv.editing is not None:
             return
@@ -370,20 +371,21 @@ class ChatScreen(Screen):
     @on(TextArea.Changed, "#prompt")
     def _prompt_changed(self, _: TextArea.Changed) -> None:
         """Typed, cleared or given back: saved within SAVE_INTERVAL_S (a kill loses no more), and
-        read ahead by the engine once typing pauses for TYPING_PAUSE_S."""
+        read ahead by the engine TYPING_PAUSE_S after it changed (and so on while typing goes on)."""
         if self._draft_timer is None:
-            self._draft_timer = self.set_timer(SAVE_INTERVAL_S, self._draft_due)
-        if self._typing_timer is not None:
-            self._typing_timer.stop()
-        self._typing_timer = self.set_timer(TYPING_PAUSE_S, self._typing_paused)
+            timer = self._draft_timer = self.set_timer(SAVE_INTERVAL_S, lambda: self._draft_due(timer))
+        if self._typing_timer is None:  # not restarted by each key: read every TYPING_PAUSE_S while typing
+            self._typing_timer = self.set_timer(TYPING_PAUSE_S, self._typing_read_due)
 
-    def _typing_paused(self) -> None:
+    def _typing_read_due(self) -> None:
         self._typing_timer = None
         draft = self.prompt.text if self.prompt.text.strip() else ""
         if (self.conversation.id, draft) != self._draft_asked:
             self.read_history_ahead()
 
-    def _draft_due(self) -> None:
+    def _draft_due(self, timer: Timer) -> None:
+        if timer is not self._draft_timer:  # stopped once it had fired: whoever stopped it saved the
+            return  # draft then (a switch of conversation; this call may come in the middle of it)
         self._draft_timer = None
         self.save_draft()
 
