@@ -522,6 +522,33 @@ def test_reopen_ttft_reads_the_history_from_disk_or_ahead_and_every_way_replies_
     head = next(line for line in report.splitlines() if line.startswith("| conversation |")).split("|")
     row = next(line for line in report.splitlines() if line.startswith("| c1 |")).split("|")
     assert 0 < int(dict(zip(head, row))[" ahead: tokens given "]) < 16
+    # a first message pasted but its last 40 characters: the paste read as a draft while they are typed
+    assert main([str(script), "--limit", "1", "--repeats", "2", "--reply-tokens", "4", "--n-ctx", "1024",
+                 "--ways", "prefill,ahead", "--typed", "40", "--out", str(out)]) == 0
+    report = out.read_text()
+    assert report.startswith("# Time to first token of a pasted text and 40 characters") and "1 of 1." in report
+    row = dict(zip(next(line for line in report.splitlines() if line.startswith("| conversation |")).split("|"),
+                   next(line for line in report.splitlines() if line.startswith("| c1 |")).split("|")))
+    assert 256 < int(row[" ahead: tokens given "]) and int(row[" prompt tokens "]) - int(row[" ahead: tokens given "]) < 32
+    with pytest.raises(SystemExit):
+        main([str(script), "--ways", "prefill,ahead", "--typed", "40", "--after-reply"])
+
+
+@pytest.mark.model
+def test_prompt_tokens_times_both_ways_per_turn_and_finds_them_alike(tmp_path):
+    """`benchmarks.cost.prompt_tokens`: every turn's window and tokens the same both ways (exit 0),
+    the ratio and the rows by prompt size in the report; `--ttft` replies the same both ways."""
+    from benchmarks.cost.prompt_tokens import main
+
+    paste = "Here is my list:\n" + "\n".join(f"Item {i}: a box of {i * 7 % 23} marbles." for i in range(120))
+    (tmp_path / "set.jsonl").write_text(json.dumps({"id": "c1", "turns": [paste, "Which is largest?"]}) + "\n")
+    out = tmp_path / "report.md"
+    for extra in ([], ["--ttft", "--reply-tokens", "2"]):
+        assert main([str(tmp_path / "set.jsonl"), "--n-ctx", "2048", "--max-tokens", "64", "--reply-chars", "800",
+                     "--out", str(out), *extra]) == 0
+        report = out.read_text()
+        assert "different between the ways: 0 of 2" in report and "**whole / pieces," in report
+        assert any(line.startswith("| 1000-1999 | ") or line.startswith("| 0-999 | ") for line in report.splitlines())
 
 
 @pytest.mark.model
