@@ -1,7 +1,8 @@
-"""Prompts tokenised from where they part from a prompt tokenised before (engine/prompt_tokens.py):
-the tokens equal llama.cpp's tokens of the whole prompt. The real bundled model's tokeniser over
-conversations that grow, are edited and quote its own markers; a toy tokeniser that cuts text the
-way llama.cpp does, for vocabularies whose special tokens overlap (no real model here has one)."""
+"""Prompts tokenised a piece at a time, cut at the chat template's markers, the pieces of earlier
+prompts reused (engine/prompt_tokens.py): the tokens equal llama.cpp's tokens of the whole prompt.
+The real bundled model's tokeniser over conversations that grow, are edited and quote its own
+markers; a toy tokeniser that cuts text the way llama.cpp does, for vocabularies whose special
+tokens overlap or strip white space (no real model here has one)."""
 
 from __future__ import annotations
 

@@ -283,7 +283,7 @@ class ChatScreen(Screen):
         conv = self.conversation
         if self.generating or not self.host.read_ahead or self.host.quitting or conv.editing is not None:
             return
-        draft = self.prompt.text if self.prompt.text.strip() else ""
+        draft = self._box_draft()
         if not conv.turns and not draft:
             return
         self._draft_asked = (conv.id, draft)
@@ -379,9 +379,12 @@ class ChatScreen(Screen):
 
     def _typing_read_due(self) -> None:
         self._typing_timer = None
-        draft = self.prompt.text if self.prompt.text.strip() else ""
-        if (self.conversation.id, draft) != self._draft_asked:
+        if (self.conversation.id, self._box_draft()) != self._draft_asked:
             self.read_history_ahead()
+
+    def _box_draft(self) -> str:
+        """The message box's text as the next message's start ('' where it is only white space)."""
+        return self.prompt.text if self.prompt.text.strip() else ""
 
     def _draft_due(self, timer: Timer) -> None:
         if timer is not self._draft_timer:  # stopped once it had fired: whoever stopped it saved the
