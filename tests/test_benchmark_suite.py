@@ -540,10 +540,10 @@ def test_prompt_tokens_times_both_ways_per_turn_and_finds_them_alike(tmp_path):
     the ratio and the rows by prompt size in the report; `--ttft` replies the same both ways."""
     from benchmarks.cost.prompt_tokens import main
 
-    paste = "Here is my list:\n" + "\n".join(f"Item {i}: a box of {i * 7 % 23} marbles." for i in range(120))
-    (tmp_path / "set.jsonl").write_text(json.dumps({"id": "c1", "turns": [paste, "Which is largest?"]}) + "\n")
     out = tmp_path / "report.md"
-    for extra in ([], ["--ttft", "--reply-tokens", "2"]):
+    for lines, extra in ((120, []), (40, ["--ttft", "--reply-tokens", "2"])):  # past 4 KB: pieces cut
+        paste = "Here is my list:\n" + "\n".join(f"Item {i}: a box of {i * 7 % 23} marbles." for i in range(lines))
+        (tmp_path / "set.jsonl").write_text(json.dumps({"id": "c1", "turns": [paste, "Which is largest?"]}) + "\n")
         assert main([str(tmp_path / "set.jsonl"), "--n-ctx", "2048", "--max-tokens", "64", "--reply-chars", "800",
                      "--out", str(out), *extra]) == 0
         report = out.read_text()
