@@ -309,3 +309,16 @@ def test_a_new_conversations_draft_is_read_and_its_first_reply_counts_it(engine,
     r = engine.generate("new", [message], max_tokens=16)
     assert r.read_ahead_tokens == ra.read and r.prompt_tokens < 24
     assert r.tokens == _fresh(plain, [message]).tokens
+
+
+def test_a_draft_reading_stopped_by_the_send_goes_on_in_the_reply(engine, plain):
+    """The message is sent while its paste is still being read (the worker stops the reading at
+    the next chunk): the reply reads what is left and is unchanged."""
+    engine.reset_conversation()
+    paste = "Here is more:\n" + PASTE
+    ra = engine.read_ahead("c", SHORT, draft=paste, stop=lambda: True)  # stopped after its first chunk
+    assert ra.held == ra.read == PREFILL_CHUNK_CPU < ra.total
+    message = {"role": "user", "content": paste + "\nWhich box?"}
+    r = engine.generate("c", [*SHORT, message], max_tokens=16)
+    assert r.read_ahead_tokens == ra.read and r.prompt_tokens == r.prompt_length - ra.read
+    assert r.tokens == _fresh(plain, [*SHORT, message]).tokens
