@@ -324,8 +324,8 @@ async def test_the_open_conversations_history_is_read_ahead_with_its_settings(st
 async def test_the_message_box_is_read_ahead_while_it_is_typed(store, tmp_path, log):
     """The engine is asked to read the message box's text too, half a second after it changes and
     so on while typing goes on: in a new conversation (no id yet) and in one with a history; an
-    unchanged draft is not asked again, an edit of an earlier message is not read, and a reply's
-    end reads what the box holds by then."""
+    unchanged draft is not asked again, an earlier message being edited is read as its resend's
+    prompt once it differs from the message, and a reply's end reads what the box holds by then."""
     from adaspark_app.ui.screens.chat import TYPING_PAUSE_S
 
     cid = seed_conversation(store)
@@ -358,11 +358,16 @@ async def test_the_message_box_is_read_ahead_while_it_is_typed(store, tmp_path, 
         n = len(read_log(log, "read_ahead"))
         await pilot.pause(2 * TYPING_PAUSE_S)
         assert len(read_log(log, "read_ahead")) == n  # the box's clearing was that same ask
-        chat.begin_editing(0)
-        await pilot.pause()
-        chat.prompt.text = "What is the capital of Spain?"
+        chat.begin_editing(2)  # "How many people live there?", unchanged: the cache is kept as it is
         await pilot.pause(2 * TYPING_PAUSE_S)
-        assert len(read_log(log, "read_ahead")) == n  # an earlier message edited: nothing read
+        assert len(read_log(log, "read_ahead")) == n
+        chat.prompt.text = "How many people live in Paris?"  # the resend's prompt: the turns before it, the edit
+        await wait_until(pilot, lambda: len(read_log(log, "read_ahead")) == n + 1)
+        call = read_log(log, "read_ahead")[n]
+        assert (call["messages"], call["draft"]) == (history, "How many people live in Paris?")
+        await pilot.press("escape")  # the edit left: the history and the box's own text again
+        await wait_until(pilot, lambda: len(read_log(log, "read_ahead")) == n + 2)
+        assert len(read_log(log, "read_ahead")[n + 1]["messages"]) == 4 and read_log(log, "read_ahead")[n + 1]["draft"] == ""
     events = [c["event"] for c in read_log(log) if c["event"] != "load"]
     assert events[:2] == ["read_ahead", "read_ahead"] and events.count("generate") == 1
     assert events[events.index("generate") + 1] == "read_ahead"

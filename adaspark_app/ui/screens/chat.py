@@ -279,16 +279,22 @@ class ChatScreen(Screen):
         message is typed, and the message box's text as far as it is typed (a pasted text, say), so
         the reply reads only the rest (`ChatEngine.read_ahead`). Asked on opening a conversation,
         on a settings change, when an engine loads, after each reply and every TYPING_PAUSE_S while
-        the box changes; never while a reply runs or an earlier message is edited."""
+        the box changes; never while a reply runs. While an earlier message is edited, the turns
+        before it and the edit, once it differs from the message (the resend's prompt; a look at a
+        message left unchanged keeps the cache as it is)."""
         conv = self.conversation
-        if self.generating or not self.host.read_ahead or self.host.quitting or conv.editing is not None:
+        if self.generating or not self.host.read_ahead or self.host.quitting:
             return
-        draft = self._box_draft()
-        if not conv.turns and not draft:
+        draft, turns = self._box_draft(), conv.history
+        if conv.editing is not None and conv.editing < len(turns):
+            if draft == turns[conv.editing]["content"]:
+                return
+            turns = turns[:conv.editing]
+        if not turns and not draft:
             return
         self._draft_asked = (conv.id, draft)
         self._reading_draft = bool(draft)
-        self.host.engine.read_ahead(conv.id, conv.settings.messages(conv.history), conv.settings.max_tokens, draft)
+        self.host.engine.read_ahead(conv.id, conv.settings.messages(turns), conv.settings.max_tokens, draft)
 
     async def on_engine_rounds(self, message: EngineRounds) -> None:
         await self.replies.rounds(message)
