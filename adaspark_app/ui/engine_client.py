@@ -73,9 +73,10 @@ class EnginePrefill(Message, bubble=False):
 
 
 class EngineReadingAhead(Message, bubble=False):
-    """A long history is being read ahead of its next message: `done` of `total` tokens."""
+    """A long history (and the message typed so far) is being read ahead of its next message:
+    `done` of `total` tokens (conversation_id None: a new conversation's)."""
 
-    def __init__(self, conversation_id: str, done: int, total: int) -> None:
+    def __init__(self, conversation_id: str | None, done: int, total: int) -> None:
         super().__init__()
         self.conversation_id = conversation_id
         self.done = done

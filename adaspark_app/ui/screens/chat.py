@@ -137,7 +137,6 @@ class ChatScreen(Screen):
         self._draft_timer: Timer | None = None  # the draft's next save (see _prompt_changed)
         self.history_read: EngineReadAhead | None = None  # the engine's last word on reading a history ahead
         self._reading_shown = False  # the status line counts a history being read ahead
-        self._reading_draft = False  # the reading asked last holds the message box's text
         self._typing_timer: Timer | None = None  # the draft's reading, once typing pauses (_prompt_changed)
         self._draft_asked: tuple[str | None, str] | None = None  # (conversation, draft) last asked to be read
 
@@ -260,7 +259,7 @@ class ChatScreen(Screen):
         """A long history being read ahead: counted on the status line while nothing else is said there."""
         if message.conversation_id == self.conversation.id and self._status_free():
             self._reading_shown = True
-            what = "your message" if self._reading_draft else "history"
+            what = "your message" if self._draft_asked and self._draft_asked[1] else "history"
             self.set_status(f"Reading {what} ahead: {message.done:,}/{message.total:,} tokens…")
 
     def on_engine_read_ahead(self, message: EngineReadAhead) -> None:
@@ -293,7 +292,6 @@ class ChatScreen(Screen):
         if not turns and not draft:
             return
         self._draft_asked = (conv.id, draft)
-        self._reading_draft = bool(draft)
         self.host.engine.read_ahead(conv.id, conv.settings.messages(turns), conv.settings.max_tokens, draft)
 
     async def on_engine_rounds(self, message: EngineRounds) -> None:
