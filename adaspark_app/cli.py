@@ -68,7 +68,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--arm", default="adaspark", help="adaspark | ar | chain:K | pinned:N")
     r.add_argument("--max-tokens", default=256, help="tokens per reply at most (default 256)")
     g = r.add_mutually_exclusive_group()
-    g.add_argument("--store")
+    g.add_argument("--store", help="learned-state database, read and kept up to date (default: user data dir, "
+                                   "or $ADASPARK_STORE)")
     g.add_argument("--fresh-store", action="store_true", help="learn from empty in a temporary store")
     r.add_argument("--out", help="OUT.jsonl: one object per reply (default: stdout)")
     r.add_argument("--log-rounds", help="ROUNDS.jsonl: one object per round")
@@ -114,20 +115,14 @@ def cmd_run(args: argparse.Namespace) -> int:
 
         args.model = resolve_model_arg(args.model)  # a path or a name `adaspark models` lists
         check_gguf_file(args.model, "model")
-    store = None
+    from .store import Store
+
     tmpdir = None
-    if args.fresh_store or args.store:
-        from .store import Store
-
-        if args.fresh_store:
-            tmpdir = tempfile.TemporaryDirectory(prefix="adaspark-fresh-")
-            store = Store.open(Path(tmpdir.name) / "fresh.db")
-        else:
-            store = Store.open(args.store)
-    elif os.environ.get("ADASPARK_STORE"):
-        from .store import Store
-
-        store = Store.open(None)
+    if args.fresh_store:
+        tmpdir = tempfile.TemporaryDirectory(prefix="adaspark-fresh-")
+        store = Store.open(Path(tmpdir.name) / "fresh.db")
+    else:  # what the run learns is kept, as the chat's is: --store, else $ADASPARK_STORE or the default
+        store = Store.open(args.store)
     from .engine.chat_engine import ChatEngine
 
     engine = ChatEngine(args.model, args.drafter, store=store, arm=args.arm, n_threads=args.threads,

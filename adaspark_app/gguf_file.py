@@ -20,6 +20,7 @@ file, never IndexError or struct.error.
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import mmap
 import os
@@ -169,14 +170,42 @@ def read_gguf_header(
     path = str(path)
     try:
         check_regular(path)
+        key = _file_key(path) if skip_arrays else None
+        if key is not None and key in _SKIP_ARRAYS_READ:
+            return _copy(_SKIP_ARRAYS_READ[key])
         with open(path, "rb") as fh:
             size = fh.seek(0, 2)
             if size < HEADER_BYTES:
                 raise GGUFError(path, f"{size} bytes, shorter than a GGUF header")
             with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as buf:
-                return _Walk(path, buf, full=full, skip_arrays=skip_arrays).header()
+                header = _Walk(path, buf, full=full, skip_arrays=skip_arrays).header()
     except OSError as exc:
         raise GGUFError(path, exc.strerror or str(exc)) from None
+    if key is not None:
+        while len(_SKIP_ARRAYS_READ) >= SKIP_ARRAYS_KEPT:
+            del _SKIP_ARRAYS_READ[next(iter(_SKIP_ARRAYS_READ))]
+        _SKIP_ARRAYS_READ[key] = _copy(header)
+    return header
+
+
+# Headers read with skip_arrays, by file: loading a model reads one three times (its default
+# context, llama.cpp's layer check, the store's fingerprint), 10 ms each for SmolLM2. The key
+# changes with the file (a rewrite changes its inode, size or mtime), so a replaced file is read
+# again; callers get copies of the kept dicts, so none sees another's changes.
+SKIP_ARRAYS_KEPT = 8
+_SKIP_ARRAYS_READ: dict[tuple, GGUFHeader] = {}
+
+
+def _file_key(path: str) -> tuple:
+    """What identifies the file at `path` as read: where it is and its inode, size and mtime."""
+    st = os.stat(path)
+    return (os.path.realpath(path), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+def _copy(header: GGUFHeader) -> GGUFHeader:
+    """`header` with its own kv, types and tensor table (the entries' values shared)."""
+    return dataclasses.replace(header, kv=dict(header.kv), types=dict(header.types),
+                               tensors=dict(header.tensors))
 
 
 LLAMA_MAX_LAYERS = 512  # llama.cpp asserts 0 < n_layer <= this (llama-model.cpp): an abort, not an error

@@ -77,6 +77,33 @@ def test_run_cli_with_store_then_store_show(model_path, public_prompts, tmp_path
     assert "SmolLM2-135M-Instruct (bundled, Q4_1)" in s.stdout  # the bundled model's name, read back from the store
 
 
+def test_run_without_store_options_keeps_its_learning_in_the_default_store(public_prompts, tmp_path):
+    """`adaspark run` with neither --store nor $ADASPARK_STORE learns into the default store, as the
+    chat does (it learned in memory and kept nothing before); --fresh-store leaves that store alone."""
+    import os
+
+    script = tmp_path / "s.jsonl"
+    script.write_text(json.dumps({"id": "a", "turns": public_prompts[8]["turns"][:1]}) + "\n")
+    env = {k: v for k, v in os.environ.items() if k != "ADASPARK_STORE"}
+    env["XDG_DATA_HOME"] = str(tmp_path / "data")  # where the default store is (platformdirs)
+    default_db = tmp_path / "data" / "adaspark" / "adaspark.db"
+
+    def cli(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "adaspark_app.cli", *args], capture_output=True, text=True,
+                              timeout=300, env=env)
+
+    p = cli("run", str(script), "--fresh-store", "--max-tokens", "24", "--out", str(tmp_path / "fresh.jsonl"))
+    assert p.returncode == 0, p.stderr
+    assert not default_db.exists()
+    shown = cli("store", "show")
+    assert shown.returncode == 0 and f"no learned state in {default_db}" in shown.stdout, shown.stdout + shown.stderr
+    p = cli("run", str(script), "--max-tokens", "24", "--out", str(tmp_path / "kept.jsonl"))
+    assert p.returncode == 0, p.stderr
+    shown = cli("store", "show")
+    assert shown.returncode == 0, shown.stderr
+    assert "SmolLM2-135M-Instruct (bundled, Q4_1)" in shown.stdout, shown.stdout
+
+
 def test_a_reply_cut_short_keeps_what_it_had_taught(model_path, tmp_path, monkeypatch):
     """A process killed in a long reply keeps its learning: the learned state is saved every
     CHECKPOINT_S of a reply (every round here), without a request summary, and the next engine

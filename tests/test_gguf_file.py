@@ -256,3 +256,50 @@ def test_bundled_model_header():
     assert h.kv["general.architecture"] == "llama" and h.byte_order == "<"
     assert h.data_offset == 1785664  # GGUFReader(path).data_offset, checked once (3 s)
     assert h.types["tokenizer.ggml.tokens"] == (gguf.GGUFValueType.ARRAY, gguf.GGUFValueType.STRING)
+
+
+def test_a_header_read_without_arrays_is_walked_once_per_file_version(tmp_path, monkeypatch):
+    """Loading a model reads its header for the context size, llama.cpp's layer check and the
+    store's fingerprint: the file is walked once. A changed file (replaced, or rewritten to
+    another size) is walked again, and a caller changing its copy changes no other's."""
+    import os
+
+    from adaspark_app import gguf_file
+    from adaspark_app.engine.backend import check_layer_count
+    from adaspark_app.store.fingerprint import model_fingerprint
+
+    walks: list[str] = []
+
+    class Counted(gguf_file._Walk):
+        def __init__(self, path, *args, **kwargs):
+            walks.append(path)
+            super().__init__(path, *args, **kwargs)
+
+    monkeypatch.setattr(gguf_file, "_Walk", Counted)
+    p = write(tmp_path / "m.gguf")
+    first = read_gguf_header(p, skip_arrays=True)
+    check_layer_count(str(p))
+    assert model_fingerprint(p)["architecture"] == "llama"
+    assert len(walks) == 1
+    first.kv["general.name"] = "changed by a caller"
+    assert read_gguf_header(p, skip_arrays=True).kv["general.name"] == "tiny"
+    read_gguf_header(p)  # the default and full reads are not kept
+    read_gguf_header(p, full=True)
+    assert len(walks) == 3
+
+    other = tmp_path / "other.gguf"
+    w = gguf.GGUFWriter(str(other), "qwen2")
+    w.add_name("replaced")
+    w.add_block_count(3)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.close()
+    os.replace(other, p)  # a new file under the same name
+    again = read_gguf_header(p, skip_arrays=True)
+    assert (again.kv["general.architecture"], again.kv["general.name"]) == ("qwen2", "replaced")
+    assert len(walks) == 4
+
+    with open(p, "ab") as fh:  # the same file, grown in place
+        fh.write(b"\0" * 32)
+    read_gguf_header(p, skip_arrays=True)
+    assert len(walks) == 5
