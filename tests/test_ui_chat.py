@@ -547,14 +547,42 @@ async def test_palette_command_runs_the_action(store, tmp_path):
 
 
 async def test_sidebar_and_panel_toggle(store, tmp_path):
+    """Ctrl+B and Ctrl+G show and hide the sidebar and the panel. Where the two do not fit beside
+    CHAT_MIN_COLUMNS of conversation, the one a key shows hides the other (at 100 columns the
+    conversation kept 18), which comes back when it is hidden again; where both fit, neither
+    hides the other."""
+    from adaspark_app.ui.screens.chat import CHAT_MIN_COLUMNS
+
     app = make_app(store, scripted(), tmp_path)
     async with app.run_test(size=SIZE) as pilot:  # 100 columns: the panel fits, the sidebar does not
         chat = app.chat_screen
-        assert not chat.sidebar.display and chat.panel.display
+
+        def shown() -> tuple[bool, bool]:
+            return chat.sidebar.display, chat.panel.display
+
+        assert shown() == (False, True)
+        await pilot.press("ctrl+b")
+        await pilot.pause()
+        assert shown() == (True, False)
+        assert chat.chat_view.region.width >= CHAT_MIN_COLUMNS - 2  # inside the column's padding
+        await pilot.press("ctrl+b")
+        assert shown() == (False, True)
+        await pilot.press("ctrl+g", "ctrl+b")  # the panel hidden by hand stays hidden
+        assert shown() == (True, False)
         await pilot.press("ctrl+b", "ctrl+g")
-        assert chat.sidebar.display and not chat.panel.display
-        await pilot.press("ctrl+b", "ctrl+g")
-        assert not chat.sidebar.display and chat.panel.display
+        assert shown() == (False, True)
+        await pilot.press("ctrl+f")  # a search shows the sidebar the same way
+        assert shown() == (True, False) and chat.sidebar.query_one("#search").has_focus
+        await pilot.press("ctrl+g")  # the panel shown makes room in turn
+        assert shown() == (False, True)
+        await pilot.press("ctrl+g")
+        assert shown() == (True, False)
+        await pilot.resize_terminal(160, 30)  # both fit: the fit shows both, and a key hides only its own
+        await wait_until(pilot, lambda: shown() == (True, True), what="both at 160 columns")
+        await pilot.press("ctrl+b")
+        assert shown() == (False, True)
+        await pilot.press("ctrl+b")
+        assert shown() == (True, True)
 
 
 async def test_the_sidebar_and_the_panel_show_where_the_conversation_keeps_its_room(store, tmp_path):

@@ -29,6 +29,7 @@ from textual.containers import Horizontal, Vertical
 from textual.message import Message
 from textual.screen import Screen
 from textual.timer import Timer
+from textual.widget import Widget
 from textual.widgets import Header, Static, TextArea
 
 from ...errors import AdaSparkError
@@ -133,6 +134,7 @@ class ChatScreen(Screen):
         self.replies: ReplyRunner  # made with the widgets it shows replies in (compose)
         self._warm = list(WARM_LANGUAGES)  # highlighters still to build (see _warm_next)
         self._fitted: tuple[bool, bool] | None = None  # what fitting_panels last decided (see _fit)
+        self._made_room: Widget | None = None  # the pane a key showed by hiding the other (_show_pane)
         self.drafts = DraftKeeper(host.store)  # the message box's text per conversation (ui/drafts.py)
         self._draft_timer: Timer | None = None  # the draft's next save (see _prompt_changed)
         self.history_read: EngineReadAhead | None = None  # the engine's last word on reading a history ahead
@@ -568,7 +570,7 @@ class ChatScreen(Screen):
         self.app.push_screen(ConfirmScreen(f"Delete “{title}”? This cannot be undone."), done)
 
     def action_search_chats(self) -> None:
-        self.sidebar.display = True
+        self._show_pane(self.sidebar, True)
         self.sidebar.query_one("#search").focus()
 
     def action_export_chat(self) -> None:
@@ -613,13 +615,32 @@ class ChatScreen(Screen):
         fitted = fitting_panels(width, self.sidebar.styles.width.cells, self.panel.styles.width.cells)
         if fitted != self._fitted:
             self._fitted = fitted
+            self._made_room = None
             self.sidebar.display, self.panel.display = fitted
 
+    def _show_pane(self, pane: Widget, show: bool) -> None:
+        """Ctrl+B or Ctrl+G (or a search) showing or hiding `pane` (the sidebar or the panel). A
+        pane shown where the other does not fit beside it and CHAT_MIN_COLUMNS of conversation
+        hides the other (at 100 columns the two left the conversation 18), and gives it back when
+        hidden again where that still fits."""
+        other = self.panel if pane is self.sidebar else self.sidebar
+        width = self.size.width
+        if show and not pane.display and other.display:
+            both = self.sidebar.styles.width.cells + self.panel.styles.width.cells + CHAT_MIN_COLUMNS
+            if width < both:
+                other.display = False
+                self._made_room = pane
+        elif not show and pane.display and self._made_room is pane:
+            self._made_room = None
+            if width >= other.styles.width.cells + CHAT_MIN_COLUMNS:
+                other.display = True
+        pane.display = show
+
     def action_toggle_sidebar(self) -> None:
-        self.sidebar.display = not self.sidebar.display
+        self._show_pane(self.sidebar, not self.sidebar.display)
 
     def action_toggle_panel(self) -> None:
-        self.panel.display = not self.panel.display
+        self._show_pane(self.panel, not self.panel.display)
 
     def action_focus_prompt(self) -> None:
         self.prompt.focus()
