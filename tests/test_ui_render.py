@@ -171,3 +171,28 @@ async def test_install_gives_a_fresh_screen_the_cropped_compositor():
 
     screen = Screen()
     assert install(screen) is True and isinstance(screen._compositor, CroppedCompositor)
+
+
+class ViewHost(App):
+    def compose(self) -> ComposeResult:
+        yield ChatView()
+
+
+async def test_a_code_line_wider_than_the_reply_shows_a_scrollbar_and_scrolls_to_its_end():
+    """A fenced line wider than the reply was cut at the column's edge with no sign of the rest
+    (Textual's fence scrolls with its scrollbar 0 rows high); its fence now shows one, and
+    scrolls to the line's end. A fence that fits shows none."""
+    from textual.widgets.markdown import MarkdownFence
+
+    long_line = "print(reverse_string('Hello, World!'))  # prints '!dlroW ,olleH', the text read from its end"
+    async with ViewHost().run_test(size=(60, 30)) as pilot:
+        view = pilot.app.query_one(ChatView)
+        await view.add_message("assistant", f"```python\ndef f(s):\n    return s[::-1]\n```\n\n```python\n{long_line}\n```")
+        await pilot.pause()
+        short, wide = pilot.app.query(MarkdownFence)
+        assert short.max_scroll_x == 0 and not short.horizontal_scrollbar.display
+        assert wide.max_scroll_x > 0 and wide.horizontal_scrollbar.display
+        assert wide.scrollbar_size_horizontal == 1
+        wide.scroll_to(x=wide.max_scroll_x, animate=False, immediate=True)
+        await pilot.pause()
+        assert wide.scroll_x == wide.max_scroll_x

@@ -82,6 +82,7 @@ class ChatMessage(Vertical):
     ChatMessage > .plain { padding: 0 1; height: auto; }
     ChatMessage > .tail { padding: 0 1; height: auto; }
     ChatMessage > Markdown > MarkdownParagraph { margin: 0; }
+    ChatMessage MarkdownFence { overflow-x: auto; scrollbar-size-horizontal: 1; }
     """
 
     HEADROOM_MIN = 6  # lines of room given to the tail at a time, at least (else a page of the view)
