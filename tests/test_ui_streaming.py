@@ -323,3 +323,86 @@ async def test_esc_before_the_request_is_sent_gives_the_prompt_back(tmp_path):
         await wait_until(pilot, lambda: not chat.generating)
         assert asked == [] and chat.prompt.text == "stop me"
         assert not chat.chat_view.messages() and store.list_conversations() == []
+
+
+# ---------------------------------------------------------------------------- a reasoning model's thinking
+THINKING = "The user wants three colours.\n\nPrimary ones are the safest answer."
+ANSWER = f"Red, **green** and blue:\n\n{FENCE}python\ncolours = ['red', 'green', 'blue']\n{FENCE}"
+
+
+async def test_a_reply_that_thinks_streams_its_thinking_dimmed_and_folds_it_above_the_answer(tmp_path):
+    """A reply in <think>...</think> first: while it thinks, an open 'Thinking…' block above a
+    dimmed tail with no tag shown; at </think> the block folds to its length and the answer
+    streams as Markdown below it. Copy and code-block copy take the answer, the store keeps the
+    whole text, the export folds the thinking, and the reopened conversation shows it folded."""
+    from adaspark_app.ui.widgets.chat_view import ThinkingBlock
+
+    reply = f"<think>\n{THINKING}\n</think>\n\n{ANSWER}"
+    held, gate = spawn_event(), spawn_event()
+    store = Store.open(tmp_path / "s.db")
+    app = AdaSparkApp(scripted([reply], hold_after_rounds=3, held=held, gate=gate), store, store_label="s.db",
+                      exit_on_load_error=False, export_dir=tmp_path)
+    try:
+        async with app.run_test(size=SIZE) as pilot:
+            chat = app.chat_screen
+            await wait_until(pilot, lambda: app.engine.ready)
+            chat.prompt.text = "Name three colours"
+            await pilot.press("enter")
+            await wait_until(pilot, held.is_set)
+            msg = chat.chat_view.messages()[-1]
+            await wait_until(pilot, lambda: "user" in msg.tail_widget.text, what="the thinking in the tail")
+            block = msg.thinking_block
+            assert block is not None and not block.collapsed and block.title == "Thinking…"
+            assert msg.tail_widget.has_class("thinking") and "<think>" not in msg.tail_widget.text
+            gate.set()
+            await wait_until(pilot, lambda: not chat.generating)
+            assert block.collapsed and block.title == "Thought (11 words)" and block.text == THINKING
+            assert not msg.tail_widget.has_class("thinking")
+            assert msg.body.source.strip() == ANSWER and msg.text == reply
+            assert len(msg.query(ThinkingBlock)) == 1
+            await pilot.press("ctrl+o")
+            assert app.clipboard == ANSWER
+            await pilot.press("f9")
+            assert app.clipboard == "colours = ['red', 'green', 'blue']"
+            cid = chat.conversation.id
+            assert store.get_messages(cid)[-1]["content"] == reply
+            exported = chat.export_markdown().read_text()
+            assert "<details>\n<summary>Thought (11 words)</summary>\n\n" + THINKING in exported
+            assert exported.rstrip().endswith(ANSWER) and "<think>" not in exported
+            await chat.new_conversation()
+            await chat.open_conversation(cid)
+            await pilot.pause()
+            shown = chat.chat_view.messages()[-1]
+            assert shown.thinking_block is not None and shown.thinking_block.collapsed
+            assert shown.thinking_block.text == THINKING and shown.body.source.strip() == ANSWER
+    finally:
+        store.close()
+
+
+async def test_a_reply_whose_prompt_opened_the_thinking_is_thinking_from_its_first_token(tmp_path):
+    """A model whose template ends its prompt with <think> (the engine says so when it loads):
+    the reply's first text is thinking, though it never writes the opening tag. A reply stopped
+    inside its thinking keeps it open, titled so."""
+    reply = "Okay, so three colours.\n\nRed, green, blue it is.\n</think>\n\nRed, green and blue."
+    held = spawn_event()
+    store = Store.open(tmp_path / "s.db")
+    app = AdaSparkApp(scripted([reply], hold_after_rounds=3, held=held, opens_thinking=True), store,
+                      store_label="s.db", exit_on_load_error=False)
+    try:
+        async with app.run_test(size=SIZE) as pilot:
+            chat = app.chat_screen
+            await wait_until(pilot, lambda: app.engine.ready)
+            assert app.opens_thinking
+            chat.prompt.text = "Name three colours"
+            await pilot.press("enter")
+            await wait_until(pilot, held.is_set)
+            msg = chat.chat_view.messages()[-1]
+            await wait_until(pilot, lambda: "three" in msg.tail_widget.text, what="the thinking in the tail")
+            assert msg.thinking_block is not None and msg.tail_widget.has_class("thinking")
+            await pilot.press("escape")  # stopped while it thinks
+            await wait_until(pilot, lambda: not chat.generating)
+            block = msg.thinking_block
+            assert not block.collapsed and block.title.startswith("Thinking, stopped (")
+            assert block.text.startswith("Okay, so three") and msg.body.source == ""
+    finally:
+        store.close()

@@ -71,7 +71,8 @@ class ScriptedEngine:
                  hold_after_rounds: int | None = None, held: Any = None, gate: Any = None,
                  model_name: str = "Scripted-135M (test)", drafter_name: str | None = None,
                  load_seconds: float = 0.0, log_path: str | None = None,
-                 learned_not_saved: str | None = None, read_ahead_fails: bool = False) -> None:
+                 learned_not_saved: str | None = None, read_ahead_fails: bool = False,
+                 opens_thinking: bool = False) -> None:
         if load_seconds:
             time.sleep(load_seconds)
         self.replies = list(replies or ["Hello! I am a **scripted** reply."])
@@ -90,6 +91,7 @@ class ScriptedEngine:
         self.log_path = log_path
         self.learned_not_saved = learned_not_saved  # what each reply says of its learning's save
         self.read_ahead_fails = read_ahead_fails  # a reading that counts its start, then raises
+        self.opens_thinking = opens_thinking  # as a DeepSeek-R1 distill's template: replies start thinking
         self.calls = 0
         self.rounds_total = 0
         self.closed = False

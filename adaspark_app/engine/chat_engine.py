@@ -234,6 +234,19 @@ class ChatEngine:
                 "gpu_detail": {**{k: v for k, v in ident.items() if k != "name"},
                                "kernels": self.cuda_kernels}}
 
+    @property
+    def opens_thinking(self) -> bool:
+        """Whether the chat template's prompt for a reply ends inside an opened `<think>` (the
+        DeepSeek-R1 distills'): each reply then starts in its thinking and only closes it (the
+        chat folds the thinking, thinking.py). False where the template refuses a message."""
+        from ..thinking import OPEN
+
+        try:
+            text = self.template.render([{"role": "user", "content": "Hi"}], add_generation_prompt=True)
+        except AdaSparkError:
+            return False
+        return text.rstrip().endswith(OPEN)
+
     def _backend_info(self) -> str:
         import llama_cpp
 

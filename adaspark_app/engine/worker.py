@@ -266,6 +266,7 @@ def serve(commands: Any, events: Any, cancel: CancelFlag, factory: Callable[[], 
             "gauges": read_gauges(engine, 0),
             "n_ctx": getattr(getattr(engine, "backend", None), "n_ctx", None),  # the header shows it
             "device": getattr(engine, "device_label", None),  # and this
+            "opens_thinking": bool(getattr(engine, "opens_thinking", False)),  # replies start thinking
             "pid": os.getpid(),
         }))
         while True:

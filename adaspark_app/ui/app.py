@@ -101,6 +101,7 @@ class AdaSparkApp(App[int]):
         self.model_label = model_label
         self.drafter_label = drafter_label
         self.device_label: str | None = None  # where the engine runs the model (EngineLoaded tells it)
+        self.opens_thinking = False  # the model's prompt opens its thinking (EngineLoaded tells it)
         self.store_label = store_label
         self.export_dir = export_dir or Path.cwd()
         self.max_tokens = max_tokens
@@ -231,6 +232,7 @@ class AdaSparkApp(App[int]):
         if message.n_ctx:
             self.n_ctx = message.n_ctx
         self.device_label = message.device
+        self.opens_thinking = message.opens_thinking
         self._update_subtitle()
         if self.switching_to is not None:
             self.switching_to = None

@@ -22,6 +22,7 @@ from ..engine.sampling import SamplingSettings
 from ..errors import AdaSparkError
 from ..store import title_from
 from ..store.owner import this_owner
+from ..thinking import answer_of
 from ..wording import counted
 from .chat_settings import DEFAULT_MAX_TOKENS, ChatSettings
 
@@ -150,8 +151,9 @@ class Conversation:
 
     @property
     def last_reply(self) -> str:
-        """The text of the last reply ('' when there is none)."""
-        return next((t.content for t in reversed(self.turns) if t.role == "assistant"), "")
+        """The answer of the last reply, its thinking left out (thinking.py; '' when there is
+        none): what Copy and Save take."""
+        return answer_of(next((t.content for t in reversed(self.turns) if t.role == "assistant"), ""))
 
     def user_indices(self) -> list[int]:
         return [i for i, t in enumerate(self.turns) if t.role == "user"]
@@ -162,11 +164,13 @@ class Conversation:
         return min(ids) if ids else None
 
     def code_blocks(self) -> list[str]:
-        """Every fenced code block of the conversation's messages, in order."""
+        """Every fenced code block of the conversation's messages (of the replies' answers, not
+        their thinking), in order."""
         parser = MarkdownIt("gfm-like")
         out: list[str] = []
         for t in self.turns:
-            out += [b.content for b in parser.parse(t.content) if b.type == "fence" and b.content.strip()]
+            text = answer_of(t.content) if t.role == "assistant" else t.content
+            out += [b.content for b in parser.parse(text) if b.type == "fence" and b.content.strip()]
         return out
 
     # ------------------------------------------------------------------ open, new

@@ -41,10 +41,11 @@ class EngineLoaded(Message, bubble=False):
 
     def __init__(self, model_name: str | None, drafter_name: str | None, notices: list[str],
                  gauges: dict[str, Any] | None, pid: int, restarted: bool, n_ctx: int | None = None,
-                 device: str | None = None) -> None:
+                 device: str | None = None, opens_thinking: bool = False) -> None:
         super().__init__()
         self.n_ctx = n_ctx  # the context the engine opened, in tokens (None: not told)
         self.device = device  # where the model runs ("CPU, 2 threads", "NVIDIA H200, all layers")
+        self.opens_thinking = opens_thinking  # the model's prompt opens its thinking (thinking.py)
         self.model_name = model_name
         self.drafter_name = drafter_name
         self.notices = notices
@@ -418,7 +419,7 @@ class EngineClient:
                     self.loads += 1
                     self._post(EngineLoaded(info["model_name"], info["drafter_name"], info["notices"],
                                             info["gauges"], info["pid"], restarted, info.get("n_ctx"),
-                                            info.get("device")))
+                                            info.get("device"), bool(info.get("opens_thinking"))))
                 elif kind == "stopped":
                     self._post(EngineStopped(msg[1]))
                 elif kind == "failed":

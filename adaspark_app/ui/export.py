@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ..thinking import split_thinking, thinking_title
 from .conversation import reply_note
 
 ROLE_HEADINGS = {"system": "System", "user": "You", "assistant": "Assistant"}
@@ -21,8 +22,20 @@ def conversation_markdown(title: str, messages: list[dict[str, Any]], model: str
         heading = ROLE_HEADINGS.get(m.get("role", ""), str(m.get("role", "")).title())
         note = reply_note(m.get("meta"), sep=", ") if m.get("role") == "assistant" else ""
         note = f" ({note})" if note else ""
-        lines += [f"## {heading}{note}", "", str(m.get("content", "")).rstrip(), ""]
+        lines += [f"## {heading}{note}", "", *_body(m), ""]
     return "\n".join(lines).rstrip() + "\n"
+
+
+def _body(message: dict[str, Any]) -> list[str]:
+    """A message's text; a reply's thinking (thinking.py) folded in a <details> block above its
+    answer, as Markdown viewers show it."""
+    text = str(message.get("content", ""))
+    split = split_thinking(text) if message.get("role") == "assistant" else None
+    if split is None or split.thinking is None:
+        return [text.rstrip()]
+    summary = thinking_title(split.thinking, split.closed)
+    return ["<details>", f"<summary>{summary}</summary>", "", split.thinking, "", "</details>", "",
+            split.answer.rstrip()]
 
 
 def slug(text: str, max_len: int = 40) -> str:

@@ -26,6 +26,7 @@ class ChatHost(Protocol):
     store: ChatStore
     engine: EngineClient
     model_label: str  # the loaded model's name, as the engine reported it
+    opens_thinking: bool  # its replies start inside their thinking (thinking.py)
     export_dir: Path  # where exports and saved replies go by default
     load_error: str | None  # why no engine will answer (its load failed, or it kept dying)
     resume_id: str | None  # the stored conversation to open at start (`chat --continue`)

@@ -161,7 +161,7 @@ class ReplyRunner:
         """Show the request's turns and ask the engine for its reply (once they are painted)."""
         hidden = await self.view.turns_from(request.keep)
         user_msg, reply_msg = await self.view.show_request(None if request.regenerate else request.prompt,
-                                                           request.prompt, hidden)
+                                                           request.prompt, hidden, self.host.opens_thinking)
         # No await from here on until the request is sent: the engine's answer is handled by
         # the screen's message loop, which must find this reply's state in place.
         self._pending = Pending(user_msg, reply_msg, reply_msg.start_stream(self.stats, self.panel), hidden)

@@ -10,10 +10,11 @@ from markdown_it import MarkdownIt
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Vertical, VerticalScroll
-from textual.widgets import Label, Markdown, Static
+from textual.widgets import Collapsible, Label, Markdown, Static
 
 from ..conversation import Turn, context_marks, reply_note
 from ..settled import settled_length
+from ...thinking import CLOSE, OPEN, split_thinking, thinking_title
 from ..stats import SpecStats
 from .reply_stream import ReplyStream
 from .spec_panel import SpecPanel
@@ -48,6 +49,34 @@ def warm_up(language: str) -> None:
     highlight("x = 1\n", language=language)
 
 
+class ThinkingBlock(Collapsible):
+    """A reasoning model's thinking (adaspark_app/thinking.py), above its answer: open while it streams,
+    folded to its title ('Thought (412 words)') once the answer starts; a click or Enter on the
+    title shows it again. Plain text, dimmed: it is the model's notes, not its answer."""
+
+    DEFAULT_CSS = """
+    ThinkingBlock { margin: 0 0 1 0; padding: 0; border: none; background: transparent; }
+    ThinkingBlock > Contents { padding: 0 0 0 2; }
+    ThinkingBlock CollapsibleTitle { color: $text-muted; padding: 0 1; }
+    ThinkingBlock .thinking-text { color: $text-muted; text-style: italic; }
+    """
+
+    def __init__(self, text: str = "", *, collapsed: bool, title: str) -> None:
+        self.text = text
+        self.body = Static(Text(text), classes="thinking-text")
+        self.body.display = bool(text)  # while the first paragraph streams, it is in the tail below
+        super().__init__(self.body, title=title, collapsed=collapsed)
+
+    def set_text(self, text: str) -> None:
+        self.text = text
+        self.body.update(Text(text))
+        self.body.display = bool(text)
+
+
+# A streaming reply's thinking, as far as its text tells (ChatMessage.write).
+UNDECIDED, THINKING, ANSWERING = "undecided", "thinking", "answering"
+
+
 class ChatMessage(Vertical):
     """One message: a role line and a Markdown body (code fences are syntax-highlighted).
 
@@ -65,6 +94,10 @@ class ChatMessage(Vertical):
 
     A reply under generation owns its `ReplyStream` (`start_stream`), which paces the frames
     that write to it.
+
+    A reasoning model's thinking (adaspark_app/thinking.py) goes to a `ThinkingBlock` above the Markdown:
+    while it streams, the tail shows it dimmed and its settled paragraphs join the block; at
+    `</think>` the block folds and the answer streams into the tail as any reply does.
     """
 
     DEFAULT_CSS = """
@@ -81,6 +114,7 @@ class ChatMessage(Vertical):
     ChatMessage > Markdown { margin: 0; padding: 0 1; }
     ChatMessage > .plain { padding: 0 1; height: auto; }
     ChatMessage > .tail { padding: 0 1; height: auto; }
+    ChatMessage > .tail.thinking { color: $text-muted; text-style: italic; }
     ChatMessage > Markdown > MarkdownParagraph { margin: 0; }
     ChatMessage MarkdownFence { overflow-x: auto; scrollbar-size-horizontal: 1; }
     """
@@ -91,10 +125,17 @@ class ChatMessage(Vertical):
     # Markdown at least this often: a move is one layout (~30 ms), under 0.5% of a core.
     COMMIT_S = 6.0
 
-    def __init__(self, role: str, content: str = "", note: str = "", **kwargs) -> None:
+    def __init__(self, role: str, content: str = "", note: str = "", *, opened_thinking: bool = False,
+                 **kwargs) -> None:
         super().__init__(classes=role, **kwargs)
         self.role = role
         self._initial = content
+        # a streaming reply: whether its prompt opened the thinking, where its text is in it,
+        # and the thinking settled so far (the block's text)
+        self._opened_thinking = opened_thinking
+        self._phase = UNDECIDED
+        self._thinking = ""
+        self._block: ThinkingBlock | None = None
         self._note = note
         self._text = content  # everything shown (the Markdown source of a reply)
         self._tail = ""  # a streaming reply's text not yet in the Markdown widget
@@ -105,7 +146,13 @@ class ChatMessage(Vertical):
     def compose(self) -> ComposeResult:
         yield Label(ROLE_LABELS.get(self.role, self.role.title()), classes="role", markup=False)
         if self.role == "assistant":
-            yield Markdown(self._initial, parser_factory=shared_parser)
+            split = split_thinking(self._initial)
+            if split.thinking is not None:
+                self._phase, self._thinking = ANSWERING, split.thinking
+                self._block = ThinkingBlock(split.thinking, collapsed=bool(split.answer.strip()),
+                                            title=thinking_title(split.thinking, split.closed))
+                yield self._block
+            yield Markdown(split.answer, parser_factory=shared_parser)
             yield StreamTail(classes="tail")
         else:
             # What the user typed, as typed: line breaks kept, nothing interpreted.
@@ -157,6 +204,21 @@ class ChatMessage(Vertical):
         if not fragment:
             return
         self._text += fragment
+        if self._phase == UNDECIDED:
+            head = self._text.lstrip()
+            if head.startswith(OPEN) or self._opened_thinking:
+                await self._begin_thinking()
+                fragment = head[len(OPEN):] if head.startswith(OPEN) else self._text
+            elif OPEN.startswith(head):
+                return  # '<thi' so far: shown with what follows, once it is known
+            else:
+                self._phase = ANSWERING
+                fragment = self._text
+        if self._phase == THINKING:
+            end = (self._tail + fragment).find(CLOSE)
+            if end >= 0:
+                await self._end_thinking(self._tail + fragment, end)
+                return
         self._tail += fragment
         now = time.monotonic()
         tail = self.tail_widget
@@ -229,13 +291,49 @@ class ChatMessage(Vertical):
         """Lines the tail's whole text takes at its present width (paging or not)."""
         return tail.total_height(tail.size.width)
 
+    async def _begin_thinking(self) -> None:
+        """The reply thinks: its block, open, above the Markdown; the tail dimmed."""
+        self._phase = THINKING
+        self._block = ThinkingBlock(collapsed=False, title=thinking_title("", False, streaming=True))
+        await self.mount(self._block, before=self.body)
+        self.tail_widget.add_class("thinking")
+
+    @property
+    def thinking_block(self) -> ThinkingBlock | None:
+        """The reply's thinking, where it has some."""
+        return self._block
+
+    async def _end_thinking(self, text: str, end: int) -> None:
+        """`</think>` at `end` of the tail's `text`: the thinking before it joins the block, which
+        folds, and the answer after it starts the tail anew."""
+        self._thinking = (self._thinking + text[:end]).strip()
+        self._phase = ANSWERING
+        block = self.thinking_block
+        if block is not None:
+            block.set_text(self._thinking)
+            block.title = thinking_title(self._thinking, True)
+            block.collapsed = True
+        self.tail_widget.remove_class("thinking")
+        self._tail = text[end + len(CLOSE):].lstrip()
+        await self._relayout(time.monotonic())
+
+    async def _settle(self, settled: str) -> None:
+        """Settled text to where it shows: the thinking block while the reply thinks, else the
+        Markdown."""
+        block = self.thinking_block if self._phase == THINKING else None
+        if block is None:
+            await self.body.append(settled)
+            return
+        self._thinking += settled
+        block.set_text(self._thinking.strip())
+
     async def _relayout(self, now: float) -> None:
         """Move the settled blocks to the Markdown and give the tail room for what follows."""
         tail = self.tail_widget
         cut = settled_length(self._tail)
         if cut:
             settled, self._tail = self._tail[:cut], self._tail[cut:]
-            await self.body.append(settled)
+            await self._settle(settled)
         self._committed_at = now
         text = self._tail_text()
         tail.unpage()
@@ -255,9 +353,14 @@ class ChatMessage(Vertical):
 
     async def finish(self, note: str = "") -> None:
         """End the stream (all written text is rendered as Markdown) and show a note under it."""
+        if self._phase == UNDECIDED and self._text:  # a reply of white space, or of '<thi'
+            self._phase, self._tail = ANSWERING, self._text
         if self._tail:
             tail, self._tail = self._tail, ""
-            await self.body.append(tail)
+            await self._settle(tail)
+        block = self.thinking_block
+        if block is not None and self._phase == THINKING:  # stopped inside its thinking: left open
+            block.title = thinking_title(self._thinking.strip(), False)
         if self.role == "assistant":
             self.tail_widget.unpage()
             self.tail_widget.set_text("")
@@ -350,8 +453,9 @@ class ChatView(VerticalScroll):
         elif new_value > old_value and self.max_scroll_y - new_value <= self.NEAR_BOTTOM:
             self.anchor()
 
-    async def add_message(self, role: str, content: str = "", note: str = "") -> ChatMessage:
-        message = ChatMessage(role, content, note)
+    async def add_message(self, role: str, content: str = "", note: str = "", *,
+                          opened_thinking: bool = False) -> ChatMessage:
+        message = ChatMessage(role, content, note, opened_thinking=opened_thinking)
         await self.mount(message)
         if self.following:
             self.scroll_end(animate=False)
@@ -445,16 +549,17 @@ class ChatView(VerticalScroll):
         await self.show_earlier(all_of_them=True)
         self.mark_editing(index)
 
-    async def show_request(self, prompt: str | None, answers: str, hide: list[ChatMessage]) -> tuple[
-            ChatMessage | None, ChatMessage]:
+    async def show_request(self, prompt: str | None, answers: str, hide: list[ChatMessage],
+                           opened_thinking: bool = False) -> tuple[ChatMessage | None, ChatMessage]:
         """Show a reply being asked for: the messages it would replace (`hide`) are hidden, the
         new user message `prompt` (None for a regenerate) is added and an empty reply below it,
-        with room for its first text beside `answers`, the message it answers. Returns both."""
+        with room for its first text beside `answers`, the message it answers. Returns both.
+        `opened_thinking`: the model's prompt opens its thinking (adaspark_app/thinking.py)."""
         self.following = True
         for widget in hide:
             widget.display = False  # removed once the new reply is recorded, shown again if it fails
         user_msg = None if prompt is None else await self.add_message("user", prompt)
-        reply_msg = await self.add_message("assistant", "")
+        reply_msg = await self.add_message("assistant", "", opened_thinking=opened_thinking)
         reply_msg.set_note("…")  # until the reply ends: hiding it would move the view
         reply_msg.make_room(answers)  # laid out with the new messages, before the first token
         return user_msg, reply_msg
