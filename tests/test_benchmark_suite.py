@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.common import BENCH, ROOT, SETS
+from benchmarks.common import BENCH, ROOT, SETS, read_jsonl
 from benchmarks.sets import heldout_sets
 from benchmarks.speed import run_set
 
@@ -80,7 +80,7 @@ def test_every_named_set_is_a_file_of_its_count_and_kind():
     assert sets and defaults["max_tokens"] == 128
     kinds = {"chat": "sharegpt", "paste": "sharegpt-long", "code": "sharegpt-code"}
     for name, entry in sets.items():
-        rows = [json.loads(line) for line in (SETS / entry["file"]).read_text(encoding="utf-8").splitlines()]
+        rows = read_jsonl(SETS / entry["file"])
         source, kind, count, _letter = name.split("-")
         assert (source, len(rows), entry["count"]) == ("sharegpt", int(count), int(count)), name
         assert {r["category"] for r in rows} == {kinds[kind]}, name
@@ -94,12 +94,12 @@ def test_a_set_runs_as_the_commands_the_shell_steps_ran(capsys, monkeypatch):
     assert run_set.main(["sharegpt-paste-16-c", "--cold", "--dry-run"]) == 0
     lines = capsys.readouterr().out.splitlines()
     arms = "adaspark:ar,adaspark,adaspark:pinned:4,adaspark:pinned:8,server-ngram-mod,server-plain"
-    assert lines[0] == ("python -m benchmarks.speed.run_peers benchmarks/sets/sharegpt-paste-16-c.jsonl "
+    assert lines[0] == ("python -m benchmarks.speed.run_peers benchmarks/sets/sharegpt-paste-16-c.jsonl.gz "
                         f"--model /targets/qwen0.5b.gguf --peers {arms} --max-tokens 128 --keep-capped "
                         "--out benchmarks/results/speed/qwen0.5b-paste/sharegpt-paste-16-c")
     assert lines[1].endswith("--model /targets/qwen1.5b.gguf --peers " + arms +
                              " --max-tokens 128 --keep-capped --out benchmarks/results/speed/qwen1.5b-paste/sharegpt-paste-16-c")
-    assert lines[2].startswith("adaspark run benchmarks/sets/sharegpt-paste-16-c.jsonl --model /targets/qwen0.5b.gguf "
+    assert lines[2].startswith("adaspark run benchmarks/sets/sharegpt-paste-16-c.jsonl.gz --model /targets/qwen0.5b.gguf "
                                "--arm adaspark --max-tokens 128 --fresh-store --out ")
     assert lines[3].startswith("python -m benchmarks.cold_start.cold_start ")
     assert lines[3].endswith(" > benchmarks/results/cold_start/qwen0.5b-sharegpt-paste-16-c-1.txt")

@@ -52,7 +52,7 @@ def test_llama_server_gets_the_layers_and_the_stock_kernels(tmp_path, monkeypatc
 
 def test_a_bad_gpu_layers_value_is_one_line_and_exit_2(capsys):
     with pytest.raises(SystemExit) as e:
-        run_peers.main(["benchmarks/sets/sharegpt-chat-12-j.jsonl", "--gpu-layers", "most"])
+        run_peers.main(["benchmarks/sets/sharegpt-chat-12-j.jsonl.gz", "--gpu-layers", "most"])
     assert e.value.code == 2
     err = capsys.readouterr().err
     assert "--gpu-layers must be a number of layers" in err and "Traceback" not in err

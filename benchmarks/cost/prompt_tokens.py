@@ -16,8 +16,8 @@ counts the prompt's preparation): an engine per way, each reading the history ah
 turn's message as the chat does while it is typed (`ChatEngine.read_ahead`), then replying
 `--reply-tokens` tokens, greedy; the replies must be the same both ways.
 
-    python -m benchmarks.cost.prompt_tokens benchmarks/sets/sharegpt-paste-16-c.jsonl \
-        --follow benchmarks/sets/sharegpt-chat-12-h.jsonl [--follow-ups 9] [--n-ctx 8192]
+    python -m benchmarks.cost.prompt_tokens benchmarks/sets/sharegpt-paste-16-c.jsonl.gz \
+        --follow benchmarks/sets/sharegpt-chat-12-h.jsonl.gz [--follow-ups 9] [--n-ctx 8192]
         [--reply-chars 1500] [--max-tokens 512] [--ttft] [--model GGUF] [--out FILE]
 """
 

@@ -215,7 +215,7 @@ elif [ -n "$REAL_MODEL" ]; then
     each=$(( (budget - ($(date +%s) - r0)) / runs )); runs=$(( runs - 1 ))
     if [ $each -lt 20 ]; then echo "## $set ($how), ADASPARK_CUDA_EXACT=$x: not run, no time left" >>"$OUT/real.md"; continue; fi
     ADASPARK_CUDA_EXACT=$x LD_LIBRARY_PATH=$server_libs \
-      timeout $each python3 -m benchmarks.speed.run_peers "benchmarks/sets/$set.jsonl" --peers "$these" \
+      timeout $each python3 -m benchmarks.speed.run_peers "benchmarks/sets/$set.jsonl.gz" --peers "$these" \
       --model "$REAL_MODEL" --gpu-layers ${GPU_LAYERS:-all} --max-tokens ${REAL_TOKENS:-128} --keep-capped \
       ${REAL_LIMIT:+--limit $REAL_LIMIT} --out "$d" $([ -x "$SERVER" ] && echo --server-bin "$SERVER") \
       $([ "$temp" != 0 ] && echo --temperature "$temp" --seed 7) >"$d.log" 2>&1
@@ -240,7 +240,7 @@ part engine || modes_engine=""
 for mode in ${modes_engine-$modes}; do
   x=$(switch $mode)
   ADASPARK_CUDA_EXACT=$x timeout $(cap 100 150) python3 -m benchmarks.gpu.engine_check --model "${REAL_MODEL:-$W/q05.gguf}" \
-    --script benchmarks/sets/sharegpt-paste-16-e.jsonl --limit ${ENGINE_LIMIT:-6} --max-tokens 64 \
+    --script benchmarks/sets/sharegpt-paste-16-e.jsonl.gz --limit ${ENGINE_LIMIT:-6} --max-tokens 64 \
     --out-json "$W/engine_$mode.json" --out "$W/engine_$mode.md" 2>&1 | tail -n 30
   { echo "## ADASPARK_CUDA_EXACT=$x"; cat "$W/engine_$mode.md" 2>/dev/null; echo; } >>"$OUT/engine.md"
   results; stamp "engine check ($mode kernels) done"

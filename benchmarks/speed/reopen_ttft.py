@@ -13,7 +13,7 @@ included. Every way's replies (`--reply-tokens`, greedy) must be byte-identical.
 written, so it is read from the page cache, as in a chat reopened soon after; after a reboot, add
 the disk's read time of its size.
 
-    python -m benchmarks.speed.reopen_ttft benchmarks/sets/sharegpt-paste-16-e.jsonl [--limit 8] [--repeats 3]
+    python -m benchmarks.speed.reopen_ttft benchmarks/sets/sharegpt-paste-16-e.jsonl.gz [--limit 8] [--repeats 3]
         [--ways saved,prefill,ahead] [--typing S] [--after-reply | --typed N]
 
 `--after-reply` times a follow-up instead (ways prefill and ahead): the first turn is replied to
