@@ -21,7 +21,7 @@ from adaspark_app.ui.app import AdaSparkApp
 from adaspark_app.ui.settled import is_list_item, settled_length
 from adaspark_app.ui.widgets import ChatMessage, ChatView
 from benchmarks.common import RESULTS, read_jsonl
-from ui_fakes import scripted, spawn_event, wait_until
+from ui_fakes import notifications, notified, scripted, spawn_event, wait_until
 
 FENCE = "`" * 3
 SIZE = (100, 30)
@@ -404,5 +404,35 @@ async def test_a_reply_whose_prompt_opened_the_thinking_is_thinking_from_its_fir
             block = msg.thinking_block
             assert not block.collapsed and block.title.startswith("Thinking, stopped (")
             assert block.text.startswith("Okay, so three") and msg.body.source == ""
+    finally:
+        store.close()
+
+
+async def test_a_reply_capped_while_it_thinks_says_to_raise_the_cap(tmp_path):
+    """A reasoning model thinks for hundreds of tokens: a reply that reaches the cap inside its
+    thinking keeps the block open and says how to get the answer; one capped in its answer does
+    not."""
+    thinking = "<think>\n" + " ".join(f"step{i}" for i in range(40))
+    store = Store.open(tmp_path / "s.db")
+    app = AdaSparkApp(scripted([thinking, "<think>\nshort\n</think>\n\n" + " ".join(["word"] * 40)]), store,
+                      store_label="s.db", exit_on_load_error=False, max_tokens=12)
+    try:
+        async with app.run_test(size=SIZE) as pilot:
+            chat = app.chat_screen
+            await wait_until(pilot, lambda: app.engine.ready)
+            chat.prompt.text = "Think hard"
+            await pilot.press("enter")
+            await notified(pilot, "12-token cap while the model was still thinking", "(F3)")
+            msg = chat.chat_view.messages()[-1]
+            assert msg.still_thinking and not msg.thinking_block.collapsed
+            assert msg.thinking_block.title.startswith("Thinking, stopped (")
+            await wait_until(pilot, lambda: not chat.generating)
+            chat.prompt.text = "Again"
+            await pilot.press("enter")
+            await wait_until(pilot, lambda: len(chat.chat_view.messages()) == 4 and not chat.generating)
+            await pilot.pause()
+            answered = chat.chat_view.messages()[-1]
+            assert not answered.still_thinking and answered.thinking_block.collapsed
+            assert sum("still thinking" in n for n in notifications(app)) == 1
     finally:
         store.close()

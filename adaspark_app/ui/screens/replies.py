@@ -287,6 +287,10 @@ class ReplyRunner:
             self.owner.refresh_conversations()
             if result.stopped:
                 self.owner.notify(f"Stopped: kept {counted(result.n_tokens, 'token')}.")
+            elif result.looped and pending.reply_msg.still_thinking:
+                self.owner.notify(f"The reply reached its {request.max_tokens:,}-token cap while the model was still "
+                                  "thinking: raise Max tokens in the settings (F3) and regenerate (F5).",
+                                  title="Token cap", severity="warning", timeout=12)
             if result.learned_not_saved:
                 self.owner.notify(f"What this reply taught the scheduler was not saved: {result.learned_not_saved}",
                                   title="Store", severity="warning")

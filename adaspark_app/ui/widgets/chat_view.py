@@ -299,6 +299,11 @@ class ChatMessage(Vertical):
         self.tail_widget.add_class("thinking")
 
     @property
+    def still_thinking(self) -> bool:
+        """Whether the reply's text ends inside its thinking (stopped, or capped, before its answer)."""
+        return self._phase == THINKING
+
+    @property
     def thinking_block(self) -> ThinkingBlock | None:
         """The reply's thinking, where it has some."""
         return self._block
