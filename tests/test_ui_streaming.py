@@ -240,10 +240,12 @@ async def test_while_a_reply_streams_the_cursor_does_not_blink_and_the_text_is_e
 
 
 @contextlib.asynccontextmanager
-async def ready_chat(tmp_path: Path, replies: list[str]):
-    """The real app on a fresh store with the scripted engine, loaded."""
+async def ready_chat(tmp_path: Path, replies: list[str], app_options: dict | None = None, **engine_options):
+    """The real app on a fresh store with the scripted engine (`engine_options` to `scripted`,
+    `app_options` to the app), loaded."""
     store = Store.open(tmp_path / "s.db")
-    app = AdaSparkApp(scripted(replies), store, store_label="s.db", exit_on_load_error=False)
+    app = AdaSparkApp(scripted(replies, **engine_options), store, store_label="s.db", exit_on_load_error=False,
+                      **(app_options or {}))
     try:
         async with app.run_test(size=SIZE) as pilot:
             await wait_until(pilot, lambda: app.engine.ready)
@@ -339,44 +341,38 @@ async def test_a_reply_that_thinks_streams_its_thinking_dimmed_and_folds_it_abov
 
     reply = f"<think>\n{THINKING}\n</think>\n\n{ANSWER}"
     held, gate = spawn_event(), spawn_event()
-    store = Store.open(tmp_path / "s.db")
-    app = AdaSparkApp(scripted([reply], hold_after_rounds=3, held=held, gate=gate), store, store_label="s.db",
-                      exit_on_load_error=False, export_dir=tmp_path)
-    try:
-        async with app.run_test(size=SIZE) as pilot:
-            chat = app.chat_screen
-            await wait_until(pilot, lambda: app.engine.ready)
-            chat.prompt.text = "Name three colours"
-            await pilot.press("enter")
-            await wait_until(pilot, held.is_set)
-            msg = chat.chat_view.messages()[-1]
-            await wait_until(pilot, lambda: "user" in msg.tail_widget.text, what="the thinking in the tail")
-            block = msg.thinking_block
-            assert block is not None and not block.collapsed and block.title == "Thinking…"
-            assert msg.tail_widget.has_class("thinking") and "<think>" not in msg.tail_widget.text
-            gate.set()
-            await wait_until(pilot, lambda: not chat.generating)
-            assert block.collapsed and block.title == "Thought (11 words)" and block.text == THINKING
-            assert not msg.tail_widget.has_class("thinking")
-            assert msg.body.source.strip() == ANSWER and msg.text == reply
-            assert len(msg.query(ThinkingBlock)) == 1
-            await pilot.press("ctrl+o")
-            assert app.clipboard == ANSWER
-            await pilot.press("f9")
-            assert app.clipboard == "colours = ['red', 'green', 'blue']"
-            cid = chat.conversation.id
-            assert store.get_messages(cid)[-1]["content"] == reply
-            exported = chat.export_markdown().read_text()
-            assert "<details>\n<summary>Thought (11 words)</summary>\n\n" + THINKING in exported
-            assert exported.rstrip().endswith(ANSWER) and "<think>" not in exported
-            await chat.new_conversation()
-            await chat.open_conversation(cid)
-            await pilot.pause()
-            shown = chat.chat_view.messages()[-1]
-            assert shown.thinking_block is not None and shown.thinking_block.collapsed
-            assert shown.thinking_block.text == THINKING and shown.body.source.strip() == ANSWER
-    finally:
-        store.close()
+    async with ready_chat(tmp_path, [reply], {"export_dir": tmp_path}, hold_after_rounds=3, held=held,
+                          gate=gate) as (app, pilot, store):
+        chat = app.chat_screen
+        chat.prompt.text = "Name three colours"
+        await pilot.press("enter")
+        await wait_until(pilot, held.is_set)
+        msg = chat.chat_view.messages()[-1]
+        await wait_until(pilot, lambda: "user" in msg.tail_widget.text, what="the thinking in the tail")
+        block = msg.thinking_block
+        assert block is not None and not block.collapsed and block.title == "Thinking…"
+        assert msg.tail_widget.has_class("thinking") and "<think>" not in msg.tail_widget.text
+        gate.set()
+        await wait_until(pilot, lambda: not chat.generating)
+        assert block.collapsed and block.title == "Thought (11 words)" and block.text == THINKING
+        assert not msg.tail_widget.has_class("thinking") and not msg.still_thinking
+        assert msg.body.source.strip() == ANSWER and msg.text == reply
+        assert len(msg.query(ThinkingBlock)) == 1
+        await pilot.press("ctrl+o")
+        assert app.clipboard == ANSWER
+        await pilot.press("f9")
+        assert app.clipboard == "colours = ['red', 'green', 'blue']"
+        cid = chat.conversation.id
+        assert store.get_messages(cid)[-1]["content"] == reply
+        exported = chat.export_markdown().read_text()
+        assert "<details>\n<summary>Thought (11 words)</summary>\n\n" + THINKING in exported
+        assert exported.rstrip().endswith(ANSWER) and "<think>" not in exported
+        await chat.new_conversation()
+        await chat.open_conversation(cid)
+        await pilot.pause()
+        shown = chat.chat_view.messages()[-1]
+        assert shown.thinking_block is not None and shown.thinking_block.collapsed
+        assert shown.thinking_block.text == THINKING and shown.body.source.strip() == ANSWER
 
 
 async def test_a_reply_whose_prompt_opened_the_thinking_is_thinking_from_its_first_token(tmp_path):
@@ -385,27 +381,20 @@ async def test_a_reply_whose_prompt_opened_the_thinking_is_thinking_from_its_fir
     inside its thinking keeps it open, titled so."""
     reply = "Okay, so three colours.\n\nRed, green, blue it is.\n</think>\n\nRed, green and blue."
     held = spawn_event()
-    store = Store.open(tmp_path / "s.db")
-    app = AdaSparkApp(scripted([reply], hold_after_rounds=3, held=held, opens_thinking=True), store,
-                      store_label="s.db", exit_on_load_error=False)
-    try:
-        async with app.run_test(size=SIZE) as pilot:
-            chat = app.chat_screen
-            await wait_until(pilot, lambda: app.engine.ready)
-            assert app.opens_thinking
-            chat.prompt.text = "Name three colours"
-            await pilot.press("enter")
-            await wait_until(pilot, held.is_set)
-            msg = chat.chat_view.messages()[-1]
-            await wait_until(pilot, lambda: "three" in msg.tail_widget.text, what="the thinking in the tail")
-            assert msg.thinking_block is not None and msg.tail_widget.has_class("thinking")
-            await pilot.press("escape")  # stopped while it thinks
-            await wait_until(pilot, lambda: not chat.generating)
-            block = msg.thinking_block
-            assert not block.collapsed and block.title.startswith("Thinking, stopped (")
-            assert block.text.startswith("Okay, so three") and msg.body.source == ""
-    finally:
-        store.close()
+    async with ready_chat(tmp_path, [reply], hold_after_rounds=3, held=held, opens_thinking=True) as (app, pilot, _):
+        chat = app.chat_screen
+        assert app.opens_thinking
+        chat.prompt.text = "Name three colours"
+        await pilot.press("enter")
+        await wait_until(pilot, held.is_set)
+        msg = chat.chat_view.messages()[-1]
+        await wait_until(pilot, lambda: "three" in msg.tail_widget.text, what="the thinking in the tail")
+        assert msg.thinking_block is not None and msg.tail_widget.has_class("thinking")
+        await pilot.press("escape")  # stopped while it thinks
+        await wait_until(pilot, lambda: not chat.generating)
+        block = msg.thinking_block
+        assert not block.collapsed and block.title.startswith("Thinking, stopped (")
+        assert block.text.startswith("Okay, so three") and msg.body.source == ""
 
 
 async def test_a_reply_capped_while_it_thinks_says_to_raise_the_cap(tmp_path):
@@ -413,26 +402,20 @@ async def test_a_reply_capped_while_it_thinks_says_to_raise_the_cap(tmp_path):
     thinking keeps the block open and says how to get the answer; one capped in its answer does
     not."""
     thinking = "<think>\n" + " ".join(f"step{i}" for i in range(40))
-    store = Store.open(tmp_path / "s.db")
-    app = AdaSparkApp(scripted([thinking, "<think>\nshort\n</think>\n\n" + " ".join(["word"] * 40)]), store,
-                      store_label="s.db", exit_on_load_error=False, max_tokens=12)
-    try:
-        async with app.run_test(size=SIZE) as pilot:
-            chat = app.chat_screen
-            await wait_until(pilot, lambda: app.engine.ready)
-            chat.prompt.text = "Think hard"
-            await pilot.press("enter")
-            await notified(pilot, "12-token cap while the model was still thinking", "(F3)")
-            msg = chat.chat_view.messages()[-1]
-            assert msg.still_thinking and not msg.thinking_block.collapsed
-            assert msg.thinking_block.title.startswith("Thinking, stopped (")
-            await wait_until(pilot, lambda: not chat.generating)
-            chat.prompt.text = "Again"
-            await pilot.press("enter")
-            await wait_until(pilot, lambda: len(chat.chat_view.messages()) == 4 and not chat.generating)
-            await pilot.pause()
-            answered = chat.chat_view.messages()[-1]
-            assert not answered.still_thinking and answered.thinking_block.collapsed
-            assert sum("still thinking" in n for n in notifications(app)) == 1
-    finally:
-        store.close()
+    answered = "<think>\nshort\n</think>\n\n" + " ".join(["word"] * 40)
+    async with ready_chat(tmp_path, [thinking, answered], {"max_tokens": 12}) as (app, pilot, _):
+        chat = app.chat_screen
+        chat.prompt.text = "Think hard"
+        await pilot.press("enter")
+        await notified(pilot, "12-token cap while the model was still thinking", "(F3)")
+        msg = chat.chat_view.messages()[-1]
+        assert msg.still_thinking and not msg.thinking_block.collapsed
+        assert msg.thinking_block.title.startswith("Thinking, stopped (")
+        await wait_until(pilot, lambda: not chat.generating)
+        chat.prompt.text = "Again"
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: len(chat.chat_view.messages()) == 4 and not chat.generating)
+        await pilot.pause()
+        last = chat.chat_view.messages()[-1]
+        assert not last.still_thinking and last.thinking_block.collapsed
+        assert sum("still thinking" in n for n in notifications(app)) == 1
