@@ -170,7 +170,7 @@ def read_gguf_header(
     path = str(path)
     try:
         check_regular(path)
-        key = _file_key(path) if skip_arrays else None
+        key = _file_key(path) if skip_arrays and SKIP_ARRAYS_KEPT > 0 else None
         if key is not None and key in _SKIP_ARRAYS_READ:
             return _copy(_SKIP_ARRAYS_READ[key])
         with open(path, "rb") as fh:
@@ -191,7 +191,8 @@ def read_gguf_header(
 # Headers read with skip_arrays, by file: loading a model reads one three times (its default
 # context, llama.cpp's layer check, the store's fingerprint), 10 ms each for SmolLM2. The key
 # changes with the file (a rewrite changes its inode, size or mtime), so a replaced file is read
-# again; callers get copies of the kept dicts, so none sees another's changes.
+# again; callers get copies of the kept dicts, so none sees another's changes. 0 keeps none
+# (benchmarks/cost/engine_load.py compares).
 SKIP_ARRAYS_KEPT = 8
 _SKIP_ARRAYS_READ: dict[tuple, GGUFHeader] = {}
 

@@ -560,3 +560,17 @@ def test_ngram_begin_times_both_ways_at_each_length(tmp_path):
     assert main(["--lengths", "200,400", "--repeats", "2", "--out", str(out)]) == 0
     rows = [line.split("|") for line in out.read_text().splitlines() if line.startswith("| 200 ") or line.startswith("| 400 ")]
     assert [int(r[1]) for r in rows] == [200, 400] and all(float(r[2]) > 0 and float(r[3]) > 0 for r in rows)
+
+
+@pytest.mark.model
+def test_engine_load_compares_a_header_walked_once_with_once_per_reader(tmp_path):
+    """`benchmarks.cost.engine_load`: the kept way walks the model's header once per load, the
+    other once per reader (the context size, the layer check, the fingerprint), and the report
+    gives their ratio."""
+    from benchmarks.cost.engine_load import main
+
+    out = tmp_path / "load.md"
+    assert main(["--pairs", "2", "--out", str(out)]) == 0
+    report = out.read_text()
+    assert "header walks per load: kept [1], walked [3]" in report
+    assert "Walked / kept: **" in report
