@@ -12,9 +12,9 @@ from textual.app import ComposeResult
 from textual.containers import Vertical, VerticalScroll
 from textual.widgets import Collapsible, Label, Markdown, Static
 
+from ...thinking import CLOSE, OPEN, split_thinking, thinking_title
 from ..conversation import Turn, context_marks, reply_note
 from ..settled import settled_length
-from ...thinking import CLOSE, OPEN, split_thinking, thinking_title
 from ..stats import SpecStats
 from .reply_stream import ReplyStream
 from .spec_panel import SpecPanel
@@ -50,9 +50,9 @@ def warm_up(language: str) -> None:
 
 
 class ThinkingBlock(Collapsible):
-    """A reasoning model's thinking (adaspark_app/thinking.py), above its answer: open while it streams,
-    folded to its title ('Thought (412 words)') once the answer starts; a click or Enter on the
-    title shows it again. Plain text, dimmed: it is the model's notes, not its answer."""
+    """A reasoning model's thinking (adaspark_app/thinking.py), above its answer: open while it
+    streams, folded to its title ('Thought (412 words)') once the answer starts; a click or Enter
+    on the title shows it again. Plain text, dimmed: it is the model's notes, not its answer."""
 
     DEFAULT_CSS = """
     ThinkingBlock { margin: 0 0 1 0; padding: 0; border: none; background: transparent; }
@@ -95,9 +95,9 @@ class ChatMessage(Vertical):
     A reply under generation owns its `ReplyStream` (`start_stream`), which paces the frames
     that write to it.
 
-    A reasoning model's thinking (adaspark_app/thinking.py) goes to a `ThinkingBlock` above the Markdown:
-    while it streams, the tail shows it dimmed and its settled paragraphs join the block; at
-    `</think>` the block folds and the answer streams into the tail as any reply does.
+    A reasoning model's thinking (adaspark_app/thinking.py) goes to a `ThinkingBlock` above the
+    Markdown: while it streams, the tail shows it dimmed and its settled paragraphs join the
+    block; at `</think>` the block folds and the answer streams into the tail as any reply does.
     """
 
     DEFAULT_CSS = """
