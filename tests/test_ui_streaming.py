@@ -118,6 +118,45 @@ class ViewHost(App):
         yield ChatView()
 
 
+THOUGHT = "<think>\nFirst I list them.\n\nThen I check the list.\n</think>\n\nRed, green and blue."
+
+
+@pytest.mark.parametrize("size", [1, 2, 3, 5, 8, 13])
+async def test_a_thinking_reply_cut_into_any_fragments_ends_as_the_whole_text_shows(size):
+    """The reply's tags may come cut anywhere between fragments ('<th' then 'ink>', '</t' then
+    'hink>'): the streamed message ends with the same thinking, answer and fold as the stored
+    reply shows when opened."""
+    app = ViewHost()
+    async with app.run_test(size=(100, 40)) as pilot:
+        view = app.query_one(ChatView)
+        streamed = await view.add_message("assistant", "")
+        await pilot.pause()
+        for i in range(0, len(THOUGHT), size):
+            await streamed.write(THOUGHT[i:i + size])
+        await streamed.finish("done")
+        stored = await view.add_message("assistant", THOUGHT)
+        await pilot.pause()
+        for msg in (streamed, stored):
+            block = msg.thinking_block
+            assert block is not None and block.collapsed and block.title == "Thought (9 words)"
+            assert block.text == "First I list them.\n\nThen I check the list."
+            assert msg.body.source.strip() == "Red, green and blue." and not msg.still_thinking
+        assert streamed.text == THOUGHT
+
+
+@pytest.mark.parametrize("text", ["<", "<thin", "  \n", "<div>not thinking</div>", "<thinking>other tag</thinking>"])
+async def test_a_reply_that_only_starts_like_the_tag_is_shown_whole(text):
+    app = ViewHost()
+    async with app.run_test(size=(100, 40)) as pilot:
+        view = app.query_one(ChatView)
+        msg = await view.add_message("assistant", "")
+        await pilot.pause()
+        for ch in text:
+            await msg.write(ch)
+        await msg.finish("done")
+        assert msg.thinking_block is None and msg.body.source == text
+
+
 @pytest.mark.parametrize("text", TRICKY[:4] + [replies()[0]], ids=lambda t: t[:24].replace("\n", "|"))
 async def test_streamed_reply_ends_rendered_as_the_whole_text(text):
     app = ViewHost()
