@@ -118,6 +118,16 @@ class ViewHost(App):
         yield ChatView()
 
 
+
+async def streamed_reply(pilot, fragments: list[str]) -> ChatMessage:
+    """A reply written into a ViewHost's view fragment by fragment, then finished."""
+    msg = await pilot.app.query_one(ChatView).add_message("assistant", "")
+    await pilot.pause()
+    for fragment in fragments:
+        await msg.write(fragment)
+    await msg.finish("done")
+    return msg
+
 THOUGHT = "<think>\nFirst I list them.\n\nThen I check the list.\n</think>\n\nRed, green and blue."
 
 
@@ -126,15 +136,9 @@ async def test_a_thinking_reply_cut_into_any_fragments_ends_as_the_whole_text_sh
     """The reply's tags may come cut anywhere between fragments ('<th' then 'ink>', '</t' then
     'hink>'): the streamed message ends with the same thinking, answer and fold as the stored
     reply shows when opened."""
-    app = ViewHost()
-    async with app.run_test(size=(100, 40)) as pilot:
-        view = app.query_one(ChatView)
-        streamed = await view.add_message("assistant", "")
-        await pilot.pause()
-        for i in range(0, len(THOUGHT), size):
-            await streamed.write(THOUGHT[i:i + size])
-        await streamed.finish("done")
-        stored = await view.add_message("assistant", THOUGHT)
+    async with ViewHost().run_test(size=(100, 40)) as pilot:
+        streamed = await streamed_reply(pilot, [THOUGHT[i:i + size] for i in range(0, len(THOUGHT), size)])
+        stored = await pilot.app.query_one(ChatView).add_message("assistant", THOUGHT)
         await pilot.pause()
         for msg in (streamed, stored):
             block = msg.thinking_block
@@ -146,14 +150,8 @@ async def test_a_thinking_reply_cut_into_any_fragments_ends_as_the_whole_text_sh
 
 @pytest.mark.parametrize("text", ["<", "<thin", "  \n", "<div>not thinking</div>", "<thinking>other tag</thinking>"])
 async def test_a_reply_that_only_starts_like_the_tag_is_shown_whole(text):
-    app = ViewHost()
-    async with app.run_test(size=(100, 40)) as pilot:
-        view = app.query_one(ChatView)
-        msg = await view.add_message("assistant", "")
-        await pilot.pause()
-        for ch in text:
-            await msg.write(ch)
-        await msg.finish("done")
+    async with ViewHost().run_test(size=(100, 40)) as pilot:
+        msg = await streamed_reply(pilot, list(text))
         assert msg.thinking_block is None and msg.body.source == text
 
 
