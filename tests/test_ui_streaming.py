@@ -148,6 +148,18 @@ async def test_a_thinking_reply_cut_into_any_fragments_ends_as_the_whole_text_sh
         assert streamed.text == THOUGHT
 
 
+async def test_a_thinking_reply_whose_answer_is_empty_leaves_its_thinking_open():
+    """A model that closes its thinking and ends there (seen with Qwen2.5-Coder-0.5B told to think in
+    tags): folded, the reply would show nothing but its title."""
+    text = "<think>\n17 times 3 equals 51.\n</think>\n"
+    async with ViewHost().run_test(size=(100, 40)) as pilot:
+        streamed = await streamed_reply(pilot, [text[:12], text[12:]])
+        stored = await pilot.app.query_one(ChatView).add_message("assistant", text)
+        await pilot.pause()
+        for msg in (streamed, stored):
+            assert not msg.thinking_block.collapsed and msg.thinking_block.title == "Thought (5 words)"
+
+
 @pytest.mark.parametrize("text", ["<", "<thin", "  \n", "<div>not thinking</div>", "<thinking>other tag</thinking>"])
 async def test_a_reply_that_only_starts_like_the_tag_is_shown_whole(text):
     async with ViewHost().run_test(size=(100, 40)) as pilot:

@@ -366,6 +366,8 @@ class ChatMessage(Vertical):
         block = self.thinking_block
         if block is not None and self._phase == THINKING:  # stopped inside its thinking: left open
             block.title = thinking_title(self._thinking.strip(), False)
+        elif block is not None and not split_thinking(self._text, self._opened_thinking).answer.strip():
+            block.collapsed = False  # an answer of nothing: the thinking is all the reply says
         if self.role == "assistant":
             self.tail_widget.unpage()
             self.tail_widget.set_text("")
