@@ -168,3 +168,31 @@ def test_the_plain_rate_is_given_only_near_the_contexts_plain_steps_ran_at(model
         assert eng.plain_rate(4 * r.context) is None
     finally:
         eng.close()
+
+
+def test_the_plain_rate_is_the_plain_steps_own_price_where_two_rows_cost_less(model_path, monkeypatch):
+    """Where a 2-row verify costs less than a one-row step (Qwen2.5-Coder-0.5B's Q4_K on an Intel
+    Xeon: 13.9 against 15.9 ms), the offered price of width 1 is the cheaper class's, but a plain
+    step runs at its own: the panel's "plain" rate is the plain step's, not the offer's (it said
+    105.5 tok/s where plain decode ran at about 55)."""
+    import engine_clock
+    from adaspark_app.engine.chat_engine import ChatEngine
+
+    def two_rows_cheaper(rows: int, context: int) -> float:
+        return 0.020 if rows == 1 else 0.012 * (1.0 + 0.05 * (rows - 2))
+
+    monkeypatch.setattr(engine_clock, "verify_seconds", two_rows_cheaper)
+    eng = ChatEngine(model_path, arm="adaspark", n_ctx=1024)
+    paste = "\n".join(f"Item {i}: a box of {i * 7 % 23} marbles." for i in range(30))
+    try:
+        with engine_clock.deterministic_clock():
+            msgs = [{"role": "user", "content": paste + "\nRepeat the list exactly."}]
+            r = eng.generate("c", msgs, max_tokens=96)
+        scheduler = eng.decoder.learners.scheduler
+        assert scheduler.cost.classes[2].priced  # the cheaper wider class was measured
+        offered = eng.price_table(r.context)[1]
+        rate = eng.plain_rate(r.context)
+        assert rate is not None and offered < 0.8 * (1.0 / rate)  # the offer took the 2-row class's price
+        assert 0.85 < rate * 0.020 < 1.15  # a plain step's own 20 ms
+    finally:
+        eng.close()

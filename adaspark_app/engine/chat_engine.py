@@ -595,11 +595,17 @@ class ChatEngine:
         """The plain-decode rate the cost model prices at ``context`` (the panel's "plain" and
         its speedup's base); None where no plain step has run near this context: there its price
         is a clamped guess (`VerifyCostModel.measured_near`), and the panel read 0.55x while the
-        reply ran twice as fast as plain decode."""
+        reply ran twice as fast as plain decode.
+
+        The plain step's own price (its class's), not the offered price of width 1: where a
+        wider class is priced lower (two rows cost less than one, as on an Intel Xeon with
+        Qwen2.5-Coder-0.5B's Q4_K, or one lucky early measurement), the offer takes that price
+        (Proposition 2), but a plain step still runs one row at its own cost, and the panel said
+        "plain 105.5" tok/s and a speedup of 0.48x where plain decode ran at about 55."""
         scheduler = self.decoder.learners.scheduler
         if not scheduler.plain_measured_near(context):
             return None
-        t = self.price_table(context).get(1)
+        t = scheduler.plain_price(context)
         return 1.0 / t if t else None
 
     def cold_start_progress(self) -> tuple[int, int]:

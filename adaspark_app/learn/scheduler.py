@@ -75,7 +75,7 @@ class WidthScheduler:
     def _plain_rate(self, context: int) -> float | None:
         if not self.cost.is_priced(1):
             return None
-        return 1.0 / max(self.cost.raw_price(1, context), 1e-12)
+        return 1.0 / max(self.plain_price(context), 1e-12)
 
     def _rho(self, context: int) -> float | None:
         """The price of time for the gate: the band's rate, else the plain step's rate."""
@@ -477,6 +477,12 @@ class WidthScheduler:
     def price_table(self, context: int) -> dict[int, float]:
         """Offered width -> priced verify seconds at ``context`` (Proposition 2 prices)."""
         return self.cost.prices(context)
+
+    def plain_price(self, context: int) -> float:
+        """A plain one-row step's priced seconds at ``context``: width 1's own class, which the
+        offered prices (``price_table``) may pull down to a cheaper wider class's (the gate's
+        rate before the band's, and the panel's "plain")."""
+        return self.cost.raw_price(1, context)
 
     def plain_measured_near(self, context: int) -> bool:
         """Whether the plain step's price at ``context`` rests on plain steps timed near it
