@@ -574,3 +574,17 @@ def test_engine_load_compares_a_header_walked_once_with_once_per_reader(tmp_path
     report = out.read_text()
     assert "header walks per load: kept [1], walked [3]" in report
     assert "Walked / kept: **" in report
+
+
+@pytest.mark.model
+def test_width_steps_compares_a_few_rows_with_a_one_row_step_in_each_reply(tmp_path):
+    """`benchmarks.cost.width_steps` on the bundled model: each reply of a pinned arm has one-row
+    steps and 2-row verifies, and the report gives their ratio with an interval."""
+    from benchmarks.cost.width_steps import main
+
+    out = tmp_path / "steps.md"
+    assert main(["--limit", "2", "--widths", "2", "--max-tokens", "48", "--out", str(out)]) == 0
+    report = out.read_text()
+    assert "set: `benchmarks/corpora/longpaste.jsonl`" in report
+    row = next(line for line in report.splitlines() if line.startswith("| 2 |"))
+    assert row.split("|")[2].strip() in ("1", "2") and "x [" in row

@@ -20,7 +20,7 @@ import platform
 import statistics
 from pathlib import Path
 
-from benchmarks.common import CORPORA, command_line, cpu_model, emit_report, read_jsonl
+from benchmarks.common import CORPORA, ROOT, command_line, cpu_model, emit_report, read_jsonl
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -41,6 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     from adaspark_app.engine.chat_engine import ChatEngine
 
     convs = [c for c in read_jsonl(args.set) if c.get("turns")][:args.limit]
+    shown = args.set.resolve().relative_to(ROOT) if args.set.resolve().is_relative_to(ROOT) else args.set
     engines = {w: ChatEngine(args.model, arm=f"pinned:{w}", n_ctx=4096) for w in widths}
     logs: dict[int, dict[str, list[float]]] = {w: {} for w in widths}
     medians: dict[int, list[tuple[float, float]]] = {w: [] for w in widths}
@@ -65,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
         "# A verify of a few rows against a plain one-row step, in the engine",
         "",
         f"- command: `{command_line('benchmarks.cost.width_steps', argv)}`",
-        f"- model: `{args.model or 'the bundled model'}`; set: `{args.set}` (first turns, {len(convs)} conversations)",
+        f"- model: `{args.model or 'the bundled model'}`; set: `{shown}` (first turns, {len(convs)} conversations)",
         f"- machine: {cpu_model()} ({platform.platform()}), Python {platform.python_version()}",
         "",
         "| rows | replies | one-row step, median ms | rows' verify, median ms | rows / one row |",
