@@ -43,8 +43,9 @@ def test_bench_two_conversations_two_arms_writes_every_report_file(tmp_path):
     # which kernels each arm's one-row steps ran on (engine/one_row.py), so arms are comparable
     verdicts = data["meta"]["one_row"]
     assert set(verdicts) == {"ar", "chain:4"}
-    assert all(re.fullmatch(r"(ours|vec_dot) \(vec_dot/ours \d\.\d{3}\)|learning \(\d+/12 blocks\)", v)
-               for v in verdicts.values()), verdicts
+    verdict = (r"(ours|vec_dot|wide) \(vec_dot/ours \d\.\d{3}(, wide/ours \d\.\d{3})?\)"
+               r"|learning \((wide, )?\d+/12 blocks\)")
+    assert all(re.fullmatch(verdict, v) for v in verdicts.values()), verdicts
     assert f"`ar` {verdicts['ar']}" in (out / "report.md").read_text()
     assert verdicts["ar"] == verdicts["chain:4"], "the arms share one trial: one verdict"
 

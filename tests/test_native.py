@@ -27,12 +27,13 @@ pytestmark = pytest.mark.long  # scheduled first (tests/conftest.py)
 
 
 def _sgemm_like() -> str:
-    """The parts of sgemm.cpp the patch looks for: the class anchor, then the stock Q8_0, Q4_0
-    (_CASE_ANCHOR) and Q5_0 cases' first lines, each followed by its stock code, and the one-row
-    check (_N1_ANCHOR) and the end of the kernels' namespace (_SWITCH_ANCHOR)."""
-    return ("// before\n" + build._CLASS_ANCHOR + "\n// middle\n" + build._Q0_ANCHORS["q8_0"] + "// stock code\n"
-            + build._CASE_ANCHOR + "\n// stock code\n" + build._Q0_ANCHORS["q5_0"] + "// stock code\n"
-            + build._SWITCH_ANCHOR + "// llamafile_sgemm\n" + build._N1_ANCHOR + "// after\n")
+    """The parts of sgemm.cpp the patch looks for, in its order: the class anchor, the end of the
+    kernels' namespace (_SWITCH_ANCHOR), then in llamafile_sgemm the one-row check (_N1_ANCHOR)
+    and the stock Q8_0, Q4_0 (_CASE_ANCHOR) and Q5_0 cases' first lines, each followed by its
+    stock code."""
+    return ("// before\n" + build._CLASS_ANCHOR + "\n// middle\n" + build._SWITCH_ANCHOR + "// llamafile_sgemm\n"
+            + build._N1_ANCHOR + build._Q0_ANCHORS["q8_0"] + "// stock code\n"
+            + build._CASE_ANCHOR + "\n// stock code\n" + build._Q0_ANCHORS["q5_0"] + "// stock code\n// after\n")
 
 
 def test_patch_adds_the_kernel_class_and_its_dispatch_case_once():
@@ -258,10 +259,14 @@ def test_each_variant_this_machine_can_run_loads_and_keeps_q4_1_identity(variant
 # ---------------------------------------------------------------- Q4_K, Q6_K and Q0 kernels
 # argv[1]: the comma-separated ggml types to multiply
 _QUANT_PROBE = """
-import json, sys
+import ctypes, json, sys
 import numpy as np
 from benchmarks.kernels.kernel_identity import GGML_TYPES, _libs, mul_mat
 base, cpu, status = _libs()
+try:  # the one-row switch (bit 8: the Q0 kernel's one-row products in tiles of 8 weight rows)
+    switch = ctypes.c_int.in_dll(cpu, "adaspark_one_row_kernels")
+except ValueError:  # the stock library
+    switch = None
 rng = np.random.default_rng(7)
 # 37 and 38 rows: the tiles' remainders too (4-row tiles leave 1 and 2 rows)
 weights = {rows: rng.standard_normal((rows, 512)).astype(np.float32) * 0.05 for rows in (37, 38)}
@@ -273,9 +278,15 @@ for name in sys.argv[1].split(","):
             for threads in (1, 2):
                 batched = mul_mat(base, cpu, GGML_TYPES[name], w, x[:n], threads)
                 alone = np.stack([mul_mat(base, cpu, GGML_TYPES[name], w, x[j:j + 1], threads)[0] for j in range(n)])
+                wide = alone
+                if switch is not None:
+                    switch.value = 15
+                    wide = np.stack([mul_mat(base, cpu, GGML_TYPES[name], w, x[j:j + 1], threads)[0]
+                                     for j in range(n)])
+                    switch.value = 7
                 out[f"{name} m={rows} n={n} t={threads}"] = {
                     "batched": batched.tobytes().hex(), "alone": alone.tobytes().hex(),
-                    "err": float(np.abs(batched - x[:n] @ w.T).max())}
+                    "wide": wide.tobytes().hex(), "err": float(np.abs(batched - x[:n] @ w.T).max())}
 print(json.dumps(out))
 """
 
@@ -342,6 +353,9 @@ def test_patch_puts_the_q0_kernel_inside_the_stock_q0_cases():
     switch = out.index("int adaspark_one_row_kernels = 7;")
     assert out.count("int adaspark_one_row_kernels") == 1
     assert out.index("} // namespace") < switch < out.index("__atomic_load_n(&adaspark_one_row_kernels")
+    # its readers: the one-row check, and each Q0 case for the wide tiles' bit
+    assert out.count("__atomic_load_n(&adaspark_one_row_kernels") == 4
+    assert out.count("tb.wide_one_row = (__atomic_load_n(&adaspark_one_row_kernels, __ATOMIC_RELAXED) & 8) != 0;") == 3
     for missing in (*build._Q0_ANCHORS.values(), build._N1_ANCHOR, build._SWITCH_ANCHOR):
         with pytest.raises(build.BuildError):
             build.patch_sgemm(text.replace(missing, "// changed upstream"))
@@ -353,7 +367,8 @@ def test_q0_batches_equal_columns_alone_and_the_stock_kernels(variant):
     this machine can run: a column of a 2- to 13-column product (AdaSpark's zmm kernel on the
     AVX-512 VNNI variants, stock tinyBLAS elsewhere) equals the same column computed alone (the
     zmm kernel too on the VNNI variants), bit for bit, on 1 and 2 threads, and both equal the
-    stock library's (its tinyBLAS for the batch, its vec_dot for a column alone); the VNNI
+    stock library's (its tinyBLAS for the batch, its vec_dot for a column alone); a column alone
+    in the wide tiles (the switch's bit 8: 8 weight rows a tile) equals it too; the VNNI
     variants' libraries really hold the kernel."""
     if variant not in build.built_variants():
         pytest.skip(f"variant {variant} not built here")
@@ -371,6 +386,7 @@ def test_q0_batches_equal_columns_alone_and_the_stock_kernels(variant):
         assert got["batched"] == got["alone"], f"{key}: a batched column differs from the column alone"
         assert got["batched"] == stock[key]["batched"], f"{key}: differs from the stock library's product"
         assert got["alone"] == stock[key]["alone"], f"{key}: a column alone differs from the stock vec_dot's"
+        assert got["wide"] == got["alone"], f"{key}: a column alone in the wide tiles differs"
         assert got["err"] < 1.0, f"{key}: far from the float product ({got['err']})"
 
 

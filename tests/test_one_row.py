@@ -11,21 +11,24 @@ import sys
 
 import pytest
 
-from adaspark_app.engine.one_row import MARGIN, OURS, VEC_DOT, WARMUP_STEPS, OneRowChooser, chooser_for
+from adaspark_app.engine.one_row import MARGIN, OURS, VEC_DOT, WARMUP_STEPS, WIDE, OneRowChooser, chooser_for
 from adaspark_app.errors import ConfigError
 
 
 def _run_trial(chooser: OneRowChooser, ours_s: float, vec_s: float, seed: int, noise: float = 0.05,
-               drift: float = 0.0, outliers: float = 0.05, slow=lambda step: 1.0) -> list[str]:
+               drift: float = 0.0, outliers: float = 0.05, slow=lambda step: 1.0,
+               wide_s: float | None = None) -> list[str]:
     """Feed the chooser steps whose time depends on its setting (plus noise, outliers, a linear
-    drift and a factor ``slow(step)``); returns the settings it asked for, in order."""
+    drift and a factor ``slow(step)``; the wide tiles take ``wide_s``, else AdaSpark's kernels'
+    time); returns the settings it asked for, in order."""
     rng = random.Random(seed)
     asked = []
     step = 0
     while chooser.chosen is None:
         s = chooser.setting()
         asked.append(s)
-        t = (ours_s if s == OURS else vec_s) * (1 + drift * step) * (1 + rng.uniform(-noise, noise)) * slow(step)
+        base = {OURS: ours_s, VEC_DOT: vec_s, WIDE: ours_s if wide_s is None else wide_s}[s]
+        t = base * (1 + drift * step) * (1 + rng.uniform(-noise, noise)) * slow(step)
         if rng.random() < outliers:
             t *= 3  # an outlier: the machine was busy
         chooser.record(t)
@@ -108,6 +111,36 @@ def test_fixed_setting_never_trials_and_bad_values_are_refused(monkeypatch):
             OneRowChooser(trial_blocks=blocks)
 
 
+@pytest.mark.parametrize("seed", range(5))
+def test_the_wide_tiles_get_a_second_trial_where_adasparks_kernels_won(seed):
+    """With the switch (wide=True), AdaSpark's kernels winning the first trial starts a second, of
+    their wide tiles against them: 23% faster (an Intel Xeon's Qwen2.5-Coder-0.5B) wins it, a tie
+    keeps the narrow tiles; vec_dot winning the first ends it there."""
+    c = OneRowChooser(wide=True)
+    asked = _run_trial(c, ours_s=0.040, vec_s=0.054, wide_s=0.031, seed=seed)
+    assert c.chosen == WIDE and c.ratio > 1.2 and 0.72 < c.wide_ratio < 0.83
+    assert VEC_DOT in asked and asked.index(WIDE) > max(i for i, s in enumerate(asked) if s == VEC_DOT)
+    assert c.describe().startswith("wide (vec_dot/ours 1.") and ", wide/ours 0." in c.describe()
+    tie = OneRowChooser(wide=True)
+    _run_trial(tie, ours_s=0.040, vec_s=0.054, wide_s=0.040 * (1 - MARGIN / 3), seed=seed, noise=0.01)
+    assert tie.chosen == OURS and tie.wide_ratio is not None
+    lost = OneRowChooser(wide=True)
+    asked = _run_trial(lost, ours_s=0.090, vec_s=0.060, wide_s=0.030, seed=seed)
+    assert lost.chosen == VEC_DOT and WIDE not in asked and lost.wide_ratio is None
+    without = OneRowChooser()  # no switch for them: one trial, as before
+    asked = _run_trial(without, ours_s=0.040, vec_s=0.054, wide_s=0.031, seed=seed)
+    assert without.chosen == OURS and WIDE not in asked
+
+
+def test_the_second_trial_says_so_while_it_runs(monkeypatch):
+    c = OneRowChooser(wide=True, warmup_steps=0, block_steps=1, trial_blocks=4)
+    for _ in range(4):
+        c.record(0.04 if c.setting() == OURS else 0.05)
+    assert c.chosen is None and c.describe() == "learning (wide, 0/4 blocks)"
+    monkeypatch.setenv("ADASPARK_ONE_ROW", "wide")
+    assert OneRowChooser.from_env().chosen == WIDE
+
+
 def test_engines_of_one_model_and_thread_count_share_one_trial(tmp_path, monkeypatch):
     """A bench's arms are engines of one model: one trial, one verdict for all of them."""
     monkeypatch.delenv("ADASPARK_ONE_ROW", raising=False)
@@ -131,13 +164,13 @@ import hashlib, json, sys
 from adaspark_app import native
 native.activate()
 from adaspark_app.engine.backend import LlamaBackend
-from adaspark_app.engine.one_row import OURS, VEC_DOT, OneRowChooser
+from adaspark_app.engine.one_row import OURS, VEC_DOT, WIDE, OneRowChooser
 b = LlamaBackend(sys.argv[1], n_ctx=512, n_threads=int(sys.argv[2]))
 switch = native.one_row_switch()
 toks = b.tokenize("The quick brown fox jumps over the lazy dog. " * 6)
 b.prefill(toks[:40], 0)
 out = {"switch": None if switch is None else switch.value, "steps": {}}
-for setting in (OURS, VEC_DOT, OURS):
+for setting in (OURS, VEC_DOT, WIDE, OURS):
     b.one_row = OneRowChooser(fixed=setting)
     rows = []
     for i in range(40, 46):
@@ -154,8 +187,9 @@ print(json.dumps(out))
 @pytest.mark.parametrize("threads", (1, 2))
 def test_one_row_steps_are_bit_identical_on_either_setting(model_path, threads):
     """Six one-row steps on the bundled model (Q4_1 layers, a Q8_0 output matrix) with AdaSpark's
-    kernels, then with vec_dot, then AdaSpark's again: the same logits bit for bit, and the switch
-    the backend drives is the mapped library's (its value follows the setting)."""
+    kernels, then with vec_dot, then with the wide tiles, then AdaSpark's again: the same logits
+    bit for bit, and the switch the backend drives is the mapped library's (its value follows the
+    setting)."""
     from test_native import _clean_env
 
     got = subprocess.run([sys.executable, "-c", _PROBE, model_path, str(threads)], env=_clean_env(),
@@ -164,7 +198,7 @@ def test_one_row_steps_are_bit_identical_on_either_setting(model_path, threads):
     out = json.loads(got.stdout.strip().splitlines()[-1])
     if out["switch"] is None:
         pytest.skip("the patched kernels are not in use here (stock libraries)")
-    ours, vec = out["steps"][OURS], out["steps"][VEC_DOT][0]
-    assert [o["switch"] for o in ours] == [7, 7] and vec["switch"] == 0
-    assert ours[0]["rows"] == vec["rows"] == ours[1]["rows"]
+    ours, vec, wide = out["steps"][OURS], out["steps"][VEC_DOT][0], out["steps"][WIDE][0]
+    assert [o["switch"] for o in ours] == [7, 7] and vec["switch"] == 0 and wide["switch"] == 15
+    assert ours[0]["rows"] == vec["rows"] == wide["rows"] == ours[1]["rows"]
     assert len(set(vec["rows"])) == 6  # six different steps, not one row hashed six times

@@ -23,12 +23,12 @@ import numpy as np
 
 from .. import native
 from ..errors import ConfigError, ContextOverflowError, ModelLoadError
-from ..native import ONE_ROW_ALL, ONE_ROW_NONE
+from ..native import ONE_ROW_ALL, ONE_ROW_NONE, ONE_ROW_WIDE
 from ..gguf_file import is_gguf
 from ..wording import printable
 from .limits import N_SEQ_MAX, check_n_batch, check_n_ctx, check_threads, default_threads
 from .offload import build_can_offload, parse_gpu_layers, plan_offload
-from .one_row import OURS, chooser_for
+from .one_row import OURS, VEC_DOT, WIDE, chooser_for
 
 # KV cache types and attention kernel. With an F16 (or F32) K and V cache, ggml's CPU flash
 # attention takes a different kernel for a one-row batch at 512+ cached cells (the KV range split
@@ -52,6 +52,8 @@ FLASH_ATTN_ENABLED = 1
 # F16 is the type every CUDA attention kernel reads as it is, and it is as large as BF16.
 GPU_KV_TYPES = (GGML_TYPE_F16, GGML_TYPE_F16)
 PREFILL_CHUNK_CPU = 128  # tokens a prompt is read in on the CPU (LlamaBackend.prefill)
+# The one-row switch's value for each setting of the one-row trial (engine/one_row.py)
+ONE_ROW_VALUES = {OURS: ONE_ROW_ALL, VEC_DOT: ONE_ROW_NONE, WIDE: ONE_ROW_WIDE}
 
 
 def kv_cache_types(on_gpu: bool) -> tuple[int, int]:
@@ -318,7 +320,7 @@ class LlamaBackend:
         # one-row steps: AdaSpark's kernels or vec_dot, the same bits, whichever is faster here
         # (one trial per model and thread count in the process, shared by its engines)
         self._one_row_switch = native.one_row_switch()
-        self.one_row = chooser_for(model_path, self.n_threads)
+        self.one_row = chooser_for(model_path, self.n_threads, wide=self._one_row_switch is not None)
         self._chains: list[Any] = []  # the attached chains, one per sequence
         self._retired: list[Any] = []  # detached chains, freed after the next forward
         self._chains_attached = False
@@ -610,7 +612,7 @@ class LlamaBackend:
         self._fill_batch(tokens, positions, seq_ids, [True] * len(tokens))
         one = len(tokens) == 1 and self._one_row_switch is not None
         if one:  # between decodes: every thread of the step reads the same setting
-            self._one_row_switch.value = ONE_ROW_ALL if self.one_row.setting() == OURS else ONE_ROW_NONE
+            self._one_row_switch.value = ONE_ROW_VALUES[self.one_row.setting()]
         t0 = time.perf_counter()
         self._decode()
         if one:

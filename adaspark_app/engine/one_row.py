@@ -27,7 +27,15 @@ settings are within a few percent (Qwen-0.5B on Zen 4: ``ar`` and ``adaspark`` o
 kernels, both pinned widths on vec_dot, s33b), so the arms' plain steps differed for no reason of
 their own.
 
-``ADASPARK_ONE_ROW=ours`` or ``=vec_dot`` fixes the choice (benchmarks, tests); the default learns.
+A second trial, where AdaSpark's kernels won the first and the library has the switch: the same
+kernels with the Q0 family's one-row products in tiles of 8 weight rows (``wide``, bit 8 of the
+switch; the same bits again). Which tiles read faster is the CPU's too: on an Intel Xeon (family 6
+model 207) Qwen2.5-Coder-0.5B's one-row step took 0.771x [0.766, 0.777] the time with them
+(its weights are mostly Q5_0 and Q8_0), where on an AMD EPYC (Zen 4) 8 rows at once had cost 1.5x
+vec_dot. The wide tiles stay only if faster by MARGIN overall and in every ABBA quad.
+
+``ADASPARK_ONE_ROW=ours``, ``=vec_dot`` or ``=wide`` fixes the choice (benchmarks, tests); the
+default learns.
 """
 
 from __future__ import annotations
@@ -46,12 +54,14 @@ WARMUP_STEPS = ONE_ROW_WARMUP_STEPS
 BLOCK_STEPS = ONE_ROW_BLOCK_STEPS
 TRIAL_BLOCKS = ONE_ROW_TRIAL_BLOCKS
 MARGIN = ONE_ROW_MARGIN
-OURS, VEC_DOT = "ours", "vec_dot"
+OURS, VEC_DOT, WIDE = "ours", "vec_dot", "wide"
+SETTINGS = (OURS, VEC_DOT, WIDE)
 
 
-def block_setting(k: int) -> str:
-    """The setting of the trial's k-th block: A B B A A B B A ..., so a drift hits both alike."""
-    return OURS if ((k + 1) // 2) % 2 == 0 else VEC_DOT
+def block_setting(k: int, rival: str = VEC_DOT) -> str:
+    """The setting of the trial's k-th block: A B B A A B B A ... (A AdaSpark's kernels, B the
+    setting tried against them), so a drift hits both alike."""
+    return OURS if ((k + 1) // 2) % 2 == 0 else rival
 
 
 class OneRowChooser:
@@ -60,9 +70,9 @@ class OneRowChooser:
 
     def __init__(self, fixed: str | None = None, block_steps: int = BLOCK_STEPS,
                  trial_blocks: int = TRIAL_BLOCKS, margin: float = MARGIN,
-                 warmup_steps: int = WARMUP_STEPS) -> None:
-        if fixed not in (None, OURS, VEC_DOT):
-            raise ValueError(f"one-row setting must be {OURS!r} or {VEC_DOT!r}, not {fixed!r}")
+                 warmup_steps: int = WARMUP_STEPS, wide: bool = False) -> None:
+        if fixed not in (None, *SETTINGS):
+            raise ValueError(f"one-row setting must be one of {', '.join(SETTINGS)}, not {fixed!r}")
         if block_steps < 1 or trial_blocks < 4 or trial_blocks % 4 or warmup_steps < 0:
             raise ValueError("the trial needs whole ABBA quads (4, 8, ... blocks) of 1+ steps")
         self.block_steps, self.trial_blocks, self.margin = block_steps, trial_blocks, margin
@@ -71,12 +81,15 @@ class OneRowChooser:
         self._blocks: list[tuple[str, float]] = []  # (setting, median seconds) per finished block
         self._current: list[float] = []
         self.ratio: float | None = None  # vec_dot's median over ours once decided by the trial
+        self.wide = wide  # whether the wide tiles get their trial once AdaSpark's kernels have won
+        self.rival = VEC_DOT  # the setting the running trial tries against AdaSpark's kernels
+        self.wide_ratio: float | None = None  # the wide tiles' median over ours, after their trial
 
     @classmethod
     def from_env(cls) -> "OneRowChooser":
         value = os.environ.get(ONE_ROW_ENV, "").strip().lower() or "learn"
-        if value not in ("learn", OURS, VEC_DOT):
-            raise ConfigError(f"{ONE_ROW_ENV}={value!r}: give {OURS}, {VEC_DOT} or learn")
+        if value not in ("learn", *SETTINGS):
+            raise ConfigError(f"{ONE_ROW_ENV}={value!r}: give {OURS}, {VEC_DOT}, {WIDE} or learn")
         return cls(fixed=None if value == "learn" else value)
 
     def setting(self) -> str:
@@ -84,7 +97,7 @@ class OneRowChooser:
             return self.chosen
         if self._warmup:
             return OURS
-        return block_setting(len(self._blocks))
+        return block_setting(len(self._blocks), self.rival)
 
     def record(self, seconds: float) -> None:
         if self.chosen is not None:
@@ -95,38 +108,54 @@ class OneRowChooser:
         self._current.append(seconds)
         if len(self._current) < self.block_steps:
             return
-        self._blocks.append((block_setting(len(self._blocks)), statistics.median(self._current)))
+        self._blocks.append((block_setting(len(self._blocks), self.rival), statistics.median(self._current)))
         self._current = []
-        if len(self._blocks) == self.trial_blocks:
-            ours = statistics.median(t for s, t in self._blocks if s == OURS)
-            vec = statistics.median(t for s, t in self._blocks if s == VEC_DOT)
-            self.ratio = vec / ours if ours > 0 else 1.0
-            self.chosen = VEC_DOT if self.ratio < 1.0 - self.margin and self._every_quad_prefers_vec_dot() else OURS
+        if len(self._blocks) < self.trial_blocks:
+            return
+        ours = statistics.median(t for s, t in self._blocks if s == OURS)
+        rival = statistics.median(t for s, t in self._blocks if s == self.rival)
+        ratio = rival / ours if ours > 0 else 1.0
+        wins = ratio < 1.0 - self.margin and self._every_quad_prefers_the_rival()
+        if self.rival == WIDE:
+            self.wide_ratio = ratio
+            self.chosen = WIDE if wins else OURS
+            return
+        self.ratio = ratio
+        if wins:
+            self.chosen = VEC_DOT
+        elif self.wide:  # AdaSpark's kernels stay: now their wide tiles against them
+            self.rival, self._blocks = WIDE, []
+        else:
+            self.chosen = OURS
 
-    def _every_quad_prefers_vec_dot(self) -> bool:
-        """Whether vec_dot's two blocks beat AdaSpark's two by the margin in each ABBA quad."""
+    def _every_quad_prefers_the_rival(self) -> bool:
+        """Whether the rival's two blocks beat AdaSpark's two by the margin in each ABBA quad."""
         for q in range(0, len(self._blocks), 4):
             quad = self._blocks[q:q + 4]
-            if sum(t for s, t in quad if s == VEC_DOT) >= (1.0 - self.margin) * sum(t for s, t in quad if s == OURS):
+            if sum(t for s, t in quad if s == self.rival) >= (1.0 - self.margin) * sum(t for s, t in quad if s == OURS):
                 return False
         return True
 
     def describe(self) -> str:
         """For reports: the verdict (and the trial's ratio), or that the trial is running."""
         if self.chosen is None:
-            return f"learning ({len(self._blocks)}/{self.trial_blocks} blocks)"
+            trial = "" if self.rival == VEC_DOT else f"{self.rival}, "
+            return f"learning ({trial}{len(self._blocks)}/{self.trial_blocks} blocks)"
         if self.ratio is None:
             return f"{self.chosen} (fixed by {ONE_ROW_ENV})"
-        return f"{self.chosen} (vec_dot/ours {self.ratio:.3f})"
+        wide = f", {WIDE}/ours {self.wide_ratio:.3f}" if self.wide_ratio is not None else ""
+        return f"{self.chosen} (vec_dot/ours {self.ratio:.3f}{wide})"
 
 
 _SHARED: dict[tuple[str, int], OneRowChooser] = {}
 
 
-def chooser_for(model_path: str, n_threads: int) -> OneRowChooser:
+def chooser_for(model_path: str, n_threads: int, wide: bool = False) -> OneRowChooser:
     """The process's one trial for this model file at this thread count (a fixed setting from
-    ``ADASPARK_ONE_ROW`` is read anew for each engine and never shared)."""
+    ``ADASPARK_ONE_ROW`` is read anew for each engine and never shared). ``wide``: the library
+    has the wide tiles' switch, so they get their trial."""
     chooser = OneRowChooser.from_env()
     if chooser.chosen is not None:
         return chooser
+    chooser.wide = wide
     return _SHARED.setdefault((os.path.realpath(model_path), int(n_threads)), chooser)

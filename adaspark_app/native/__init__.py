@@ -187,6 +187,7 @@ def activate() -> str:
 ONE_ROW_SYMBOL = "adaspark_one_row_kernels"
 ONE_ROW_ALL = 7
 ONE_ROW_NONE = 0
+ONE_ROW_WIDE = ONE_ROW_ALL | 8  # and the Q0 kernel's one-row products in tiles of 8 weight rows
 _one_row: Any = None
 _one_row_looked = False
 

@@ -193,7 +193,8 @@ _Q0_ANCHORS = {a: f"    case GGML_TYPE_{a.upper()}: {{\n        if (Btype != GGM
 _N1_ANCHOR = "#if !defined(__MMA__)\n    if (n < 2)\n        return false;\n#endif\n"
 # Which families take one-row products is a run-time switch, ``adaspark_one_row_kernels`` (bit 1
 # Q4_1, 2 Q4_K/Q6_K, 4 Q4_0/Q5_0/Q8_0; all set by default): vec_dot is faster on some CPUs
-# (engine/one_row.py times both and sets it between decodes, never during one).
+# (engine/one_row.py times both and sets it between decodes, never during one). Bit 8 runs the
+# Q0 kernel's one-row products in tiles of 8 weight rows (tinyblas_q0.inc's wide_one_row).
 _N1 = """#if !defined(__MMA__)
     const int adaspark_one_row = __atomic_load_n(&adaspark_one_row_kernels, __ATOMIC_RELAXED);
     if (n < 2 && !(n == 1 && Ctype == GGML_TYPE_F32 &&
@@ -212,7 +213,8 @@ _SWITCH_ANCHOR = "} // namespace\n"
 _SWITCH = """} // namespace
 
 // AdaSpark: the kernel families whose one-row products run AdaSpark's kernels (the rest: vec_dot,
-// the same bits); set between decodes only (every thread of a product must read the same value)
+// the same bits), and bit 8: the Q0 kernel's one-row products in tiles of 8 weight rows; set
+// between decodes only (every thread of a product must read the same value)
 extern "C" __attribute__((visibility("default"))) int adaspark_one_row_kernels = 7;
 """
 _Q0_TEMPLATE = """#if ADASPARK_Q0_ZMM
@@ -222,6 +224,7 @@ _Q0_TEMPLATE = """#if ADASPARK_Q0_ZMM
                 (const block_q8_0 *)B, ldb,
                 (float *)C, ldc,
                 params->ith, params->nth}};
+            tb.wide_one_row = (__atomic_load_n(&adaspark_one_row_kernels, __ATOMIC_RELAXED) & 8) != 0;
             tb.matmul(m, n);
             return true;
         }}
