@@ -71,11 +71,20 @@ def has_gguf_magic(head: bytes) -> bool:
     return head[:len(GGUF_MAGIC)] == GGUF_MAGIC
 
 
-def check_regular(path: str | os.PathLike) -> None:
-    """OSError unless `path` is a regular file (or a link to one): a FIFO named .gguf in a models
-    folder blocked `adaspark models` for ever on its first read, and a device never ends."""
-    if not stat.S_ISREG(os.stat(path).st_mode):
+def check_regular(path: str | os.PathLike) -> os.stat_result:
+    """`path`'s stat, OSError unless it is a regular file (or a link to one): a FIFO named .gguf
+    in a models folder blocked `adaspark models` for ever on its first read, and a device never
+    ends."""
+    st = os.stat(path)
+    if not stat.S_ISREG(st.st_mode):
         raise OSError(errno.EINVAL, "not a regular file", str(path))
+    return st
+
+
+def file_identity(path: str | os.PathLike, st: os.stat_result) -> tuple:
+    """What identifies the file at `path` (`st`: its stat) as read, for what is kept of it: where
+    it is and its inode, size and mtime, so a file replaced or rewritten is read again."""
+    return (os.path.realpath(path), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
 
 
 def is_gguf(path: str | os.PathLike) -> bool:
@@ -169,8 +178,8 @@ def read_gguf_header(
         raise ValueError("read_gguf_header: full and skip_arrays exclude each other")
     path = str(path)
     try:
-        check_regular(path)
-        key = _file_key(path) if skip_arrays and SKIP_ARRAYS_KEPT > 0 else None
+        st = check_regular(path)
+        key = file_identity(path, st) if skip_arrays and SKIP_ARRAYS_KEPT > 0 else None
         if key is not None and key in _SKIP_ARRAYS_READ:
             return _copy(_SKIP_ARRAYS_READ[key])
         with open(path, "rb") as fh:
@@ -195,12 +204,6 @@ def read_gguf_header(
 # (benchmarks/cost/engine_load.py compares).
 SKIP_ARRAYS_KEPT = 8
 _SKIP_ARRAYS_READ: dict[tuple, GGUFHeader] = {}
-
-
-def _file_key(path: str) -> tuple:
-    """What identifies the file at `path` as read: where it is and its inode, size and mtime."""
-    st = os.stat(path)
-    return (os.path.realpath(path), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
 
 
 def _copy(header: GGUFHeader) -> GGUFHeader:

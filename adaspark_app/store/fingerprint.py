@@ -17,14 +17,14 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from adaspark_app.errors import ModelLoadError, StoreError
-from adaspark_app.gguf_file import GGUFError, is_gguf, read_gguf_header
+from adaspark_app.gguf_file import GGUFError, file_identity, is_gguf, read_gguf_header
 from adaspark_app.gguf_types import file_type_name, tensor_type_name
 
 ID_HEX_CHARS = 16  # short ids: 64 bits of sha256, plenty for a handful of models and devices
 _ID_RE = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 
 # (realpath, size, mtime_ns) -> fingerprint; a model's header is read once per process
-_MODEL_CACHE: dict[tuple[str, int, int], dict] = {}
+_MODEL_CACHE: dict[tuple, dict] = {}
 
 
 def _short_hash(obj: Any) -> str:
@@ -61,12 +61,11 @@ def model_fingerprint(path: str | os.PathLike) -> dict:
     p = Path(path)
     try:
         st = p.stat()
-        real = os.path.realpath(p)
     except OSError as exc:
         raise ModelLoadError(f"cannot read model file {p}: {exc.strerror or exc}") from None
     if not p.is_file():
         raise ModelLoadError(f"model path {p} is not a file")
-    cache_key = (real, st.st_size, st.st_mtime_ns)
+    cache_key = file_identity(p, st)  # as gguf_file keeps a header
     if cache_key in _MODEL_CACHE:
         return dict(_MODEL_CACHE[cache_key])
     try:

@@ -626,8 +626,8 @@ class ChatScreen(Screen):
         other = self.panel if pane is self.sidebar else self.sidebar
         width = self.size.width
         if show and not pane.display and other.display:
-            both = self.sidebar.styles.width.cells + self.panel.styles.width.cells + CHAT_MIN_COLUMNS
-            if width < both:
+            both_fit, _ = fitting_panels(width, self.sidebar.styles.width.cells, self.panel.styles.width.cells)
+            if not both_fit:
                 other.display = False
                 self._made_room = pane
         elif not show and pane.display and self._made_room is pane:
