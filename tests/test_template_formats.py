@@ -243,3 +243,64 @@ def test_a_template_that_runs_without_end_is_stopped(source, monkeypatch):
     while threading.active_count() > before and time.monotonic() < deadline:
         time.sleep(0.01)
     assert threading.active_count() == before
+
+
+# What Hugging Face's apply_chat_template gives a template (template_sandbox.py): templates that
+# failed here before (gpt-oss, Mistral Small 3.2, Command R7B, Kimi, LFM2.5 among llama.cpp's own)
+
+
+def test_a_template_may_break_and_continue_a_loop():
+    """Command R7B and Kimi find the last user message with `{% break %}`."""
+    source = ("{% for m in messages|reverse %}{% if m.role == 'user' %}{{ m.content }}{% break %}{% endif %}"
+              "{% endfor %}|{% for m in messages %}{% if m.role != 'user' %}{% continue %}{% endif %}{{ m.content }}"
+              "{% endfor %}")
+    assert ChatTemplate(source).render(CONVERSATION) == "What is the capital of France?|HiWhat is the capital of France?"
+
+
+def test_a_generation_block_renders_its_body():
+    """LFM2.5 wraps the assistant's turn in `{% generation %}` (transformers marks the assistant's
+    tokens with it); the prompt is the body, as rendered."""
+    source = ("{% for m in messages %}{% if m.role == 'assistant' %}{% generation %}<a>{{ m.content }}</a>"
+              "{% endgeneration %}{% else %}<{{ m.role[0] }}>{{ m.content }}{% endif %}{% endfor %}")
+    assert ChatTemplate(source).render(CONVERSATION[1:]) == "<u>Hi<a>Hello!</a><u>What is the capital of France?"
+
+
+def test_a_template_may_write_the_date():
+    """gpt-oss, Mistral Small 3.2 and Solar call strftime_now unguarded; Llama 3.x checks for it."""
+    import datetime
+
+    before = datetime.date.today().isoformat()
+    text = ChatTemplate("{{ strftime_now('%Y-%m-%d') }}|{{ strftime_now is defined }}").render([])
+    assert text.split("|")[0] in {before, datetime.date.today().isoformat()} and text.endswith("|True")
+
+
+def test_tojson_writes_json_as_python_does_not_html_safe():
+    """transformers' tojson: `<` stays `<` (Jinja's own writes \\u003c), non-ASCII stays itself,
+    and indent is honoured."""
+    messages = [{"role": "user", "content": "<b>café</b>"}]
+    assert ChatTemplate("{{ messages[0]|tojson }}").render(messages) == '{"role": "user", "content": "<b>café</b>"}'
+    assert ChatTemplate("{{ messages[0]|tojson(indent=1) }}").render(messages) == (
+        '{\n "role": "user",\n "content": "<b>café</b>"\n}')
+    with pytest.raises(ModelLoadError, match="a count of over"):
+        ChatTemplate("{{ messages[0]|tojson(indent=10**10) }}").render(messages)
+
+
+GEMMA2_LIKE = ("{% if messages[0]['role'] == 'system' %}{{ raise_exception('System role not supported') }}{% endif %}"
+               "{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}")
+
+
+def test_a_template_that_refuses_a_system_prompt_gets_it_in_the_first_user_message():
+    """Gemma 2's template raises on a system message; the system prompt goes at the head of the
+    first user message, as Gemma 3's own template puts it."""
+    tmpl = ChatTemplate(GEMMA2_LIKE)
+    assert tmpl.render(CONVERSATION) == ("<user>Be brief.\n\nHi<assistant>Hello!"
+                                         "<user>What is the capital of France?")
+    assert tmpl.folds_system
+    assert tmpl.render(CONVERSATION[1:]) == "<user>Hi<assistant>Hello!<user>What is the capital of France?"
+    assert CONVERSATION[1]["content"] == "Hi"  # the caller's messages are left alone
+
+
+def test_a_template_that_fails_otherwise_still_fails_with_its_own_reason():
+    with pytest.raises(ModelLoadError, match="Conversation roles must alternate"):
+        ChatTemplate("{{ raise_exception('Conversation roles must alternate') }}").render(CONVERSATION)
+    assert ChatTemplate(GEMMA2_LIKE).folds_system is False

@@ -408,6 +408,12 @@ class LlamaBackend:
             self._control_cache[token] = hit
         return hit
 
+    def is_special(self, token: int) -> bool:
+        """Whether ``token`` is a control or user-defined token (a marker llama.cpp parses out of a
+        text whole, such as gpt-oss's `<|channel|>`, which it makes user-defined)."""
+        attr = int(self.llama.llama_vocab_get_attr(self.vocab, token))
+        return bool(attr & (self.llama.LLAMA_TOKEN_ATTR_CONTROL | self.llama.LLAMA_TOKEN_ATTR_USER_DEFINED))
+
     # ------------------------------------------------------------------ text
     def tokenize(self, text: str, add_special: bool = False, parse_special: bool = True) -> list[int]:
         return self.tokenize_bytes(text.encode("utf-8"), add_special, parse_special)

@@ -23,6 +23,7 @@ from .decoder import Decoder, common_prefix, shared_prefix
 from .reply import run_reply
 from .rounds import RoundOutcome
 from .detok import StreamDecoder
+from .harmony import HarmonyText, harmony_tokens
 from .events import ReadAhead, ReplyResult, RoundEvent
 from .prompt_tokens import PromptTokens
 from .sampling import GREEDY, SamplingSettings
@@ -90,6 +91,8 @@ class ChatEngine:
         # The GGUF's template; a base model (none) gets its family's built-in turn format
         self.template = chat_template_for(b)
         self.turn_format = self.template.turn_format
+        # gpt-oss: its replies' channels are written as thinking and answer (harmony.py)
+        self.harmony = harmony_tokens(lambda s: b.tokenize(s, parse_special=True), b.is_special)
         note = turn_format_notice(self.turn_format, b.meta("general.architecture"))
         if note:
             self.notices.append(note)
@@ -370,7 +373,7 @@ class ChatEngine:
                 sampling=sjson, seed=seed, dropped_turns=window.dropped_turns, prompt_length=len(prompt),
                 capped_to=window.reply_tokens if window.capped else None, restored_tokens=restored,
                 read_ahead_tokens=read_ahead)
-        stream = StreamDecoder(b.token_bytes)
+        stream = StreamDecoder(b.token_bytes, HarmonyText(self.harmony, b.token_bytes).pieces if self.harmony else None)
         counters = {"tokens": 0, "t0": time.perf_counter(), "saved": time.perf_counter()}
 
         def handle(oc: RoundOutcome, new: list[int]) -> None:

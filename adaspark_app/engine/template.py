@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
 from ..errors import ModelLoadError
+from . import harmony
 from .template_sandbox import compile_template, render_bounded, why
 
 # Kept for callers that build a ChatTemplate without a source; the engine no longer falls back
@@ -133,15 +134,55 @@ class ChatTemplate:
             raise ModelLoadError(f"the model's chat template does not parse: {why(exc)}") from exc
         self.bos_token = bos_token
         self.eos_token = eos_token
+        self.harmony = harmony.is_harmony_template(source or "")
+        self.folds_system = False  # the template refused a system message: it goes into the first user's
 
     def render(self, messages: list[dict[str, Any]], add_generation_prompt: bool = True) -> str:
-        """The prompt text (template_sandbox.render_bounded: bounded in size and time)."""
+        """The prompt text (template_sandbox.render_bounded: bounded in size and time).
+
+        A template that refuses a system message (Gemma 2's "System role not supported") gets the
+        system prompt at the head of the first user message instead, as Gemma 3's own template
+        puts it; a harmony template (gpt-oss) gets each earlier reply's answer without its
+        thinking (harmony.py)."""
+        if self.harmony:
+            messages = harmony.history_messages(messages)
+        if self.folds_system:
+            return self._render(fold_system(messages), add_generation_prompt)
+        try:
+            return self._render(messages, add_generation_prompt)
+        except ModelLoadError as refused:
+            folded = fold_system(messages)
+            if folded is messages:
+                raise
+            try:
+                text = self._render(folded, add_generation_prompt)
+            except ModelLoadError:
+                raise refused from refused.__cause__
+            self.folds_system = True
+            return text
+
+    def _render(self, messages: list[dict[str, Any]], add_generation_prompt: bool) -> str:
         try:
             return render_bounded(lambda: self._template.generate(
                 messages=messages, add_generation_prompt=add_generation_prompt,
                 bos_token=self.bos_token, eos_token=self.eos_token))
         except Exception as exc:
             raise ModelLoadError(f"the model's chat template failed to render: {why(exc)}") from exc
+
+
+def fold_system(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """`messages` with a leading system message put at the head of the first user message (its
+    text, a blank line, the user's); `messages` itself where there is nothing to fold."""
+    if not messages or messages[0].get("role") != "system":
+        return messages
+    first = next((i for i, m in enumerate(messages) if m.get("role") == "user"), None)
+    if first is None:
+        return messages
+    system = str(messages[0].get("content", ""))
+    out = [dict(m) for m in messages[1:]]
+    user = out[first - 1]
+    user["content"] = f"{system}\n\n{user.get('content', '')}" if system else user.get("content", "")
+    return out
 
 
 def builtin_template_names() -> list[str]:

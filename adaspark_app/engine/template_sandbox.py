@@ -6,21 +6,57 @@ or `join` making more than MAX_PROMPT_CHARS, and a prompt longer than that are r
 they are made; a render runs in a thread of its own and is stopped past MAX_RENDER_S (a loop that
 writes nothing, a macro calling itself twice). Every error a template raises, Jinja's or Python's,
 is one line (`why`).
+
+What a template may use is what Hugging Face's `apply_chat_template` gives it (transformers'
+chat_template_utils), since GGUF templates are written for it: `raise_exception`,
+`strftime_now` (gpt-oss, Mistral Small 3.2 and Solar write the date into the system message),
+a `tojson` filter that writes JSON as Python's json does, the `break` and `continue` tags (Command
+R7B, Kimi) and the `{% generation %}` block around an assistant turn (LFM2.5), which renders its
+body (transformers uses it to mark the assistant's tokens for training).
 """
 
 from __future__ import annotations
 
 import ctypes
 import functools
+import json
 import threading
+from datetime import datetime
 from typing import Any, Callable, Iterator
 
-from jinja2 import Template, TemplateError
+from jinja2 import Template, TemplateError, nodes
+from jinja2.ext import Extension, loopcontrols
 from jinja2.sandbox import ImmutableSandboxedEnvironment, SecurityError
 
 
 def _raise_exception(message: str) -> None:
     raise TemplateError(message)
+
+
+def _strftime_now(fmt: str) -> str:
+    """The local time now in `fmt` (transformers' and llama.cpp's `strftime_now`)."""
+    return datetime.now().strftime(str(fmt))
+
+
+def _tojson(value: Any, ensure_ascii: bool = False, indent: int | None = None,
+            separators: tuple[str, str] | None = None, sort_keys: bool = False) -> str:
+    """transformers' `tojson`: Python's json, not Jinja's HTML-safe one (which writes `<` as
+    `\\u003c`)."""
+    return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
+
+
+class _GenerationBlock(Extension):
+    """`{% generation %}...{% endgeneration %}`: its body, as rendered."""
+
+    tags = {"generation"}
+
+    def parse(self, parser: Any) -> nodes.Node:
+        lineno = next(parser.stream).lineno
+        body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
+        return nodes.CallBlock(self.call_method("_body"), [], [], body).set_lineno(lineno)
+
+    def _body(self, caller: Callable[[], str]) -> str:
+        return caller()
 
 
 MAX_REPEAT_CHARS = 1 << 20  # what `text * n` in a template may make at most (a GGUF is untrusted)
@@ -132,10 +168,12 @@ def why(exc: BaseException) -> str:
 
 
 def compile_template(source: str) -> Template:
-    """`source` compiled in the sandbox, `raise_exception` defined as Hugging Face templates expect.
+    """`source` compiled in the sandbox, with what Hugging Face templates expect (module docstring).
     Raises whatever parsing raises (TemplateError, RecursionError for deep nesting)."""
-    env = _TemplateSandbox(trim_blocks=True, lstrip_blocks=True)
+    env = _TemplateSandbox(trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols, _GenerationBlock])
+    env.filters["tojson"] = _bounded_filter("tojson", _tojson)
     env.globals["raise_exception"] = _raise_exception
+    env.globals["strftime_now"] = _strftime_now
     template = env.from_string(source)
     # `~` compiles to a call of runtime.str_join, looked up in the template's own namespace
     template.root_render_func.__globals__["str_join"] = _bounded_str_join
