@@ -9,6 +9,7 @@ import pytest
 from adaspark_app.cli import main
 from adaspark_app.engine.arms import AdaSparkPolicy, Arm
 from adaspark_app.engine.candidates import Sources
+from adaspark_app.engine.ngram import BACKOFF_EVIDENCE
 from adaspark_app.engine.proposers import NgramSource
 from adaspark_app.engine.rounds import RoundStart
 from adaspark_app.explain import account, read_rounds
@@ -16,7 +17,7 @@ from adaspark_app.learn.constants import (COLD_ALWAYS_BELOW, CONDITIONAL_MEASURE
                                           PENDING_STALL)
 from adaspark_app.learn.cost import context_band
 from adaspark_app.learn.gates import PROBE_NONE
-from adaspark_app.learn.kinds import Decider
+from adaspark_app.learn.kinds import Decider, NgramKind
 from adaspark_app.learn.learned_state import Learners
 from adaspark_app.learn.scheduler import WidthScheduler
 
@@ -51,6 +52,25 @@ def test_gate_names_no_proposal_when_there_is_nothing_to_draft():
     policy, _ = _policy([1, 2, 3, 4, 5])
     gate = policy.gate(_round_start(6))
     assert not gate.draft and gate.decided_by == Decider.NO_PROPOSAL
+
+
+def test_a_backoff_follower_is_drafted_under_the_no_proposal_gate():
+    """Where only the last 2 tokens' follower proposes (ngram.py's backoff), the round is not a
+    NO_PROPOSAL plain step: it drafts, under the probe class of no proposal, whose draft gate
+    learns apart from the copies' and followers' whether such guesses pay."""
+    text = [1, 2, 3, 9, 2, 3]  # (2, 3) was followed by 9 once; (9, 2, 3) never occurred before
+    policy, learners = _policy(text)
+    sched = _priced(learners, len(text))
+    step = policy.sources.ngram.index.first_step()
+    assert (step.token, step.kind, step.evidence) == (9, NgramKind.FOLLOWER, BACKOFF_EVIDENCE)
+    assert policy.sources.ngram.probe() == PROBE_NONE
+    gate = policy.gate(_round_start(len(text)))
+    assert gate.draft and gate.decided_by is None and gate.probe == PROBE_NONE
+    assert (context_band(len(text)), PROBE_NONE) in sched.gates
+    plain = NgramSource(lambda token: False, learners.precision, backoff=False)
+    plain.begin(text)
+    assert AdaSparkPolicy(Arm("adaspark"), learners, Sources(plain)).gate(
+        _round_start(len(text))).decided_by == Decider.NO_PROPOSAL
 
 
 def test_gate_names_the_draft_gate_when_it_skips():
@@ -202,7 +222,8 @@ def test_every_logged_round_carries_its_decision_trace(tmp_path, arm, allowed):
         if row["bounded"]:  # a first verify at a bound is the chooser's own choice, not a measurement
             assert not row["measured"] and any(int(w) >= 16 for w in row["offered"])
     if arm == "adaspark":
-        assert rows[0]["decided_by"] in ("cold", "no_proposal")
+        # width 1 is timed first, by a plain step: nothing proposed, or the draft gate's wait for it
+        assert rows[0]["decided_by"] in ("cold", "no_proposal", "draft_gate") and rows[0]["width"] == 1
         assert any(r["decided_by"] == "cold" for r in rows)  # a fresh store measures its widths
     accts = account(read_rounds(str(rounds)))
     assert sum(a.rounds for a in accts) == len(rows)

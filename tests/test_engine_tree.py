@@ -164,7 +164,7 @@ def test_kv_holds_exactly_the_committed_tokens(arm, model_path, public_prompts):
         for turn, user in enumerate(conv["turns"]):
             msgs.append({"role": "user", "content": user})
             full = len(eng.prompt_tokens(msgs))
-            res = eng.generate("t", msgs, max_tokens=48, turn=turn)
+            res = eng.generate("t", msgs, max_tokens=96, turn=turn)
             results.append((res, full))
             msgs.append({"role": "assistant", "content": res.text})
             dec = eng.decoder

@@ -8,7 +8,7 @@ import sys
 import numpy as np
 import pytest
 
-from adaspark_app.engine.ngram import NgramIndex, NgramStep
+from adaspark_app.engine.ngram import BACKOFF_EVIDENCE, NgramIndex, NgramStep
 from adaspark_app.learn.kinds import NgramKind
 from adaspark_app.learn.precision import SourcePrecision
 from adaspark_app.learn.constants import NGRAM_MAX_DEPTH
@@ -70,6 +70,36 @@ def test_follower_fallback_uses_the_most_frequent_follower_of_the_last_three_tok
     assert steps == [NgramStep(x, NgramKind.FOLLOWER, 3)]
 
 
+def test_backoff_proposes_the_last_two_tokens_follower_then_the_last_ones():
+    """Guards the backoff (NgramIndex's ``backoff``): where no passage and no follower of the last
+    3 tokens propose, the most frequent follower of the last 2 does, else of the last token, as a
+    follower of evidence BACKOFF_EVIDENCE; the paper's index (the default) proposes nothing there."""
+    two = [1, 2, 3, 50, 9, 2, 3, 60, 8, 2, 3, 50, 7, 2, 3]  # (7, 2, 3) is new; (2, 3) was followed by 50 twice
+    assert NgramIndex(two, backoff=True).chain((), 1) == [NgramStep(50, NgramKind.FOLLOWER, BACKOFF_EVIDENCE)]
+    assert NgramIndex(two).chain((), 1) == []
+    one = [4, 70, 5, 71, 6, 70, 9, 4]  # (9, 4) is new; 4 was followed by 70
+    assert NgramIndex(one, backoff=True).first_step() == NgramStep(70, NgramKind.FOLLOWER, BACKOFF_EVIDENCE)
+    three = [1, 2, 3, 40, 7, 2, 3, 41, 1, 2, 3]  # the last 3 tokens' follower wins over the last 2's
+    assert NgramIndex(three, backoff=True).first_step() == NgramStep(40, NgramKind.FOLLOWER, 1)
+    assert NgramIndex([1, 2, 3, 4], backoff=True).first_step() is None  # the last token never recurred
+    assert NgramIndex([1, 2, 3, 4], backoff=True, stop={70}.__contains__).chain((), 3) == []
+    assert NgramIndex(one, backoff=True, stop={70}.__contains__).first_step() is None  # nor a stop token
+
+
+def test_backoff_followers_are_a_precision_class_of_their_own():
+    """The source's precision learns the backoff's guesses apart (evidence 0 of the follower row,
+    which no 3-token follower has): the bundled model's backoffs are right 24-65% of the time, the
+    index's other first proposals ~90%."""
+    rng = random.Random(7)
+    text = [rng.randrange(30) for _ in range(400)]
+    prec = SourcePrecision()
+    NgramIndex(text[:10], backoff=True).extend(text[10:], prec)
+    assert prec.class_trials[int(NgramKind.FOLLOWER), BACKOFF_EVIDENCE] > 50
+    off = SourcePrecision()
+    NgramIndex(text[:10]).extend(text[10:], off)
+    assert off.class_trials[int(NgramKind.FOLLOWER), BACKOFF_EVIDENCE] == 0
+
+
 def test_chain_stops_when_nothing_is_proposed():
     """Guards the stop rule: text that never repeats proposes nothing."""
     idx = NgramIndex(list(range(100)))
@@ -102,14 +132,15 @@ def test_copy_may_overlap_its_own_output():
     assert [s.token for s in steps] == (cycle * 4)[2:14]
 
 
-def test_incremental_extend_equals_building_from_scratch():
+@pytest.mark.parametrize("backoff", [False, True])
+def test_incremental_extend_equals_building_from_scratch(backoff):
     """Guards incremental updates: extending round by round gives the same index (tables and
     every proposal) as indexing the whole text at once."""
     rng = random.Random(4)
     base = _tokens(rng, 300, 1, 40)  # a small vocabulary: many repeats and follower counts
     text = base + base[50:180] + _tokens(rng, 200, 1, 40) + base[10:90]
-    whole = NgramIndex(text)
-    inc = NgramIndex(text[:100])
+    whole = NgramIndex(text, backoff=backoff)
+    inc = NgramIndex(text[:100], backoff=backoff)
     pos = 100
     while pos < len(text):
         step = rng.randint(1, 9)
@@ -117,6 +148,7 @@ def test_incremental_extend_equals_building_from_scratch():
         pos += step
     assert len(inc) == len(whole) == len(text)
     assert inc._pos == whole._pos and inc._follow == whole._follow and inc._best == whole._best
+    assert inc._short == whole._short and (whole._short is not None) == backoff
     assert inc._ambiguous == whole._ambiguous and len(whole._ambiguous) > 0
     proposed = 0
     for k in range(60):
@@ -264,16 +296,18 @@ def test_the_cached_first_step_is_the_chains_first_step_at_every_length(seed):
         else:
             text.append(rng.randrange(1000))
     stop = {words[0], 999}.__contains__
-    idx = NgramIndex(text[:5], stop=stop)
-    seen_kinds = set()
-    for t in text[5:]:
-        chained = idx.chain((), 1)
-        step = idx.first_step()
-        assert step == (chained[0] if chained else None)
-        if step is not None:
-            seen_kinds.add((step.kind, min(step.evidence, 5)))
-        idx.extend([t])
-    assert {k for k, _ in seen_kinds} == {NgramKind.COPY, NgramKind.FOLLOWER} and len(seen_kinds) > 4
+    for backoff in (False, True):
+        idx = NgramIndex(text[:5], stop=stop, backoff=backoff)
+        seen_kinds = set()
+        for t in text[5:]:
+            chained = idx.chain((), 1)
+            step = idx.first_step()
+            assert step == (chained[0] if chained else None)
+            if step is not None:
+                seen_kinds.add((step.kind, min(step.evidence, 5)))
+            idx.extend([t])
+        assert {k for k, _ in seen_kinds} == {NgramKind.COPY, NgramKind.FOLLOWER} and len(seen_kinds) > 4
+        assert ((NgramKind.FOLLOWER, BACKOFF_EVIDENCE) in seen_kinds) == backoff
 
 
 def test_source_precision_per_class_recovers_known_rates():

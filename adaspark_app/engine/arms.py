@@ -160,7 +160,7 @@ class AdaSparkPolicy(ArmPolicy):
         probe = self.sources.ngram.probe()
         sched = self.learners.scheduler
         has_drafter = self.sources.drafter is not None
-        if probe == PROBE_NONE and not has_drafter:
+        if probe == PROBE_NONE and not has_drafter and not self.sources.ngram.proposes():
             return DraftDecision(draft=False, use_drafter=False, decided_by=Decider.NO_PROPOSAL, probe=probe)
         if not sched.wants_draft(r.context, probe):
             return DraftDecision(draft=False, use_drafter=False, decided_by=Decider.DRAFT_GATE, probe=probe,
@@ -168,7 +168,7 @@ class AdaSparkPolicy(ArmPolicy):
         if not has_drafter:
             return DraftDecision(draft=True, use_drafter=False, probe=probe)
         use = sched.wants_drafter(r.context, probe)
-        if not use and probe == PROBE_NONE:
+        if not use and probe == PROBE_NONE and not self.sources.ngram.proposes():
             return DraftDecision(draft=False, use_drafter=False, decided_by=Decider.DRAFTER_GATE, probe=probe,
                                  drafter_skipped=True, asked_drafter_gate=True)
         return DraftDecision(draft=True, use_drafter=use, probe=probe, drafter_skipped=not use,

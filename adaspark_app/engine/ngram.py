@@ -37,6 +37,14 @@ from adaspark_app.learn.constants import (COPY_CONTEXT_LADDER, COPY_EVIDENCE_CAP
 from adaspark_app.learn.kinds import NgramKind
 from adaspark_app.learn.precision import SourcePrecision
 
+# A follower of the last 2 tokens, or else of the last one, proposed where those of the last 3
+# and every passage propose nothing (NgramIndex's ``backoff``): a class of its own, evidence 0,
+# which no 3-token follower has (its evidence is a count, at least 1), so the source's precision
+# learns it apart. It is right less often: on the bundled model's `ar` replies to held-out chats
+# and pastes the 2-token followers 44-65% of the time and the 1-token ones 24-27%, against
+# 88-90% for the index's other first proposals; where a second row costs little (a GPU) a guess
+# right a quarter of the time still pays.
+BACKOFF_EVIDENCE = 0
 # A copy must match more than the follower context (see the module docstring).
 NGRAM_MIN_COPY = NGRAM_FOLLOWER_CONTEXT + 1
 # Context lengths with a position map. The longest matching length on this ladder picks the
@@ -70,6 +78,20 @@ def long_copy_rows(steps: Sequence["NgramStep"]) -> int:
     return 1 + k if k >= LONG_COPY_MIN else 0
 
 
+def _count(follow: dict[tuple[int, ...], dict[int, int]], best: dict[tuple[int, ...], tuple[int, int]],
+           key: tuple[int, ...], t: int) -> None:
+    """Count ``t`` as a follower of ``key``; the best is the most frequent, ties going to the most
+    recent follower to reach the count."""
+    counts = follow.get(key)
+    if counts is None:
+        counts = follow[key] = {}
+    c = counts.get(t, 0) + 1
+    counts[t] = c
+    b = best.get(key)
+    if b is None or c >= b[1]:
+        best[key] = (t, c)
+
+
 class NgramStep(NamedTuple):
     """One proposed token of an n-gram chain (a named tuple: a chain makes dozens a round, and a
     frozen dataclass cost a microsecond each to build).
@@ -93,10 +115,17 @@ class NgramIndex:
     proposal at the anchor, used to measure the source precision p_src of Eq. (6).
     """
 
-    __slots__ = ("_tokens", "_pos", "_follow", "_best", "_first", "_ambiguous", "_long", "_stop", "_anchor")
+    __slots__ = ("_tokens", "_pos", "_follow", "_best", "_short", "_first", "_ambiguous", "_long", "_stop",
+                 "_anchor")
 
-    def __init__(self, tokens: Sequence[int] = (), stop: Callable[[int], bool] | None = None) -> None:
+    def __init__(self, tokens: Sequence[int] = (), stop: Callable[[int], bool] | None = None,
+                 backoff: bool = False) -> None:
         """``stop``: tokens no chain proposes; a chain ends before one (``Backend.is_control``).
+
+        ``backoff``: where neither a passage nor the last 3 tokens' followers propose anything,
+        the most frequent follower of the last 2 tokens does, else that of the last token (a
+        ``BACKOFF_EVIDENCE`` follower; the engine's source sets it, the oracles' replays keep the
+        index of the paper).
 
         A reply that restates the user's message (a function's signature and docstring, a
         pasted passage) matches the end of that message, and the copy read on from there runs
@@ -111,6 +140,9 @@ class NgramIndex:
         # _follow[3-gram][token] = how often token followed it; _best[3-gram] = (token, count)
         self._follow: dict[tuple[int, ...], dict[int, int]] = {}
         self._best: dict[tuple[int, ...], tuple[int, int]] = {}
+        # the same for the last 2 tokens and the last token, where backoff is on (None: off):
+        # (follow, best) of each, longest context first
+        self._short: tuple[tuple[dict, dict], ...] | None = (({}, {}), ({}, {})) if backoff else None
         self._first: tuple[int, NgramStep | None] = (-1, None)  # (length, first step) cache
         # contexts of NGRAM_MIN_COPY tokens that earlier passages continued with 2+ different tokens
         self._ambiguous: set[tuple[int, ...]] = set()
@@ -162,16 +194,11 @@ class NgramIndex:
                             self._ambiguous.add(key)
                     table[key] = i
             if i >= f:
-                key = tuple(toks[i - f : i])
-                counts = self._follow.get(key)
-                if counts is None:
-                    counts = self._follow[key] = {}
-                c = counts.get(t, 0) + 1
-                counts[t] = c
-                best = self._best.get(key)
-                # ties go to the most recent follower to reach the count
-                if best is None or c >= best[1]:
-                    self._best[key] = (t, c)
+                _count(self._follow, self._best, tuple(toks[i - f : i]), t)
+            if self._short is not None:
+                for (follow, best), L in zip(self._short, (2, 1)):
+                    if i >= L:
+                        _count(follow, best, tuple(toks[i - L : i]), t)
             toks.append(t)
         if outcomes:
             precision.observe_many(outcomes)  # type: ignore[union-attr]  # the tracker reads none of the index
@@ -230,11 +257,11 @@ class NgramIndex:
                 break
             if total < follow_ctx:
                 break
-            best = self._best.get(window[-follow_ctx:])
-            if best is None or (stop is not None and stop(best[0])):
+            step = self._follower(window)
+            if step is None or (stop is not None and stop(step.token)):
                 break
-            out.append(NgramStep(best[0], NgramKind.FOLLOWER, best[1]))
-            ext.append(best[0])
+            out.append(step)
+            ext.append(step.token)
         if anchored:
             self._anchor = (n, max_depth, out)
             return list(out)
@@ -283,10 +310,24 @@ class NgramIndex:
             return None if stop is not None and stop(tok) else NgramStep(tok, NgramKind.COPY, self._copy_match(found))
         if n < NGRAM_FOLLOWER_CONTEXT:
             return None
-        best = self._best.get(tuple(toks[n - NGRAM_FOLLOWER_CONTEXT:]))
-        if best is None or (stop is not None and stop(best[0])):
+        step = self._follower(tuple(toks[n - NGRAM_FOLLOWER_CONTEXT:]))
+        if step is None or (stop is not None and stop(step.token)):
             return None
-        return NgramStep(best[0], NgramKind.FOLLOWER, best[1])
+        return step
+
+    def _follower(self, window: tuple[int, ...]) -> NgramStep | None:
+        """The most frequent follower of the last 3 tokens of ``window`` (the text's last tokens,
+        at least 3), else with backoff on that of the last 2, else of the last one (evidence
+        BACKOFF_EVIDENCE)."""
+        best = self._best.get(window[-NGRAM_FOLLOWER_CONTEXT:])
+        if best is not None:
+            return NgramStep(best[0], NgramKind.FOLLOWER, best[1])
+        if self._short is not None:
+            for (_, table), L in zip(self._short, (2, 1)):
+                best = table.get(window[-L:])
+                if best is not None:
+                    return NgramStep(best[0], NgramKind.FOLLOWER, BACKOFF_EVIDENCE)
+        return None
 
     def long_copy(self) -> int:
         """Rows ngram-mod's rule would verify from the end of the committed text (``long_copy_rows``

@@ -25,15 +25,16 @@ import numpy as np
 from ..learn.gates import PROBE_NONE, probe_class
 from ..learn.kinds import NgramKind
 from ..learn.precision import SourcePrecision
-from .ngram import NgramIndex, NgramStep
+from .ngram import BACKOFF_EVIDENCE, NgramIndex, NgramStep
 
 
 class NgramSource:
     """The n-gram proposer: the reply's committed text, indexed; precision learns as it grows."""
 
-    def __init__(self, is_control: Callable[[int], bool], precision: SourcePrecision) -> None:
+    def __init__(self, is_control: Callable[[int], bool], precision: SourcePrecision, backoff: bool = True) -> None:
         self.is_control = is_control  # tokens no chain proposes (the backend's control tokens)
         self.precision = precision
+        self.backoff = backoff  # the last 2 tokens' follower where nothing else proposes (ngram.py)
         self.index: NgramIndex | None = None
         self._synced = 0  # committed tokens the index holds
 
@@ -46,7 +47,7 @@ class NgramSource:
         if self.index is not None and self.index.begins(prompt):
             self.index.extend(prompt[len(self.index):])
         else:
-            self.index = NgramIndex(prompt, stop=self.is_control)
+            self.index = NgramIndex(prompt, stop=self.is_control, backoff=self.backoff)
         self._synced = len(prompt)
 
     def accept(self, kv_tokens: Sequence[int], anchor: int | None) -> None:
@@ -55,7 +56,7 @@ class NgramSource:
         tail = [anchor] if anchor is not None else []
         n = len(kv_tokens) + len(tail)
         if self.index is None:
-            self.index = NgramIndex(list(kv_tokens) + tail, stop=self.is_control)
+            self.index = NgramIndex(list(kv_tokens) + tail, stop=self.is_control, backoff=self.backoff)
         elif self._synced < n:  # the new tokens: committed[synced:], without copying the whole text
             self.index.extend(list(kv_tokens[self._synced:]) + tail, self.precision)
         self._synced = n
@@ -73,11 +74,18 @@ class NgramSource:
         """Rows llama.cpp's ngram-mod rule would verify at the anchor (0: it would not draft)."""
         return self.index.long_copy()
 
+    def proposes(self) -> bool:
+        """Whether the index proposes anything at the anchor (a backoff follower too)."""
+        return self.index.first_step() is not None
+
     def probe(self) -> int:
         """The gates' probe class of the proposal at the anchor: a copy whose context earlier
-        passages continued differently counts with the shortest copies (``gates.probe_class``)."""
+        passages continued differently counts with the shortest copies (``gates.probe_class``);
+        a backoff follower counts as no proposal, so its rounds' gate learns apart from the
+        index's other proposals whether drafting pays there (with a drafter: the drafter's
+        rounds with at most that guess)."""
         step = self.index.first_step()
-        if step is None:
+        if step is None or (step.kind == NgramKind.FOLLOWER and step.evidence == BACKOFF_EVIDENCE):
             return PROBE_NONE
         return probe_class(step.kind, step.evidence, step.kind == NgramKind.COPY and self.index.anchor_ambiguous())
 
