@@ -49,7 +49,7 @@ def history_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 @dataclass(frozen=True)
 class HarmonyTokens:
-    """The ids of the four harmony control tokens in a vocabulary."""
+    """The ids of the four harmony markers in a vocabulary (special tokens: control or user-defined)."""
 
     start: int
     channel: int

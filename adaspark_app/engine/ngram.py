@@ -4,7 +4,9 @@ The index holds the request's committed text (prompt and reply so far). From a s
 the anchor or a drafter pick, it follows a chain: the token that followed the most recent
 earlier occurrence of the longest matching context, read on along that earlier passage (a
 *copy*), or else the most frequent follower of the last ``NGRAM_FOLLOWER_CONTEXT`` (3) tokens (a
-*follower*). The chain stops when nothing is proposed or after ``max_depth`` steps; the engine
+*follower*); with ``backoff`` (the engine's index) else the most frequent follower of the last 2
+tokens, else of the last one (a follower of evidence ``BACKOFF_EVIDENCE``; not in the paper, see
+the constant). The chain stops when nothing is proposed or after ``max_depth`` steps; the engine
 passes ``NGRAM_MAX_DEPTH`` (32) minus the suffix length so no chain runs more than 32 tokens
 below the anchor (Appendix B, Table 14).
 
@@ -98,8 +100,9 @@ class NgramStep(NamedTuple):
 
     ``kind`` is ``NgramKind.COPY`` (continues an earlier passage) or ``NgramKind.FOLLOWER`` (the
     most frequent follower of the last 3 tokens). ``evidence`` is, for a copy, the length of the matched
-    context (capped at ``COPY_EVIDENCE_CAP``); for a follower, its follower count. These feed
-    the bucket of Eq. (6)'s n-gram terms.
+    context (capped at ``COPY_EVIDENCE_CAP``); for a follower, its follower count, or
+    ``BACKOFF_EVIDENCE`` (0) for a backoff follower of the last 2 tokens or the last one. These
+    feed the bucket of Eq. (6)'s n-gram terms.
     """
 
     token: int
