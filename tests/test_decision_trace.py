@@ -67,7 +67,7 @@ def test_a_backoff_follower_is_drafted_under_the_no_proposal_gate():
     gate = policy.gate(_round_start(len(text)))
     assert gate.draft and gate.decided_by is None and gate.probe == PROBE_NONE
     assert (context_band(len(text)), PROBE_NONE) in sched.gates
-    plain = NgramSource(lambda token: False, learners.precision, backoff=False)
+    plain = NgramSource(lambda token: False, learners.precision, backoff=())
     plain.begin(text)
     assert AdaSparkPolicy(Arm("adaspark"), learners, Sources(plain)).gate(
         _round_start(len(text))).decided_by == Decider.NO_PROPOSAL

@@ -95,16 +95,19 @@ def test_modeled_gpu_runs_the_arms_on_the_replayed_replies_and_refuses_bad_input
     # the cost model's learned price of a plain step sits on the modeled curve (0.5 ms a row)
     one = re.search(r"^\| 1 \| ([\d.]+) \| ([\d.]+) \| ([\d.]+) \|$", report, re.M)
     assert one is not None and float(one.group(2)) == 0.5 and 0.9 < float(one.group(3)) < 1.5, report
-    # on this CPU's own forward, with `adaspark` beside its variant without the chain-end credit
+    # on this CPU's own forward, with `adaspark` beside its variants: without the chain-end credit,
+    # without the backoff followers, backing off to the last 2 tokens only
     cpu = subprocess.run(module_argv("benchmarks.speed.modeled_gpu", str(script), "--max-tokens", "32",
-                                     "--arms", "ar,adaspark", "--cpu", "--no-chain-end", "--out", str(out)),
+                                     "--arms", "ar,adaspark", "--cpu", "--no-chain-end", "--no-backoff", "--backoff-2",
+                                     "--out", str(out)),
                          cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert cpu.returncode == 0, cpu.stderr[-2000:]
     report = out.read_text()
     assert report.startswith("# Speed on this CPU") and "Replies that differ from `ar`'s: 0 " in report, report
-    rows = re.findall(r"^\| multi-turn chat \| 2 \| `(adaspark|adaspark@no-chain-end)` \| [\d.]+ .* \| - \| - \| - \|$",
+    rows = re.findall(r"^\| multi-turn chat \| 2 \| `(adaspark(?:@[a-z0-9-]+)?)` \| [\d.]+ .* \| - \| - \| - \|$",
                       report, re.M)
-    assert rows == ["adaspark", "adaspark@no-chain-end"], report
+    assert rows == ["adaspark", "adaspark@no-chain-end", "adaspark@no-backoff", "adaspark@backoff-2"], report
+    assert "--no-chain-end --no-backoff --backoff-2" in report  # the command says how to run it again
     assert "learned / modeled" not in report  # no curve: no learned-price table
     for argv, said in ((("--arms", "adaspark"), "must include ar"), (("--arms", "ar,nonsense"), "nonsense"),
                        (("--curve", "16:8,1:6"), "rows must increase"),

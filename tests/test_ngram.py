@@ -8,7 +8,7 @@ import sys
 import numpy as np
 import pytest
 
-from adaspark_app.engine.ngram import BACKOFF_EVIDENCE, NgramIndex, NgramStep
+from adaspark_app.engine.ngram import BACKOFF_CONTEXTS, BACKOFF_EVIDENCE, NgramIndex, NgramStep
 from adaspark_app.learn.kinds import NgramKind
 from adaspark_app.learn.precision import SourcePrecision
 from adaspark_app.learn.constants import NGRAM_MAX_DEPTH
@@ -75,15 +75,24 @@ def test_backoff_proposes_the_last_two_tokens_follower_then_the_last_ones():
     3 tokens propose, the most frequent follower of the last 2 does, else of the last token, as a
     follower of evidence BACKOFF_EVIDENCE; the paper's index (the default) proposes nothing there."""
     two = [1, 2, 3, 50, 9, 2, 3, 60, 8, 2, 3, 50, 7, 2, 3]  # (7, 2, 3) is new; (2, 3) was followed by 50 twice
-    assert NgramIndex(two, backoff=True).chain((), 1) == [NgramStep(50, NgramKind.FOLLOWER, BACKOFF_EVIDENCE)]
+    assert NgramIndex(two, backoff=BACKOFF_CONTEXTS).chain((), 1) == [NgramStep(50, NgramKind.FOLLOWER, BACKOFF_EVIDENCE)]
     assert NgramIndex(two).chain((), 1) == []
     one = [4, 70, 5, 71, 6, 70, 9, 4]  # (9, 4) is new; 4 was followed by 70
-    assert NgramIndex(one, backoff=True).first_step() == NgramStep(70, NgramKind.FOLLOWER, BACKOFF_EVIDENCE)
+    assert NgramIndex(one, backoff=BACKOFF_CONTEXTS).first_step() == NgramStep(70, NgramKind.FOLLOWER, BACKOFF_EVIDENCE)
     three = [1, 2, 3, 40, 7, 2, 3, 41, 1, 2, 3]  # the last 3 tokens' follower wins over the last 2's
-    assert NgramIndex(three, backoff=True).first_step() == NgramStep(40, NgramKind.FOLLOWER, 1)
-    assert NgramIndex([1, 2, 3, 4], backoff=True).first_step() is None  # the last token never recurred
-    assert NgramIndex([1, 2, 3, 4], backoff=True, stop={70}.__contains__).chain((), 3) == []
-    assert NgramIndex(one, backoff=True, stop={70}.__contains__).first_step() is None  # nor a stop token
+    assert NgramIndex(three, backoff=BACKOFF_CONTEXTS).first_step() == NgramStep(40, NgramKind.FOLLOWER, 1)
+    assert NgramIndex([1, 2, 3, 4], backoff=BACKOFF_CONTEXTS).first_step() is None  # the last token never recurred
+    assert NgramIndex([1, 2, 3, 4], backoff=BACKOFF_CONTEXTS, stop={70}.__contains__).chain((), 3) == []
+    assert NgramIndex(one, backoff=BACKOFF_CONTEXTS, stop={70}.__contains__).first_step() is None  # nor a stop token
+
+
+def test_backoff_contexts_are_the_ones_given_and_shorter_than_the_followers():
+    one = [4, 70, 5, 71, 6, 70, 9, 4]  # only the last token's follower proposes
+    assert NgramIndex(one, backoff=(2,)).first_step() is None
+    assert NgramIndex(one, backoff=(1,)).first_step() == NgramStep(70, NgramKind.FOLLOWER, BACKOFF_EVIDENCE)
+    for bad in ((3,), (0,), (2, 5)):
+        with pytest.raises(ValueError, match="shorter than 3"):
+            NgramIndex(one, backoff=bad)
 
 
 def test_backoff_followers_are_a_precision_class_of_their_own():
@@ -93,7 +102,7 @@ def test_backoff_followers_are_a_precision_class_of_their_own():
     rng = random.Random(7)
     text = [rng.randrange(30) for _ in range(400)]
     prec = SourcePrecision()
-    NgramIndex(text[:10], backoff=True).extend(text[10:], prec)
+    NgramIndex(text[:10], backoff=BACKOFF_CONTEXTS).extend(text[10:], prec)
     assert prec.class_trials[int(NgramKind.FOLLOWER), BACKOFF_EVIDENCE] > 50
     off = SourcePrecision()
     NgramIndex(text[:10]).extend(text[10:], off)
@@ -132,7 +141,7 @@ def test_copy_may_overlap_its_own_output():
     assert [s.token for s in steps] == (cycle * 4)[2:14]
 
 
-@pytest.mark.parametrize("backoff", [False, True])
+@pytest.mark.parametrize("backoff", [(), BACKOFF_CONTEXTS])
 def test_incremental_extend_equals_building_from_scratch(backoff):
     """Guards incremental updates: extending round by round gives the same index (tables and
     every proposal) as indexing the whole text at once."""
@@ -148,7 +157,7 @@ def test_incremental_extend_equals_building_from_scratch(backoff):
         pos += step
     assert len(inc) == len(whole) == len(text)
     assert inc._pos == whole._pos and inc._follow == whole._follow and inc._best == whole._best
-    assert inc._short == whole._short and (whole._short is not None) == backoff
+    assert inc._short == whole._short and bool(whole._short) == bool(backoff)
     assert inc._ambiguous == whole._ambiguous and len(whole._ambiguous) > 0
     proposed = 0
     for k in range(60):
@@ -296,7 +305,7 @@ def test_the_cached_first_step_is_the_chains_first_step_at_every_length(seed):
         else:
             text.append(rng.randrange(1000))
     stop = {words[0], 999}.__contains__
-    for backoff in (False, True):
+    for backoff in ((), BACKOFF_CONTEXTS):
         idx = NgramIndex(text[:5], stop=stop, backoff=backoff)
         seen_kinds = set()
         for t in text[5:]:
@@ -307,7 +316,7 @@ def test_the_cached_first_step_is_the_chains_first_step_at_every_length(seed):
                 seen_kinds.add((step.kind, min(step.evidence, 5)))
             idx.extend([t])
         assert {k for k, _ in seen_kinds} == {NgramKind.COPY, NgramKind.FOLLOWER} and len(seen_kinds) > 4
-        assert ((NgramKind.FOLLOWER, BACKOFF_EVIDENCE) in seen_kinds) == backoff
+        assert ((NgramKind.FOLLOWER, BACKOFF_EVIDENCE) in seen_kinds) == bool(backoff)
 
 
 def test_source_precision_per_class_recovers_known_rates():

@@ -5,8 +5,8 @@ the anchor or a drafter pick, it follows a chain: the token that followed the mo
 earlier occurrence of the longest matching context, read on along that earlier passage (a
 *copy*), or else the most frequent follower of the last ``NGRAM_FOLLOWER_CONTEXT`` (3) tokens (a
 *follower*); with ``backoff`` (the engine's index) else the most frequent follower of the last 2
-tokens, else of the last one (a follower of evidence ``BACKOFF_EVIDENCE``; not in the paper, see
-the constant). The chain stops when nothing is proposed or after ``max_depth`` steps; the engine
+tokens, else of the last one (``BACKOFF_CONTEXTS``; a follower of evidence ``BACKOFF_EVIDENCE``;
+not in the paper, see the constant). The chain stops when nothing is proposed or after ``max_depth`` steps; the engine
 passes ``NGRAM_MAX_DEPTH`` (32) minus the suffix length so no chain runs more than 32 tokens
 below the anchor (Appendix B, Table 14).
 
@@ -47,6 +47,8 @@ from adaspark_app.learn.precision import SourcePrecision
 # 88-90% for the index's other first proposals; where a second row costs little (a GPU) a guess
 # right a quarter of the time still pays.
 BACKOFF_EVIDENCE = 0
+# The shorter follower contexts the engine's index backs off to, longest first.
+BACKOFF_CONTEXTS: tuple[int, ...] = (2, 1)
 # A copy must match more than the follower context (see the module docstring).
 NGRAM_MIN_COPY = NGRAM_FOLLOWER_CONTEXT + 1
 # Context lengths with a position map. The longest matching length on this ladder picks the
@@ -122,13 +124,14 @@ class NgramIndex:
                  "_anchor")
 
     def __init__(self, tokens: Sequence[int] = (), stop: Callable[[int], bool] | None = None,
-                 backoff: bool = False) -> None:
+                 backoff: Sequence[int] = ()) -> None:
         """``stop``: tokens no chain proposes; a chain ends before one (``Backend.is_control``).
 
-        ``backoff``: where neither a passage nor the last 3 tokens' followers propose anything,
-        the most frequent follower of the last 2 tokens does, else that of the last token (a
-        ``BACKOFF_EVIDENCE`` follower; the engine's source sets it, the oracles' replays keep the
-        index of the paper).
+        ``backoff``: shorter follower contexts, longest first (the engine's source gives
+        ``BACKOFF_CONTEXTS``: the last 2 tokens, then the last one): where neither a passage nor
+        the last 3 tokens' followers propose anything, the most frequent follower of the first of
+        them that occurred before does (a ``BACKOFF_EVIDENCE`` follower). Empty, the default: the
+        index of the paper, which the oracles' replays keep.
 
         A reply that restates the user's message (a function's signature and docstring, a
         pasted passage) matches the end of that message, and the copy read on from there runs
@@ -143,9 +146,10 @@ class NgramIndex:
         # _follow[3-gram][token] = how often token followed it; _best[3-gram] = (token, count)
         self._follow: dict[tuple[int, ...], dict[int, int]] = {}
         self._best: dict[tuple[int, ...], tuple[int, int]] = {}
-        # the same for the last 2 tokens and the last token, where backoff is on (None: off):
-        # (follow, best) of each, longest context first
-        self._short: tuple[tuple[dict, dict], ...] | None = (({}, {}), ({}, {})) if backoff else None
+        # the same for each backoff context: (length, follow, best), longest first
+        if any(not 0 < int(L) < NGRAM_FOLLOWER_CONTEXT for L in backoff):
+            raise ValueError(f"backoff contexts must be shorter than {NGRAM_FOLLOWER_CONTEXT} tokens: {backoff}")
+        self._short: tuple[tuple[int, dict, dict], ...] = tuple((int(L), {}, {}) for L in backoff)
         self._first: tuple[int, NgramStep | None] = (-1, None)  # (length, first step) cache
         # contexts of NGRAM_MIN_COPY tokens that earlier passages continued with 2+ different tokens
         self._ambiguous: set[tuple[int, ...]] = set()
@@ -198,10 +202,9 @@ class NgramIndex:
                     table[key] = i
             if i >= f:
                 _count(self._follow, self._best, tuple(toks[i - f : i]), t)
-            if self._short is not None:
-                for (follow, best), L in zip(self._short, (2, 1)):
-                    if i >= L:
-                        _count(follow, best, tuple(toks[i - L : i]), t)
+            for L, follow, best in self._short:
+                if i >= L:
+                    _count(follow, best, tuple(toks[i - L : i]), t)
             toks.append(t)
         if outcomes:
             precision.observe_many(outcomes)  # type: ignore[union-attr]  # the tracker reads none of the index
@@ -320,16 +323,15 @@ class NgramIndex:
 
     def _follower(self, window: tuple[int, ...]) -> NgramStep | None:
         """The most frequent follower of the last 3 tokens of ``window`` (the text's last tokens,
-        at least 3), else with backoff on that of the last 2, else of the last one (evidence
+        at least 3), else that of the first backoff context that occurred before (evidence
         BACKOFF_EVIDENCE)."""
         best = self._best.get(window[-NGRAM_FOLLOWER_CONTEXT:])
         if best is not None:
             return NgramStep(best[0], NgramKind.FOLLOWER, best[1])
-        if self._short is not None:
-            for (_, table), L in zip(self._short, (2, 1)):
-                best = table.get(window[-L:])
-                if best is not None:
-                    return NgramStep(best[0], NgramKind.FOLLOWER, BACKOFF_EVIDENCE)
+        for L, _, table in self._short:
+            best = table.get(window[-L:])
+            if best is not None:
+                return NgramStep(best[0], NgramKind.FOLLOWER, BACKOFF_EVIDENCE)
         return None
 
     def long_copy(self) -> int:

@@ -25,16 +25,17 @@ import numpy as np
 from ..learn.gates import PROBE_NONE, probe_class
 from ..learn.kinds import NgramKind
 from ..learn.precision import SourcePrecision
-from .ngram import BACKOFF_EVIDENCE, NgramIndex, NgramStep
+from .ngram import BACKOFF_CONTEXTS, BACKOFF_EVIDENCE, NgramIndex, NgramStep
 
 
 class NgramSource:
     """The n-gram proposer: the reply's committed text, indexed; precision learns as it grows."""
 
-    def __init__(self, is_control: Callable[[int], bool], precision: SourcePrecision, backoff: bool = True) -> None:
+    def __init__(self, is_control: Callable[[int], bool], precision: SourcePrecision,
+                 backoff: Sequence[int] = BACKOFF_CONTEXTS) -> None:
         self.is_control = is_control  # tokens no chain proposes (the backend's control tokens)
         self.precision = precision
-        self.backoff = backoff  # the last 2 tokens' follower where nothing else proposes (ngram.py)
+        self.backoff = tuple(backoff)  # shorter follower contexts where nothing else proposes (ngram.py)
         self.index: NgramIndex | None = None
         self._synced = 0  # committed tokens the index holds
 
