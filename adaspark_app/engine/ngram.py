@@ -82,20 +82,6 @@ def long_copy_rows(steps: Sequence["NgramStep"]) -> int:
     return 1 + k if k >= LONG_COPY_MIN else 0
 
 
-def _count(follow: dict[tuple[int, ...], dict[int, int]], best: dict[tuple[int, ...], tuple[int, int]],
-           key: tuple[int, ...], t: int) -> None:
-    """Count ``t`` as a follower of ``key``; the best is the most frequent, ties going to the most
-    recent follower to reach the count."""
-    counts = follow.get(key)
-    if counts is None:
-        counts = follow[key] = {}
-    c = counts.get(t, 0) + 1
-    counts[t] = c
-    b = best.get(key)
-    if b is None or c >= b[1]:
-        best[key] = (t, c)
-
-
 class NgramStep(NamedTuple):
     """One proposed token of an n-gram chain (a named tuple: a chain makes dozens a round, and a
     frozen dataclass cost a microsecond each to build).
@@ -183,7 +169,8 @@ class NgramIndex:
         """
         toks = self._tokens
         pos = self._pos
-        f = NGRAM_FOLLOWER_CONTEXT
+        # the follower tables, (context length, follow, best): the last 3 tokens', then the backoff's
+        followers = ((NGRAM_FOLLOWER_CONTEXT, self._follow, self._best), *self._short)
         widest = COPY_CONTEXTS[-1]
         outcomes: list[tuple[NgramStep | None, int]] = []  # (the prediction before it, the token)
         for t in tokens:
@@ -200,11 +187,18 @@ class NgramIndex:
                         if q is not None and toks[q] != t:
                             self._ambiguous.add(key)
                     table[key] = i
-            if i >= f:
-                _count(self._follow, self._best, tuple(toks[i - f : i]), t)
-            for L, follow, best in self._short:
+            for L, follow, best in followers:
                 if i >= L:
-                    _count(follow, best, tuple(toks[i - L : i]), t)
+                    key = window[-L:]
+                    counts = follow.get(key)
+                    if counts is None:
+                        counts = follow[key] = {}
+                    c = counts.get(t, 0) + 1
+                    counts[t] = c
+                    b = best.get(key)
+                    # ties go to the most recent follower to reach the count
+                    if b is None or c >= b[1]:
+                        best[key] = (t, c)
             toks.append(t)
         if outcomes:
             precision.observe_many(outcomes)  # type: ignore[union-attr]  # the tracker reads none of the index
