@@ -153,6 +153,9 @@ def test_a_harmony_vocabulary_is_found_and_its_reply_written_as_thinking(harmony
         assert ids == HarmonyTokens(start=3, channel=4, message=5, end=6)
         assert harmony_tokens(lambda s: plain.tokenize(s, parse_special=True), plain.is_special) is None
         assert voc.is_eog(7) and not voc.is_eog(6)  # <|return|> ends a reply; <|end|> a message only
+        word = voc.tokenize("hello", parse_special=True)[0]
+        assert [voc.is_special(t) for t in (4, 1, word)] == [True, True, False]  # user-defined, control, text
+        assert not voc.is_control(4) and voc.is_control(1)  # llama.cpp made <|channel|> user-defined
         toks = voc.tokenize(REPLY, parse_special=True)
         assert [t for t in toks if t < 9] == [4, 5, 6, 3, 4, 5]
         assert voc.detokenize(toks) == REPLY  # llama.cpp writes the markers into the text
