@@ -86,9 +86,7 @@ class HarmonyText:
         out = bytearray()
         ids = self.ids
         for t in tokens:
-            if t == ids.start:
-                self._in_header, self._header = True, bytearray()
-            elif t == ids.channel:
+            if t == ids.start or t == ids.channel:  # a header begins, or its channel name
                 self._in_header, self._header = True, bytearray()
             elif t == ids.message:
                 out += self._open_body()

@@ -13,6 +13,7 @@ import json
 import os
 import platform
 import re
+import stat
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -23,7 +24,8 @@ from adaspark_app.gguf_types import file_type_name, tensor_type_name
 ID_HEX_CHARS = 16  # short ids: 64 bits of sha256, plenty for a handful of models and devices
 _ID_RE = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 
-# (realpath, size, mtime_ns) -> fingerprint; a model's header is read once per process
+# gguf_file.file_identity (path, device, inode, size, mtime) -> fingerprint; a model's header is
+# read once per process
 _MODEL_CACHE: dict[tuple, dict] = {}
 
 
@@ -63,7 +65,7 @@ def model_fingerprint(path: str | os.PathLike) -> dict:
         st = p.stat()
     except OSError as exc:
         raise ModelLoadError(f"cannot read model file {p}: {exc.strerror or exc}") from None
-    if not p.is_file():
+    if not stat.S_ISREG(st.st_mode):  # from the stat above, not a second one
         raise ModelLoadError(f"model path {p} is not a file")
     cache_key = file_identity(p, st)  # as gguf_file keeps a header
     if cache_key in _MODEL_CACHE:
