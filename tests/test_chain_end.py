@@ -7,13 +7,18 @@ speed benchmarks (``benchmarks/speed/modeled_gpu.py``), which compare the two ru
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
 from adaspark_app.engine.candidates import Sources, tree_candidates
+from adaspark_app.engine.ngram import NgramStep
 from adaspark_app.engine.proposers import NgramSource
+from adaspark_app.engine.tree import KIND_NGRAM, Candidates
 from adaspark_app.learn.chooser import WidthChooser
 from adaspark_app.learn.constants import BAND_MIN_ROUNDS, NGRAM_MAX_DEPTH
+from adaspark_app.learn.kinds import NgramKind
 from adaspark_app.learn.precision import SourcePrecision
 from adaspark_app.learn.scheduler import WidthScheduler
 
@@ -130,3 +135,28 @@ def test_the_tree_ends_where_the_chain_or_the_reply_does():
     assert chain_ends_at(running, 1) == 0  # a budget of one token is a plain step's
     running.chain_only = False  # a drafter's tree: the rule does not apply
     assert chain_ends_at(running, 20) == 0
+
+
+def test_the_anchors_chain_is_the_tree_that_adding_its_steps_one_by_one_gives():
+    """``add_root_chain`` (the anchor's chain in one go) against ``Candidates.add`` step by step:
+    every column and the child map, on a copy that runs into followers, backoff guesses included."""
+    text = [5, 6, 9, 1, 2, 7, 5, 6, 9, 8, 3, 5, 6, 9, 8, 4, 2, 7]  # a backoff guess, a follower, then a copy of itself
+    src = _source(text).ngram
+    steps = src.draft([], NGRAM_MAX_DEPTH)
+    assert {NgramKind.COPY, NgramKind.FOLLOWER} <= {st.kind for st in steps} and len(steps) == NGRAM_MAX_DEPTH
+    one_by_one = Candidates()
+    par = -1
+    for st in steps:
+        par = one_by_one.add(par, st.token, KIND_NGRAM, ng_kind=int(st.kind), ng_evidence=st.evidence)
+    built = tree_candidates(Sources(src), False, text[-1], len(text) - 1)
+    columns = [f.name for f in dataclasses.fields(Candidates) if f.name not in ("chain_only", "chain_end")]
+    for name in columns:
+        assert repr(getattr(built, name)) == repr(getattr(one_by_one, name)), name
+    mixed = [NgramStep(3, NgramKind.COPY, 4), NgramStep(9, NgramKind.FOLLOWER, 2), NgramStep(3, NgramKind.FOLLOWER, 0)]
+    a, b = Candidates(), Candidates()
+    a.add_root_chain(mixed)
+    par = -1
+    for st in mixed:
+        par = b.add(par, st.token, KIND_NGRAM, ng_kind=int(st.kind), ng_evidence=st.evidence)
+    for name in columns:
+        assert repr(getattr(a, name)) == repr(getattr(b, name)), name

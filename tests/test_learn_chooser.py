@@ -404,3 +404,19 @@ def test_an_ngram_tree_that_beats_the_band_is_priced_at_its_own_best_rate(monkey
     weak = np.concatenate([[0.0, 0.0], np.cumsum(np.cumprod(np.full(31, 0.05)))])
     width, rho = _planned(none, weak, monkeypatch)  # worse than the band: the band's price
     assert rho == pytest.approx(rho_band)
+
+
+def test_expected_tokens_of_every_width_at_once_are_the_same_bits_as_one_at_a_time():
+    """The plan's E(n) for all offered widths in one pass (bases read once) against
+    ``expected_tokens`` per width, on random S curves and gains either side of N0."""
+    rng = np.random.default_rng(7)
+    for _ in range(50):
+        size = int(rng.integers(2, 66))
+        s_d = np.cumsum(rng.random(size) * 0.9).tolist()
+        s_n = np.cumsum(rng.random(size) * 0.5).tolist()
+        gains = tuple(float(g) for g in rng.random(4) * 2.0)
+        widths = sorted({int(w) for w in rng.integers(1, 70, size=8)})
+        at_once = WidthChooser.expected_tokens_at(widths, s_d, s_n, gains)
+        assert list(at_once) == widths
+        for w in widths:
+            assert at_once[w] == WidthChooser.expected_tokens(w, s_d, s_n, gains), w

@@ -121,6 +121,7 @@ def test_wide_widths_are_offered_at_a_proportional_upper_bound_until_a_round_ver
     assert all(offered[w] >= _linear_ms(w) for w in (16, 32, 64)), "an upper bound on this curve"
     assert sorted(cost.prices(300, limit=40, bounds=True)) == [1, 2, 4, 8, 16, 32]
     assert cost.cold_pending() == [16, 32, 64] and cost.measurable_pending() == []
+    assert cost.bounded_among(offered) == {16, 32, 64}
     assert cost.next_measurement(63) is None, "a width at its bound is never measured cold"
     cost.observe(32, 300, _linear_ms(32))
     after = cost.prices(300, bounds=True)
@@ -128,6 +129,7 @@ def test_wide_widths_are_offered_at_a_proportional_upper_bound_until_a_round_ver
     assert after[64] == pytest.approx(2 * _linear_ms(32))
     assert after[16] == pytest.approx(2 * t8), "16 stays bounded from 8 (cheaper than 32)"
     assert not cost.at_bound(32) and cost.at_bound(64)
+    assert cost.bounded_among(after) == {16, 64} and cost.cold_pending() == [16, 64], "32's verify priced it"
 
 
 def test_a_wide_width_is_not_bet_on_a_chain_that_loses_at_its_true_price():

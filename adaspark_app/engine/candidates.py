@@ -83,6 +83,9 @@ def tree_candidates(sources: Sources, use_drafter: bool, anchor: int, anchor_pos
             cands.chain_only = True
             if 0 < len(steps) < asked:
                 cands.chain_end = len(steps) + 1  # the whole tree: the chain stopped by itself
+        if head < 0 and not picks:
+            cands.add_root_chain(steps)  # nothing to merge with: each step a new node under the last
+            continue
         par = head
         for st in steps:
             kind = int(st.kind)

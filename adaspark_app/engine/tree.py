@@ -8,13 +8,16 @@ anchor and the first n-1 candidates of the best-first order (Proposition 1).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
 from ..learn import acceptance
 from ..learn.acceptance import CandidateSet
 from ..learn.kinds import NgramKind, NodeKind, Source
+
+if TYPE_CHECKING:
+    from .ngram import NgramStep
 
 # plain int codes: numpy compares an IntEnum member (and converts a list of them) several times
 # slower than an int, and these codes fill and test the round's arrays
@@ -74,6 +77,33 @@ class Candidates:
         self.contra_evidence.append(-1)
         self.children.setdefault(parent, {})[token] = idx
         return idx
+
+    def add_root_chain(self, steps: list[NgramStep]) -> None:
+        """Append an n-gram chain under the anchor of an empty tree, each step the child of the one
+        before: what ``add`` gives one step at a time (the anchor's chain where no drafter node is
+        there to merge with), in a few list extensions instead of a call per node (a long copy's
+        chain is 63)."""
+        assert not self.token, "a root chain starts an empty tree"
+        m = len(steps)
+        if m == 0:
+            return
+        nan = float("nan")
+        idx = list(range(m))
+        tokens = [st.token for st in steps]
+        self.parent.extend(range(-1, m - 1))
+        self.token.extend(tokens)
+        self.kind.extend([KIND_NGRAM] * m)
+        self.depth.extend(range(1, m + 1))
+        self.agreed.extend([False] * m)
+        self.h.extend([nan] * m)
+        self.sigma.extend([nan] * m)
+        self.r.extend([nan] * m)
+        self.ng_kind.extend([int(st.kind) for st in steps])
+        self.ng_evidence.extend([st.evidence for st in steps])
+        self.ng_above.extend(idx)  # every node above is an n-gram node
+        self.contra_kind.extend([0] * m)
+        self.contra_evidence.extend([-1] * m)
+        self.children.update({i - 1: {t: i} for i, t in zip(idx, tokens)})
 
     def source(self, i: int) -> str:
         """The row class by source (``Source``): a drafter candidate, an n-gram node, or one both proposed."""

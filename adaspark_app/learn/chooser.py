@@ -17,6 +17,7 @@ rounds, while noise (mean zero, less the allowance) drifts down and never crosse
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
@@ -62,6 +63,21 @@ class WidthChooser:
         gd, gn = (gains[0], gains[1]) if n < N0 else (gains[2], gains[3])
         k = min(n, last)
         return 1.0 + base_d + base_n + gd * (float(s_d[k]) - base_d) + gn * (float(s_n[k]) - base_n)
+
+    @staticmethod
+    def expected_tokens_at(
+        widths: Iterable[int], s_d: list[float], s_n: list[float], gains: tuple[float, float, float, float]
+    ) -> dict[int, float]:
+        """``expected_tokens`` of each width, the bases read once (the same arithmetic, so the same
+        bits): the plan asks for every offered width each round."""
+        last = len(s_d) - 1
+        base_d, base_n = float(s_d[min(N0, last)]), float(s_n[min(N0, last)])
+        out: dict[int, float] = {}
+        for n in widths:
+            gd, gn = (gains[0], gains[1]) if n < N0 else (gains[2], gains[3])
+            k = min(n, last)
+            out[n] = 1.0 + base_d + base_n + gd * (float(s_d[k]) - base_d) + gn * (float(s_n[k]) - base_n)
+        return out
 
     def score(
         self,
@@ -111,7 +127,8 @@ class WidthChooser:
         """The best-scored offered width, ties toward the narrower: Eq. (7) without hysteresis."""
         return max(sorted(scored), key=lambda w: (scored[w].score, -w))
 
-    def choose(self, scored: dict[int, Scored], rate_mode: bool, bounded: frozenset[int] = frozenset()) -> int:
+    def choose(self, scored: dict[int, Scored], rate_mode: bool, bounded: frozenset[int] = frozenset(),
+               best: int | None = None) -> int:
         """argmax of the score over the offered widths, kept at the incumbent unless beaten.
 
         ``bounded``: widths offered at an upper bound on their price, never measured: one may win
@@ -119,13 +136,15 @@ class WidthChooser:
 
         Sets ``reason``: ``chooser`` (the argmax won), ``hysteresis`` (the incumbent held against a
         better-scored width inside the margin), ``stand_in`` (likewise, for the incumbent's stand-in
-        while the incumbent is not offered) or ``pressure`` (the CUSUM switched)."""
+        while the incumbent is not offered) or ``pressure`` (the CUSUM switched). ``best``:
+        ``argmax(scored)`` where the caller has it."""
         offered = sorted(scored)
         if self.incumbent is None:  # first incumbent: the widest offered width (§3.4), measured
             self.incumbent = max((w for w in offered if w not in bounded), default=offered[0])
             self.held = 0
         inc = self.stand_in(offered)
-        best = self.argmax(scored)
+        if best is None:
+            best = self.argmax(scored)
         choice = inc
         self.reason = Decider.CHOOSER if best == inc else (
             Decider.HYSTERESIS if inc == self.incumbent else Decider.STAND_IN)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from collections.abc import Iterable
 from functools import lru_cache
 from typing import Callable
 
@@ -488,6 +489,9 @@ class VerifyCostModel:
         self._widths_stale = True
         self._pending: list[int] | None = None  # cache of pending(); reset when a count changes
         self._bounded: frozenset[int] = frozenset()  # at_bound's widths, computed with pending()
+        self._cold: list[int] = []  # cold_pending(), split_pending(), measurable_pending(): likewise
+        self._split: list[int] = []
+        self._measurable: list[int] = []
         self._grew_at = 0  # rounds_seen when max_available last grew (not persisted: 0 on load)
 
     # --- the table -----------------------------------------------------------------------
@@ -506,13 +510,19 @@ class VerifyCostModel:
         if self._pending is None:
             # which are at their bound changes only where pending does (a count, a width, a law's
             # lowest time): computed once here, not in each of a round's many at_bound calls
-            self._pending = [w for w in ws if not self.classes[w].priced]
-            self._bounded = frozenset(w for w in self._pending if self._past_risk(w))
+            pend = [w for w in ws if not self.classes[w].priced]
+            self._pending = pend
+            self._bounded = frozenset(w for w in pend if self._past_risk(w))
+            # the lists the plan reads several times a round, kept with pending (read-only)
+            self._cold = [w for w in pend if self.classes[w].origin != "split"]
+            self._split = [w for w in pend if self.classes[w].origin == "split"]
+            self._measurable = [w for w in self._cold if w not in self._bounded]
         return self._pending
 
     def cold_pending(self) -> list[int]:
         """Unmeasured ladder and reach widths: measured unconditionally, narrowest first."""
-        return [w for w in self.pending() if self.classes[w].origin != "split"]
+        self.pending()
+        return self._cold
 
     def measured_near(self, width: int, context: int) -> bool:
         """Whether ``width`` has been verified at a context of at least ``context`` / NEAR_FACTOR.
@@ -524,7 +534,8 @@ class VerifyCostModel:
 
     def split_pending(self) -> list[int]:
         """Unmeasured split widths: measured in rounds where they could win."""
-        return [w for w in self.pending() if self.classes[w].origin == "split"]
+        self.pending()
+        return self._split
 
     def at_bound(self, width: int) -> bool:
         """An unpriced ladder or reach width of COLD_ALWAYS_BELOW rows or more whose cold verify
@@ -535,6 +546,11 @@ class VerifyCostModel:
         Proposition 2) it is measured where it could win, as narrow widths are."""
         self.pending()  # refreshes _bounded if a count or a width changed
         return width in self._bounded
+
+    def bounded_among(self, widths: Iterable[int]) -> frozenset[int]:
+        """The widths among ``widths`` that are at their bound (``at_bound``), in one set operation."""
+        self.pending()
+        return self._bounded.intersection(widths)
 
     def _past_risk(self, width: int) -> bool:
         """at_bound's rule for one unpriced width (pending() caches it)."""
@@ -553,7 +569,8 @@ class VerifyCostModel:
 
     def measurable_pending(self) -> list[int]:
         """Cold pending widths that a cold measurement round may run (not at a bound)."""
-        return [w for w in self.cold_pending() if not self.at_bound(w)]
+        self.pending()
+        return self._measurable
 
     def is_priced(self, width: int) -> bool:
         c = self.classes.get(width)

@@ -194,11 +194,10 @@ class WidthScheduler:
             cover = [(w, t) for w, t in self.cost.prices(context, bounds=True).items() if w > ends_at]
             if cover:
                 offered[cover[0][0]] = cover[0][1]
-        bounded = frozenset(w for w in offered if self.cost.at_bound(w))
+        bounded = self.cost.bounded_among(offered)
         gains = self.gains.at(context)
         band_rate = self.rate.rate(context)
-        e = self.chooser.expected_tokens
-        tokens = {n: e(n, s_d, s_n, gains) for n in offered}  # E(n), read by the price of time and the scores
+        tokens = self.chooser.expected_tokens_at(offered, s_d, s_n, gains)  # E(n), read by the price of time and the scores
         rho_m = self._price(band_rate, offered, s_d, fixed_s, tokens)
         rate_mode = rho_m is not None
         scored = self.chooser.score(offered, s_d, s_n, fixed_s, gains, rho_m, tokens) if offered else {}
@@ -208,6 +207,7 @@ class WidthScheduler:
             measure = next((w for w in self.cost.measurable_pending() if measure < w <= available
                             and self._cold_could_win(w, scored, s_d, s_n, gains, rho_m)), None)
 
+        best = self.chooser.argmax(scored) if scored else None  # Eq. (7) without hysteresis: the trace's and the chooser's
         if measure is not None:
             width, measured, decided_by = measure, True, Decider.COLD
             self.stall = 0
@@ -215,7 +215,7 @@ class WidthScheduler:
             measured = False
             if self.cost.measurable_pending() and may_measure:
                 self.stall += 1
-            width = self.chooser.choose(scored, rate_mode, bounded) if scored else 1
+            width = self.chooser.choose(scored, rate_mode, bounded, best) if scored else 1
             decided_by = self.chooser.reason if scored else Decider.COLD
             split_width = (self._split_to_measure(width, scored, s_d, s_n, gains, rho_m, available)
                            if may_measure else None)
@@ -240,7 +240,7 @@ class WidthScheduler:
             band_rate=band_rate,
             draft=width > 1,
             decided_by=decided_by,
-            argmax=self.chooser.argmax(scored) if scored else None,
+            argmax=best,
             incumbent=incumbent,
             mode="rate" if rate_mode else "ratio",
             values=values,
