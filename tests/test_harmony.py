@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from adaspark_app.engine.detok import StreamDecoder
+from adaspark_app.engine.detok import StreamDecoder, joined
 from adaspark_app.engine.harmony import HarmonyText, HarmonyTokens, harmony_tokens, history_messages
 from adaspark_app.thinking import split_thinking
 
@@ -55,7 +55,7 @@ def piece(t: int) -> bytes:
 
 def text_of(reply: str, batch: int = 1) -> str:
     toks = tokens_of(reply)
-    stream = StreamDecoder(piece, HarmonyText(IDS, piece).pieces)
+    stream = StreamDecoder(HarmonyText(IDS, piece).pieces)
     for i in range(0, len(toks), batch):
         stream.push(toks[i:i + batch])
     stream.flush()
@@ -72,7 +72,7 @@ def test_analysis_is_the_thinking_and_final_the_answer(batch):
 
 def test_without_harmony_the_markers_show_raw():
     """What the chat showed before."""
-    stream = StreamDecoder(piece)
+    stream = StreamDecoder(joined(piece))
     stream.push(tokens_of(REPLY))
     assert stream.text == REPLY
 
@@ -159,7 +159,7 @@ def test_a_harmony_vocabulary_is_found_and_its_reply_written_as_thinking(harmony
         toks = voc.tokenize(REPLY, parse_special=True)
         assert [t for t in toks if t < 9] == [4, 5, 6, 3, 4, 5]
         assert voc.detokenize(toks) == REPLY  # llama.cpp writes the markers into the text
-        stream = StreamDecoder(voc.token_bytes, HarmonyText(ids, voc.token_bytes).pieces)
+        stream = StreamDecoder(HarmonyText(ids, voc.token_bytes).pieces)
         for t in toks:
             stream.push([t])
         stream.flush()

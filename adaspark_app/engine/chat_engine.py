@@ -22,7 +22,7 @@ from .context_window import Window, fit_messages
 from .decoder import Decoder, common_prefix, shared_prefix
 from .reply import run_reply
 from .rounds import RoundOutcome
-from .detok import StreamDecoder
+from .detok import StreamDecoder, joined
 from .harmony import HarmonyText, harmony_tokens
 from .events import ReadAhead, ReplyResult, RoundEvent
 from .prompt_tokens import PromptTokens
@@ -373,7 +373,7 @@ class ChatEngine:
                 sampling=sjson, seed=seed, dropped_turns=window.dropped_turns, prompt_length=len(prompt),
                 capped_to=window.reply_tokens if window.capped else None, restored_tokens=restored,
                 read_ahead_tokens=read_ahead)
-        stream = StreamDecoder(b.token_bytes, HarmonyText(self.harmony, b.token_bytes).pieces if self.harmony else None)
+        stream = StreamDecoder(HarmonyText(self.harmony, b.token_bytes).pieces if self.harmony else joined(b.token_bytes))
         counters = {"tokens": 0, "t0": time.perf_counter(), "saved": time.perf_counter()}
 
         def handle(oc: RoundOutcome, new: list[int]) -> None:

@@ -6,25 +6,24 @@ import codecs
 from typing import Callable, Sequence
 
 
-class StreamDecoder:
-    """Turns token bytes into text, holding back an incomplete UTF-8 sequence until it completes.
-    `pieces`, where given, makes the bytes of each batch of tokens in its place (a reply's format:
-    harmony.HarmonyText)."""
+def joined(token_bytes: Callable[[int], bytes]) -> Callable[[Sequence[int]], bytes]:
+    """The bytes of a batch of tokens, each token's in turn (a plain reply's format)."""
+    return lambda tokens: b"".join(token_bytes(t) for t in tokens)
 
-    def __init__(self, token_bytes: Callable[[int], bytes],
-                 pieces: Callable[[Sequence[int]], bytes] | None = None) -> None:
-        self._token_bytes = token_bytes
-        self._pieces = pieces
+
+class StreamDecoder:
+    """Turns a reply's bytes into text, holding back an incomplete UTF-8 sequence until it
+    completes. ``to_bytes`` makes the bytes of each batch of committed tokens: ``joined`` for a
+    plain reply, ``harmony.HarmonyText.pieces`` for gpt-oss's format."""
+
+    def __init__(self, to_bytes: Callable[[Sequence[int]], bytes]) -> None:
+        self._to_bytes = to_bytes
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         self.text = ""
 
     def push(self, tokens: list[int]) -> str:
         """Feed committed tokens; return the newly complete text."""
-        if self._pieces is not None:
-            data = self._pieces(tokens)
-        else:
-            data = b"".join(self._token_bytes(t) for t in tokens)
-        out = self._decoder.decode(data)
+        out = self._decoder.decode(self._to_bytes(tokens))
         self.text += out
         return out
 

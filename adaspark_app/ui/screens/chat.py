@@ -61,12 +61,18 @@ CHAT_MIN_COLUMNS = 50
 TYPING_PAUSE_S = 0.5
 
 
+def fits_beside(width: int, *panes: int) -> bool:
+    """Whether panes of these widths (columns) fit together beside a conversation of
+    CHAT_MIN_COLUMNS on a screen `width` columns wide."""
+    return width >= sum(panes) + CHAT_MIN_COLUMNS
+
+
 def fitting_panels(width: int, sidebar: int, panel: int) -> tuple[bool, bool]:
     """(sidebar, panel): which of the two, `sidebar` and `panel` columns wide, fit beside a
     conversation of CHAT_MIN_COLUMNS on a screen `width` columns wide; the panel (what speculation
     is doing) before the sidebar (Ctrl+B shows it)."""
-    show_panel = width >= panel + CHAT_MIN_COLUMNS
-    return show_panel and width >= sidebar + panel + CHAT_MIN_COLUMNS, show_panel
+    show_panel = fits_beside(width, panel)
+    return show_panel and fits_beside(width, sidebar, panel), show_panel
 
 
 class ChatScreen(Screen):
@@ -626,13 +632,12 @@ class ChatScreen(Screen):
         other = self.panel if pane is self.sidebar else self.sidebar
         width = self.size.width
         if show and not pane.display and other.display:
-            both_fit, _ = fitting_panels(width, self.sidebar.styles.width.cells, self.panel.styles.width.cells)
-            if not both_fit:
+            if not fits_beside(width, self.sidebar.styles.width.cells, self.panel.styles.width.cells):
                 other.display = False
                 self._made_room = pane
         elif not show and pane.display and self._made_room is pane:
             self._made_room = None
-            if width >= other.styles.width.cells + CHAT_MIN_COLUMNS:
+            if fits_beside(width, other.styles.width.cells):
                 other.display = True
         pane.display = show
 
