@@ -15,7 +15,7 @@ from adaspark_app.engine.rounds import RoundStart
 from adaspark_app.explain import account, read_rounds
 from adaspark_app.learn.constants import (COLD_ALWAYS_BELOW, CONDITIONAL_MEASUREMENTS, LADDER, MEASUREMENTS_BEFORE_PRICED,
                                           PENDING_STALL)
-from adaspark_app.learn.cost import context_band
+from adaspark_app.learn.law import context_band
 from adaspark_app.learn.gates import PROBE_NONE
 from adaspark_app.learn.kinds import Decider, NgramKind
 from adaspark_app.learn.learned_state import Learners

@@ -9,7 +9,8 @@ import pytest
 
 from adaspark_app.learn.constants import (COLD_ALWAYS_BELOW, CONDITIONAL_MEASUREMENTS, LADDER, MAX_WIDTHS,
                                          MEASUREMENTS_BEFORE_PRICED)
-from adaspark_app.learn.cost import REACH_PATIENCE, QuantileLaw, RowClass, VerifyCostModel
+from adaspark_app.learn.cost import REACH_PATIENCE, RowClass, VerifyCostModel
+from adaspark_app.learn.law import QuantileLaw
 from adaspark_app.learn.scheduler import WidthScheduler
 from benchmarks.sim.learn_sim import Acceptance, Machine, dense_step, routed, simulate
 

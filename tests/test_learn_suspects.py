@@ -17,7 +17,8 @@ from adaspark_app.engine.tree import (KIND_NGRAM, KIND_PICK, KIND_SIBLING, Candi
                                       best_first_order, committable, cut_at_batch_front, expected_accepted,
                                       layout, path_products)
 from adaspark_app.learn.constants import PRECISION_HALF_LIFE
-from adaspark_app.learn.cost import VerifyCostModel, context_band
+from adaspark_app.learn.cost import VerifyCostModel
+from adaspark_app.learn.law import context_band
 from adaspark_app.learn.kinds import NgramKind
 from adaspark_app.learn.precision import SourcePrecision
 from adaspark_app.learn.scheduler import WidthScheduler

@@ -15,7 +15,7 @@ and buy rows (and drafts) that do not pay. Both sides of Eq. (7) then run on one
 from __future__ import annotations
 
 from .constants import BAND_MIN_ROUNDS, RATE_HALF_LIFE
-from .cost import context_band
+from .law import context_band
 from .state import integer, numbers, sequence, unique, versioned
 
 _DECAY = 0.5 ** (1.0 / RATE_HALF_LIFE)

@@ -18,7 +18,8 @@ import numpy as np
 from .chooser import Scored, WidthChooser, s_at
 from .constants import (COLD_ALWAYS_BELOW, HOLD_ROUNDS_BEFORE_SPLIT, LADDER, MAX_WIDTH, PENDING_STALL, PROBE_COPY_EDGES,
                         ROOFLINE_SLOPE_SHARE)
-from .cost import VerifyCostModel, context_band
+from .cost import VerifyCostModel
+from .law import context_band
 from .gains import Gains
 from .gates import PROBE_NONE, PROBE_SHORT_COPY, DraftGate, DrafterGate
 from .kinds import Decider

@@ -25,6 +25,7 @@ from collections import deque
 from pathlib import Path
 
 import adaspark_app.learn.cost as cost
+from adaspark_app.learn.constants import TAU_QUANTILE
 from adaspark_app.errors import ScriptError
 from adaspark_app.runner import read_jsonl
 
@@ -41,7 +42,7 @@ def level_rule(kind: str, window: int):
             self.level = 1.0
             return
         rs = sorted(t / self.law.seconds(c) for c, t in list(self.recent)[-window:])
-        lv = {"min": rs[0], "q": rs[min(len(rs) - 1, int(len(rs) * cost.TAU_QUANTILE))],
+        lv = {"min": rs[0], "q": rs[min(len(rs) - 1, int(len(rs) * TAU_QUANTILE))],
               "med": rs[len(rs) // 2], "none": 1.0}[kind]
         self.level = min(max(lv, cost.LEVEL_CLAMP[0]), cost.LEVEL_CLAMP[1])
 

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from adaspark_app.learn.cost import context_band
+from adaspark_app.learn.law import context_band
 from benchmarks.common import emit_report, open_text
 from benchmarks.sim.learn_sim import Acceptance, Machine, interp_table, simulate
 

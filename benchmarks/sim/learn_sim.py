@@ -18,7 +18,7 @@ from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
-from adaspark_app.learn.cost import context_band
+from adaspark_app.learn.law import context_band
 from adaspark_app.learn.scheduler import WidthScheduler
 
 Curve = Callable[[np.ndarray | int, int], np.ndarray | float]  # vectorised over rows
