@@ -19,7 +19,6 @@ from adaspark_app.learn.chooser import WidthChooser
 from adaspark_app.learn.cost import VerifyCostModel
 from adaspark_app.learn.gains import Gains
 from adaspark_app.learn.gates import DraftGate, DrafterGate
-from adaspark_app.learn.kinds import NgramKind
 from adaspark_app.learn.precision import SourcePrecision
 from adaspark_app.learn.rate import LongRunRate
 from adaspark_app.learn.scheduler import WidthScheduler
@@ -267,33 +266,6 @@ def test_migration_reads_the_older_forms_b9fbe7f_read():
     sched, _, prec = learners_of(st.validate(old))
     assert sched.gates and all(p == 0 for _, p in sched.gates)
     assert sched.drafter_gates == {} and prec.trials == 0
-
-
-def test_a_precision_part_from_before_guesses_gains_their_row_and_prices_as_before():
-    """Precision version 1 had three kind rows (none, copy, follower); the migration adds the guess
-    row (NgramKind.GUESS) with no counts, keeps the others, and the classes it held price as they did."""
-    state = learned_state(0)
-    prec = state["precision"]
-    assert prec["version"] == 2 and len(prec["class_hits"]) == len(NgramKind) == 4
-    old = json.loads(json.dumps(state))
-    for name in ("class_hits", "class_trials"):
-        old["precision"][name] = old["precision"][name][:3]
-    old["precision"]["version"] = 1
-    migrated = st.validate(old)
-    assert len(old["precision"]["class_hits"]) == 3  # validate did not modify its argument
-    assert migrated["precision"]["version"] == 2
-    for name in ("class_hits", "class_trials"):
-        assert migrated["precision"][name][:3] == old["precision"][name]
-        assert migrated["precision"][name][3] == [0.0] * len(old["precision"][name][0])
-    before, after = SourcePrecision(), SourcePrecision()
-    before.load_state(prec)
-    after.load_state(migrated["precision"])
-    kinds, ev = np.array([1, 1, 2, 2, 2]), np.array([0, 9, 0, 1, 4])
-    assert before.trials > 0 and after.for_class(kinds, ev).tolist() == pytest.approx(before.for_class(kinds, ev).tolist())
-    three_rows = json.loads(json.dumps(state))
-    three_rows["precision"]["class_hits"] = three_rows["precision"]["class_hits"][:3]
-    with pytest.raises(StateError, match="precision.class_hits"):
-        st.validate(three_rows)  # version 2 without its guess row: refused, not padded
 
 
 def test_a_newer_or_foreign_layout_is_refused_not_guessed():

@@ -58,7 +58,7 @@ def _random_candidates(rng: random.Random, n_picks: int) -> Candidates:
     for head in [-1] + picks:
         p = head
         for _ in range(rng.randrange(0, 40 if head < 0 else 6)):
-            kind = rng.choice((int(NgramKind.COPY), int(NgramKind.FOLLOWER), int(NgramKind.GUESS)))
+            kind = rng.choice((int(NgramKind.COPY), int(NgramKind.FOLLOWER)))
             tok = rng.randrange(5000)
             if c.child(p, tok) is not None:
                 break
@@ -70,8 +70,7 @@ def _random_candidates(rng: random.Random, n_picks: int) -> Candidates:
                 c.agreed[j] = True
                 c.ng_kind[j], c.ng_evidence[j] = int(NgramKind.COPY), rng.randrange(0, 40)
             elif u < 0.4:
-                c.contra_kind[j] = rng.choice((int(NgramKind.FOLLOWER), int(NgramKind.GUESS)))
-                c.contra_evidence[j] = rng.randrange(0, 40)
+                c.contra_kind[j], c.contra_evidence[j] = int(NgramKind.FOLLOWER), rng.randrange(0, 40)
     return c
 
 
@@ -169,7 +168,7 @@ def test_c_class_counts_equal_the_numpy_reference_bit_for_bit(numpy_pricing):
     outside the tables is refused, nothing counted."""
     from adaspark_app.engine.ngram import NgramStep
     rng = random.Random(5)
-    kinds = (NgramKind.COPY, NgramKind.FOLLOWER, NgramKind.GUESS, NgramKind.NONE)
+    kinds = (NgramKind.COPY, NgramKind.FOLLOWER, NgramKind.NONE)
     stream = [(None if rng.random() < 0.1 else NgramStep(rng.randrange(5), rng.choice(kinds), rng.randrange(-2, 60)),
                rng.randrange(5)) for _ in range(3000)]
     tables = []

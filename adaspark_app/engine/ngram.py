@@ -42,11 +42,10 @@ from adaspark_app.learn.precision import SourcePrecision
 # A follower of the last 2 tokens, or else of the last one, proposed where those of the last 3
 # and every passage propose nothing (NgramIndex's ``backoff``): a class of its own, evidence 0,
 # which no 3-token follower has (its evidence is a count, at least 1), so the source's precision
-# learns it apart; the last token's follower is a ``NgramKind.GUESS``, a class of its own again. It
-# is right less often: on the bundled model's `ar` replies to held-out chats and pastes the 2-token
-# followers 44-65% of the time and the 1-token ones 19-27%, against 88-90% for the index's other
-# first proposals; where a second row costs little (a GPU) a guess right a fifth of the time
-# still pays.
+# learns it apart. It is right less often: on the bundled model's `ar` replies to held-out chats
+# and pastes the 2-token followers 44-65% of the time and the 1-token ones 24-27%, against
+# 88-90% for the index's other first proposals; where a second row costs little (a GPU) a guess
+# right a quarter of the time still pays.
 BACKOFF_EVIDENCE = 0
 # The shorter follower contexts the engine's index backs off to, longest first.
 BACKOFF_CONTEXTS: tuple[int, ...] = (2, 1)
@@ -111,15 +110,14 @@ class NgramIndex:
                  "_anchor")
 
     def __init__(self, tokens: Sequence[int] = (), stop: Callable[[int], bool] | None = None,
-                 backoff: Sequence[int] = (), guesses: bool = True) -> None:
+                 backoff: Sequence[int] = ()) -> None:
         """``stop``: tokens no chain proposes; a chain ends before one (``Backend.is_control``).
 
         ``backoff``: shorter follower contexts, longest first (the engine's source gives
         ``BACKOFF_CONTEXTS``: the last 2 tokens, then the last one): where neither a passage nor
         the last 3 tokens' followers propose anything, the most frequent follower of the first of
-        them that occurred before does (a ``BACKOFF_EVIDENCE`` follower; of a one-token context a
-        ``NgramKind.GUESS``, or with ``guesses`` False a follower like the others). Empty, the
-        default: the index of the paper, which the oracles' replays keep.
+        them that occurred before does (a ``BACKOFF_EVIDENCE`` follower). Empty, the default: the
+        index of the paper, which the oracles' replays keep.
 
         A reply that restates the user's message (a function's signature and docstring, a
         pasted passage) matches the end of that message, and the copy read on from there runs
@@ -137,9 +135,7 @@ class NgramIndex:
         # the same for each backoff context: (length, follow, best), longest first
         if any(not 0 < int(L) < NGRAM_FOLLOWER_CONTEXT for L in backoff):
             raise ValueError(f"backoff contexts must be shorter than {NGRAM_FOLLOWER_CONTEXT} tokens: {backoff}")
-        # (length, follow, best, the kind of its proposals)
-        self._short: tuple[tuple[int, dict, dict, NgramKind], ...] = tuple(
-            (int(L), {}, {}, NgramKind.GUESS if int(L) == 1 and guesses else NgramKind.FOLLOWER) for L in backoff)
+        self._short: tuple[tuple[int, dict, dict], ...] = tuple((int(L), {}, {}) for L in backoff)
         self._first: tuple[int, NgramStep | None] = (-1, None)  # (length, first step) cache
         # contexts of NGRAM_MIN_COPY tokens that earlier passages continued with 2+ different tokens
         self._ambiguous: set[tuple[int, ...]] = set()
@@ -174,7 +170,7 @@ class NgramIndex:
         toks = self._tokens
         pos = self._pos
         # the follower tables, (context length, follow, best): the last 3 tokens', then the backoff's
-        followers = ((NGRAM_FOLLOWER_CONTEXT, self._follow, self._best), *(t[:3] for t in self._short))
+        followers = ((NGRAM_FOLLOWER_CONTEXT, self._follow, self._best), *self._short)
         widest = COPY_CONTEXTS[-1]
         outcomes: list[tuple[NgramStep | None, int]] = []  # (the prediction before it, the token)
         for t in tokens:
@@ -326,10 +322,10 @@ class NgramIndex:
         best = self._best.get(window[-NGRAM_FOLLOWER_CONTEXT:])
         if best is not None:
             return NgramStep(best[0], NgramKind.FOLLOWER, best[1])
-        for L, _, table, kind in self._short:
+        for L, _, table in self._short:
             best = table.get(window[-L:])
             if best is not None:
-                return NgramStep(best[0], kind, BACKOFF_EVIDENCE)
+                return NgramStep(best[0], NgramKind.FOLLOWER, BACKOFF_EVIDENCE)
         return None
 
     def long_copy(self) -> int:

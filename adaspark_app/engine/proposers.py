@@ -32,11 +32,10 @@ class NgramSource:
     """The n-gram proposer: the reply's committed text, indexed; precision learns as it grows."""
 
     def __init__(self, is_control: Callable[[int], bool], precision: SourcePrecision,
-                 backoff: Sequence[int] = BACKOFF_CONTEXTS, guesses: bool = True) -> None:
+                 backoff: Sequence[int] = BACKOFF_CONTEXTS) -> None:
         self.is_control = is_control  # tokens no chain proposes (the backend's control tokens)
         self.precision = precision
         self.backoff = tuple(backoff)  # shorter follower contexts where nothing else proposes (ngram.py)
-        self.guesses = guesses  # the last token's followers a class of their own (NgramKind.GUESS)
         self.index: NgramIndex | None = None
         self._synced = 0  # committed tokens the index holds
 
@@ -49,7 +48,7 @@ class NgramSource:
         if self.index is not None and self.index.begins(prompt):
             self.index.extend(prompt[len(self.index):])
         else:
-            self.index = NgramIndex(prompt, stop=self.is_control, backoff=self.backoff, guesses=self.guesses)
+            self.index = NgramIndex(prompt, stop=self.is_control, backoff=self.backoff)
         self._synced = len(prompt)
 
     def accept(self, kv_tokens: Sequence[int], anchor: int | None) -> None:
@@ -58,7 +57,7 @@ class NgramSource:
         tail = [anchor] if anchor is not None else []
         n = len(kv_tokens) + len(tail)
         if self.index is None:
-            self.index = NgramIndex(list(kv_tokens) + tail, stop=self.is_control, backoff=self.backoff, guesses=self.guesses)
+            self.index = NgramIndex(list(kv_tokens) + tail, stop=self.is_control, backoff=self.backoff)
         elif self._synced < n:  # the new tokens: committed[synced:], without copying the whole text
             self.index.extend(list(kv_tokens[self._synced:]) + tail, self.precision)
         self._synced = n
@@ -87,8 +86,7 @@ class NgramSource:
         index's other proposals whether drafting pays there (with a drafter: the drafter's
         rounds with at most that guess)."""
         step = self.index.first_step()
-        if step is None or step.kind == NgramKind.GUESS or (step.kind == NgramKind.FOLLOWER
-                                                             and step.evidence == BACKOFF_EVIDENCE):
+        if step is None or (step.kind == NgramKind.FOLLOWER and step.evidence == BACKOFF_EVIDENCE):
             return PROBE_NONE
         return probe_class(step.kind, step.evidence, step.kind == NgramKind.COPY and self.index.anchor_ambiguous())
 

@@ -64,14 +64,9 @@ def decider_value(d: Decider | str) -> str:
 
 class NgramKind(IntEnum):
     """An n-gram proposal's class (the acceptance model's ``ng_kind`` codes): none, a copy of an
-    earlier passage (evidence: matched context length), the most frequent follower of the last
-    tokens (evidence: its count; 0 for a backoff follower of the last 2 tokens), or a guess: the
-    most frequent follower of the last token alone (evidence 0). A guess has a precision class of
-    its own: on held-out chats and pastes of the bundled model it was right 19% of the time, the
-    last 2 tokens' follower 52% (one class for both priced each at 28%). The acceptance model's
-    buckets count a guess with the followers."""
+    earlier passage (evidence: matched context length), or the most frequent follower of the
+    last tokens (evidence: its count)."""
 
     NONE = 0
     COPY = 1
     FOLLOWER = 2
-    GUESS = 3

@@ -99,10 +99,8 @@ def migrate(state: Any) -> Any:
     one returned unchanged (a fresh copy either way); anything else is returned for ``validate``
     to refuse. Raises nothing but RecursionError (a structure nested past Python's limit).
 
-    The precision part of version 1 gains its guess row (``_migrate_precision``), whatever the
-    rest's layout. The layout before per-learner versions is what commit b9fbe7f wrote and read
-    (the scheduler's ``"version": 1``): no ``"version"`` in the cost, chooser, gains, rate or
-    precision parts; each draft gate a list
+    The previous layout is what commit b9fbe7f wrote and read (the scheduler's ``"version": 1``):
+    no ``"version"`` in the cost, chooser, gains, rate or precision parts; each draft gate a list
     ``[adv, cost, rounds, skip_left, backoff]``, each drafter gate a list ``[sums, weights, counts,
     skip_left, probe_due, backoff, since_check, squares]``. b9fbe7f also read three older forms,
     converted here too: draft gate entries ``[band, state]`` from before probe classes (probe 0),
@@ -114,34 +112,19 @@ def migrate(state: Any) -> Any:
         return state
     out = copy.deepcopy(state)
     sched = out.get("scheduler")
-    if isinstance(sched, dict) and type(sched.get("version")) is int and sched["version"] == 1:
-        out["scheduler"] = _migrate_scheduler(sched)
-        if "precision" not in out:
-            out["precision"] = SourcePrecision().state_dict()
-        elif isinstance(out["precision"], dict) and "version" not in out["precision"]:
-            out["precision"] = {"version": 1, **out["precision"]}
-        acc = out.get("acceptance")
-        if isinstance(acc, dict) and type(acc.get("version")) is int and acc["version"] == 1:
-            fresh = AcceptanceModel().state_dict()
-            for k in ("counters", "request"):
-                acc.setdefault(k, fresh[k])
-    if "precision" in out:
-        out["precision"] = _migrate_precision(out["precision"])
+    if not (isinstance(sched, dict) and type(sched.get("version")) is int and sched["version"] == 1):
+        return out  # not the previous layout
+    out["scheduler"] = _migrate_scheduler(sched)
+    if "precision" not in out:
+        out["precision"] = SourcePrecision().state_dict()
+    elif isinstance(out["precision"], dict) and "version" not in out["precision"]:
+        out["precision"] = {"version": 1, **out["precision"]}
+    acc = out.get("acceptance")
+    if isinstance(acc, dict) and type(acc.get("version")) is int and acc["version"] == 1:
+        fresh = AcceptanceModel().state_dict()
+        for k in ("counters", "request"):
+            acc.setdefault(k, fresh[k])
     return out
-
-
-def _migrate_precision(p: Any) -> Any:
-    """The precision part of version 1 (class tables of three kind rows: none, copy, follower) in
-    version 2's layout: a fourth row, guesses (``NgramKind.GUESS``), with no counts yet; the old
-    follower row keeps what the guesses taught it (their class was the backoff followers')."""
-    if not (isinstance(p, dict) and type(p.get("version")) is int and p["version"] == 1):
-        return p
-    p = dict(p, version=2)
-    for name in ("class_hits", "class_trials"):
-        table = p.get(name)
-        if isinstance(table, list) and len(table) == 3 and all(isinstance(r, list) for r in table):
-            p[name] = [*table, [0.0] * len(table[0])]
-    return p
 
 
 def _migrate_scheduler(s: dict) -> dict:

@@ -19,13 +19,13 @@ from .constants import CLASS_PRIOR_WEIGHT, COPY_EVIDENCE_CAP, PRECISION_HALF_LIF
 from .kinds import NgramKind
 from .state import StateError, number, numbers, sequence, versioned
 
-STATE_VERSION = 2  # of state_dict's layout (learn/state.py); 1: no guess row (learned_state.migrate); b9fbe7f's had no "version"
+STATE_VERSION = 1  # of state_dict's layout (learn/state.py); b9fbe7f's had no "version"
 
 # evidence classes 0..COPY_EVIDENCE_CAP -> the acceptance model's evidence bin
 _BIN_OF = CLASS_BIN
 _BIN_MATRIX = np.eye(len(EVIDENCE_EDGES), dtype=np.float64)[_BIN_OF]  # (classes, bins) one-hot
 _DECAY = 0.5 ** (1.0 / PRECISION_HALF_LIFE)  # per counted token
-_COPY, _FOLLOWER, _GUESS = int(NgramKind.COPY), int(NgramKind.FOLLOWER), int(NgramKind.GUESS)  # ints: numpy compares an IntEnum slowly
+_COPY, _FOLLOWER = int(NgramKind.COPY), int(NgramKind.FOLLOWER)  # ints: numpy compares an IntEnum slowly
 
 
 class Proposal(Protocol):
@@ -109,13 +109,13 @@ class SourcePrecision:
         return (self.hits + self._a) / (self.trials + self._a + self._b)
 
     def for_class(self, kind: np.ndarray, evidence: np.ndarray) -> np.ndarray:
-        """Precision per proposal class: ``kind`` codes (1 copy, 2 follower, 3 guess; anything else
-        reads the overall value) and evidence; shrunk toward the bin, the bin toward ``value``."""
+        """Precision per proposal class: ``kind`` codes (1 copy, 2 follower; anything else reads
+        the overall value) and evidence; shrunk toward the bin, the bin toward ``value``."""
         kind = np.asarray(kind, dtype=np.int64)
         ev = np.minimum(np.maximum(np.asarray(evidence, dtype=np.int64), 0), COPY_EVIDENCE_CAP)
         overall = self.value
         w = CLASS_PRIOR_WEIGHT
-        ok = (kind == _COPY) | (kind == _FOLLOWER) | (kind == _GUESS)
+        ok = (kind == _COPY) | (kind == _FOLLOWER)
         k = np.where(ok, kind, 0)
         # per (kind, evidence bin): sums over the bin's evidence values, shrunk toward overall
         bh = self.class_hits @ _BIN_MATRIX

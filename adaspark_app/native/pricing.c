@@ -28,8 +28,6 @@
 #define KIND_NGRAM 2
 #define NG_COPY 1
 #define NG_FOLLOWER 2
-#define NG_GUESS 3
-#define NG_KINDS 4 /* rows of SourcePrecision's class tables: learn.kinds.NgramKind */
 #define SLOTS 7
 #define EPS 1e-4
 #define TABLE_MAX 64
@@ -167,7 +165,7 @@ static int check_configured(void) {
  *
  * ints (9 x n int64): parent, kind, token, depth, ng_kind, ng_evidence, ng_above, contra_evidence,
  * contra_kind (candidate_set's rows); floats (4 x n float64): h, sigma, r, ng_prec; bools (n):
- * agreed. class_hits / class_trials: SourcePrecision's (NG_KINDS x classes) counts, overall its value.
+ * agreed. class_hits / class_trials: SourcePrecision's (3 x classes) counts, overall its value.
  * Raises ValueError as CandidateSet does on a parent that does not precede its child or a bad kind.
  */
 static PyObject *columns(PyObject *self, PyObject *args) {
@@ -188,8 +186,8 @@ static PyObject *columns(PyObject *self, PyObject *args) {
     Buf b[5];
     memset(b, 0, sizeof b);
     PyObject *ret = NULL;
-    if (get_buf(o_hits, &b[0], NG_KINDS * classes * 8, 0, "class_hits") < 0 ||
-        get_buf(o_trials, &b[1], NG_KINDS * classes * 8, 0, "class_trials") < 0 ||
+    if (get_buf(o_hits, &b[0], 3 * classes * 8, 0, "class_hits") < 0 ||
+        get_buf(o_trials, &b[1], 3 * classes * 8, 0, "class_trials") < 0 ||
         get_buf(o_ints, &b[2], 9 * n * 8, 1, "ints") < 0 || get_buf(o_floats, &b[3], 4 * n * 8, 1, "floats") < 0 ||
         get_buf(o_bools, &b[4], n, 1, "bools") < 0)
         goto done;
@@ -215,8 +213,8 @@ static PyObject *columns(PyObject *self, PyObject *args) {
     }
     /* precision.for_nodes: each node's class is its own proposal's, or the contradicting one's */
     const double *hits = (const double *)b[0].view.buf, *trials = (const double *)b[1].view.buf;
-    double bh[NG_KINDS][TABLE_MAX], bt[NG_KINDS][TABLE_MAX];
-    for (int k = 0; k < NG_KINDS; k++) {
+    double bh[3][TABLE_MAX], bt[3][TABLE_MAX];
+    for (int k = 0; k < 3; k++) {
         for (int64_t j = 0; j < n_bins; j++) bh[k][j] = bt[k][j] = 0.0;
         for (Py_ssize_t e = 0; e < classes; e++) {
             bh[k][bin_of[e]] += hits[k * classes + e];
@@ -230,7 +228,7 @@ static PyObject *columns(PyObject *self, PyObject *args) {
         int contra = kind[i] != KIND_NGRAM && !agreed[i] && co_ev[i] >= 0;
         int64_t k = contra ? co_kind[i] : ng_kind[i];
         int64_t e = clip(contra ? co_ev[i] : ng_ev[i], 0, class_cap);
-        if (k == NG_COPY || k == NG_FOLLOWER || k == NG_GUESS) {
+        if (k == NG_COPY || k == NG_FOLLOWER) {
             int64_t bin = bin_of[e];
             double prior = (bh[k][bin] + w * overall) / (bt[k][bin] + w);
             ng_prec[i] = (hits[k * classes + e] + w * prior) / (trials[k * classes + e] + w);

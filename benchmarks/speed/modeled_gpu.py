@@ -28,9 +28,7 @@ by Eq. (7) alone, without the credit for a chain that ends inside the tree
 (``WidthScheduler._credit_chain_end``). With ``--no-backoff`` an arm `adaspark@no-backoff`:
 `adaspark` whose n-gram index proposes nothing where no passage and no follower of the last 3
 tokens do (``NgramIndex``'s ``backoff``); with ``--backoff-2`` one `adaspark@backoff-2` whose
-index backs off to the last 2 tokens' follower only; with ``--one-guess-class`` one
-`adaspark@one-guess-class` whose index counts the last token's followers with the last 2 tokens'
-(one precision class, as before ``NgramKind.GUESS``). With ``--cpu`` the forward is this CPU's
+index backs off to the last 2 tokens' follower only. With ``--cpu`` the forward is this CPU's
 own, not the curve: the same arms as a CPU user runs them, to check that a rule made for the GPU costs the
 CPU nothing (no oracle column and no learned-price table then).
 
@@ -44,7 +42,7 @@ model's).
 
     python -m benchmarks.speed.modeled_gpu SET.jsonl [--limit N] [--max-tokens 128]
         [--arms ar,adaspark,pinned:4,pinned:16] [--curve 1:6.6,16:8.3,32:9.3,64:11.8 | --cpu] [--host-clock]
-        [--no-chain-end] [--no-backoff] [--backoff-2] [--one-guess-class] [--model GGUF] [--warm-up SCRIPT] [--host-argmax VOCAB:GBPS] [--out FILE.md]
+        [--no-chain-end] [--no-backoff] [--backoff-2] [--model GGUF] [--warm-up SCRIPT] [--host-argmax VOCAB:GBPS] [--out FILE.md]
 
 With ``--host-argmax VOCAB:GBPS`` every arm takes its tokens the host way (``ADASPARK_ARGMAX=host``):
 each forward's rows' logits cross to the host at GBPS (modeled) and numpy scans them (real, read
@@ -82,8 +80,7 @@ HOST_CLOCK_ARM = "adaspark@host-clock"
 NO_CHAIN_END_ARM = "adaspark@no-chain-end"
 NO_BACKOFF_ARM = "adaspark@no-backoff"
 BACKOFF_2_ARM = "adaspark@backoff-2"
-ONE_GUESS_CLASS_ARM = "adaspark@one-guess-class"
-VARIANTS = (HOST_CLOCK_ARM, NO_CHAIN_END_ARM, NO_BACKOFF_ARM, BACKOFF_2_ARM, ONE_GUESS_CLASS_ARM)  # `adaspark` with one rule changed, beside it
+VARIANTS = (HOST_CLOCK_ARM, NO_CHAIN_END_ARM, NO_BACKOFF_ARM, BACKOFF_2_ARM)  # `adaspark` with one rule changed, beside it
 GROUPS = ("paste-and-ask", "multi-turn chat")
 WIDTH_BINS = ((4, "2-4"), (8, "5-8"), (16, "9-16"), (32, "17-32"), (64, "33-64"))
 
@@ -95,8 +92,7 @@ def _engine(arm: str, model: str | None = None) -> ChatEngine:
     scores widths by Eq. (7) alone, without the chain-end credit (``WidthScheduler._credit_chain_end``);
     ``NO_BACKOFF_ARM``'s n-gram index proposes nothing where a passage and the last 3 tokens do not
     (no follower of the last 2: ``NgramIndex``'s ``backoff``); ``BACKOFF_2_ARM``'s backs off to the
-    last 2 tokens' follower only, not to the last token's; ``ONE_GUESS_CLASS_ARM``'s counts the last
-    token's followers in the last 2 tokens' precision class (no ``NgramKind.GUESS``)."""
+    last 2 tokens' follower only, not to the last token's."""
     eng = ChatEngine(model, arm="adaspark" if arm in VARIANTS else arm, n_ctx=4096, n_threads=2)
     if arm == HOST_CLOCK_ARM:
         dec = eng.decoder
@@ -112,8 +108,6 @@ def _engine(arm: str, model: str | None = None) -> ChatEngine:
         eng.decoder.learners.scheduler.credits_chain_end = False  # the greedy band's, the one these runs use
     if arm in (NO_BACKOFF_ARM, BACKOFF_2_ARM):  # before its first reply builds the index
         eng.decoder.sources.ngram.backoff = () if arm == NO_BACKOFF_ARM else (2,)
-    if arm == ONE_GUESS_CLASS_ARM:
-        eng.decoder.sources.ngram.guesses = False
     return eng
 
 
@@ -237,8 +231,6 @@ def main() -> None:
                     help=f"add `{NO_BACKOFF_ARM}`: `adaspark` whose n-gram index has no follower of the last 2 tokens")
     ap.add_argument("--backoff-2", action="store_true",
                     help=f"add `{BACKOFF_2_ARM}`: `adaspark` whose n-gram index backs off to the last 2 tokens only")
-    ap.add_argument("--one-guess-class", action="store_true",
-                    help=f"add `{ONE_GUESS_CLASS_ARM}`: `adaspark` whose last-token guesses share the 2-token backoff's class")
     ap.add_argument("--cpu", action="store_true",
                     help="the forward is this CPU's own, not the curve: the same arms as a CPU user runs them "
                          "(no oracle, no learned-price table)")
@@ -288,8 +280,7 @@ def main() -> None:
     print(f"reference `ar` replies of {len(convs)} conversations ...", flush=True)
     refs = reference_replies(convs, a.max_tokens, model=a.model)
     for flag, variant in ((a.host_clock, HOST_CLOCK_ARM), (a.no_chain_end, NO_CHAIN_END_ARM),
-                          (a.no_backoff, NO_BACKOFF_ARM), (a.backoff_2, BACKOFF_2_ARM),
-                          (a.one_guess_class, ONE_GUESS_CLASS_ARM)):
+                          (a.no_backoff, NO_BACKOFF_ARM), (a.backoff_2, BACKOFF_2_ARM)):
         if flag and variant not in arms:
             arms.append(variant)
     engines = {arm: _engine(arm, a.model) for arm in arms}
@@ -341,7 +332,6 @@ def main() -> None:
     cmd += " --no-chain-end" if a.no_chain_end else ""
     cmd += " --no-backoff" if a.no_backoff else ""
     cmd += " --backoff-2" if a.backoff_2 else ""
-    cmd += " --one-guess-class" if a.one_guess_class else ""
     cmd += f" --model {a.model}" if a.model else ""
     cmd += f" --warm-up {a.warm_up}" if a.warm_up else ""
     cmd += f" --graphs {a.graphs} --ungraphed-ms {a.ungraphed_ms:g}" if a.graphs else ""
