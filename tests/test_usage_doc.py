@@ -1,0 +1,45 @@
+"""docs/usage.md documents every command and every option the CLI takes (``cli.build_parser``):
+an option added to the parser without a word in the user's guide fails here."""
+
+from __future__ import annotations
+
+import argparse
+import re
+from pathlib import Path
+
+from adaspark_app.cli import build_parser
+
+USAGE = Path(__file__).resolve().parent.parent / "docs" / "usage.md"
+
+
+def _commands(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()):
+    """(command path, its long options) for every command and subcommand of ``parser``."""
+    options = [o for a in parser._actions if not isinstance(a, argparse._SubParsersAction)
+               for o in a.option_strings if o.startswith("--") and o != "--help"]
+    if path:
+        yield path, options
+    for a in parser._actions:
+        if isinstance(a, argparse._SubParsersAction):
+            for name, sub in a.choices.items():
+                yield from _commands(sub, (*path, name))
+
+
+def _mentions(text: str, option: str) -> bool:
+    """``option`` written as an option (``--key``, not the start of ``--keep-capped``)."""
+    return re.search(re.escape(option) + r"(?![\w-])", text) is not None
+
+
+def test_every_command_and_option_of_the_cli_is_in_the_users_guide():
+    text = USAGE.read_text()
+    commands = list(_commands(build_parser()))
+    assert {p[0] for p, _ in commands} >= {"chat", "run", "bench", "store", "models", "drafter", "explain"}
+    missing = [f"adaspark {' '.join(p)}" for p, _ in commands if f"adaspark {p[0]}" not in text]
+    missing += [f"adaspark {' '.join(p)} {o}" for p, options in commands for o in options if not _mentions(text, o)]
+    assert missing == [], "not in docs/usage.md: " + ", ".join(missing)
+
+
+def test_an_option_is_found_only_where_it_is_written_whole():
+    """Guards the check itself: a prefix of a longer option does not count as the option."""
+    assert _mentions("use `--keep-capped` here", "--keep-capped")
+    assert not _mentions("use `--keep-capped` here", "--keep")
+    assert _mentions("[--key KEY]", "--key") and not _mentions("--keys", "--key")
