@@ -1,5 +1,6 @@
-"""docs/usage.md documents every command and every option the CLI takes (``cli.build_parser``):
-an option added to the parser without a word in the user's guide fails here."""
+"""docs/usage.md documents every command and every option the CLI takes (``cli.build_parser``) and
+every key of the chat (``AdaSparkApp.key_bindings``, what the help screen lists): an option or a
+key added without a word in the user's guide fails here."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import re
 from pathlib import Path
 
 from adaspark_app.cli import build_parser
+from adaspark_app.ui.app import AdaSparkApp
 
 USAGE = Path(__file__).resolve().parent.parent / "docs" / "usage.md"
 
@@ -43,3 +45,27 @@ def test_an_option_is_found_only_where_it_is_written_whole():
     assert _mentions("use `--keep-capped` here", "--keep-capped")
     assert not _mentions("use `--keep-capped` here", "--keep")
     assert _mentions("[--key KEY]", "--key") and not _mentions("--keys", "--key")
+
+
+_KEY_NAMES = {"escape": "Esc", "question_mark": "?"}
+
+
+def key_display(key: str) -> str:
+    """A Textual key as the guide writes it: ``ctrl+up`` -> ``Ctrl+Up``, ``escape`` -> ``Esc``."""
+    return "+".join(_KEY_NAMES.get(p, p.upper() if len(p) == 1 or p[0] == "f" and p[1:].isdigit() else p.capitalize())
+                    for p in key.split("+"))
+
+
+def test_every_key_of_the_chat_is_in_the_guides_key_table():
+    text = USAGE.read_text()
+    table = text[text.index("### Keys"):]
+    table = table[:table.index("\n###", 1)]
+    keys = {k.strip() for _, b in AdaSparkApp.key_bindings() for k in b.key.split(",")}
+    assert {"escape", "ctrl+q", "f5", "ctrl+up", "delete", "enter"} <= keys
+    missing = sorted(k for k in keys if re.search(r"(?<![\w+])" + re.escape(key_display(k)) + r"(?![\w+])", table) is None)
+    assert missing == [], "keys not in the key table of docs/usage.md: " + ", ".join(map(key_display, missing))
+
+
+def test_keys_are_written_as_the_guide_writes_them():
+    assert [key_display(k) for k in ("ctrl+up", "escape", "f12", "question_mark", "shift+enter", "ctrl+j")] == [
+        "Ctrl+Up", "Esc", "F12", "?", "Shift+Enter", "Ctrl+J"]

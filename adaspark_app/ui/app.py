@@ -328,12 +328,14 @@ class AdaSparkApp(App[int]):
         await asyncio.to_thread(self.engine.close, 10.0)
 
     # ------------------------------------------------------------------ help and palette
-    def key_bindings(self) -> list[tuple[str, Binding]]:
-        """Every binding with an id, with where it applies: the help screen and palette use it."""
+    @classmethod
+    def key_bindings(cls) -> list[tuple[str, Binding]]:
+        """Every binding with an id, with where it applies: the help screen and palette use it (and
+        a test, that docs/usage.md lists every key)."""
         rows: list[tuple[str, Binding]] = [("message box", b) for b in PROMPT_KEYS]
         rows += [("chat", b) for b in ChatScreen.BINDINGS if isinstance(b, Binding)]
         rows += [("conversation list", b) for b in ConversationList.BINDINGS if isinstance(b, Binding)]
-        rows += [("anywhere", b) for b in self.BINDINGS if isinstance(b, Binding)]
+        rows += [("anywhere", b) for b in cls.BINDINGS if isinstance(b, Binding)]
         rows.append(("anywhere", Binding("ctrl+p", "command_palette", "Commands", id="command_palette",
                                          tooltip="Open the command palette (search every action)")))
         return rows
