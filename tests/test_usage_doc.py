@@ -69,3 +69,16 @@ def test_every_key_of_the_chat_is_in_the_guides_key_table():
 def test_keys_are_written_as_the_guide_writes_them():
     assert [key_display(k) for k in ("ctrl+up", "escape", "f12", "question_mark", "shift+enter", "ctrl+j")] == [
         "Ctrl+Up", "Esc", "F12", "?", "Shift+Enter", "Ctrl+J"]
+
+
+def test_every_setting_of_the_config_file_is_in_the_guides_example():
+    from adaspark_app import config
+
+    text = USAGE.read_text()
+    section = text[text.index("## Config file"):]
+    section = section[:section.index("\n## ", 1)]
+    assert len(config._TOP_KEYS) >= 9 and len(config._SAMPLING_KEYS) >= 7
+    missing = [k for k in config._TOP_KEYS if k != "sampling" and re.search(rf"(?m)^{k} = ", section) is None]
+    missing += [f"sampling.{k}" for k in config._SAMPLING_KEYS
+                if not (re.search(rf"(?m)^{k} = ", section) or _mentions(section, "--" + k.replace("_", "-")))]
+    assert "[sampling]" in section and missing == [], "not in the config example of docs/usage.md: " + ", ".join(missing)
