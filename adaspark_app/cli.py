@@ -37,9 +37,51 @@ def _check_numbers(args: argparse.Namespace) -> None:
     args.max_tokens = limits.check_max_tokens(args.max_tokens)
 
 
+def version_text() -> str:
+    """`adaspark --version`: this package's version and what a bug report needs beside it: the
+    llama.cpp build (CPU only, or able to offload to a GPU), the CPU kernels and the round's
+    pricing in use, Python and the machine."""
+    import platform
+    from importlib import metadata
+
+    from .engine.offload import build_can_offload
+    from .native import pricing
+
+    native.activate()  # the kernels this process would use, as every command chooses them
+    try:
+        llama = metadata.version("llama-cpp-python")
+    except metadata.PackageNotFoundError:
+        llama = "not installed"
+    try:
+        device = "GPU offload" if build_can_offload() else "CPU only"
+    except Exception as exc:  # a broken llama.cpp install: the version line is what is asked for
+        device = f"does not load: {type(exc).__name__}"
+    variant = native.variant()
+    kernels = native.status() + (f", ggml's {variant} feature set" if variant else "")
+    return "\n".join([
+        f"adaspark {metadata.version('adaspark-app')}",
+        f"llama-cpp-python {llama}, llama.cpp built for: {device}",
+        f"CPU kernels: {kernels}; round pricing: {pricing.status()}",
+        f"Python {platform.python_version()}, {platform.system()} {platform.machine()}",
+    ])
+
+
+class _VersionAction(argparse.Action):
+    """--version: ``version_text``, built only when asked (it loads llama.cpp)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str = argparse.SUPPRESS, **kwargs) -> None:
+        super().__init__(option_strings, dest=dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        print(version_text())
+        parser.exit()
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = OneLineParser(prog="adaspark", description="Terminal chat with lossless speculative decoding "
                       "on llama.cpp, scheduled by AdaSpark.")
+    p.add_argument("--version", action=_VersionAction,
+                   help="the version, the llama.cpp build (CPU only or GPU), the kernels in use; then exit")
     sub = p.add_subparsers(dest="command", metavar="{chat,run,bench,bench-corpus,store,drafter,explain,models}",
                            parser_class=OneLineParser)
     sub.required = True

@@ -303,3 +303,17 @@ def test_a_model_path_that_is_not_utf8_loads(tmp_path, good_script, model_path):
     proc = _run("run", "--fresh-store", "--max-tokens", "2", "--model", os.fsdecode(odd), str(good_script))
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout.splitlines()[0])["n_tokens"] == 2
+
+
+def test_version_names_the_package_the_llama_cpp_build_and_the_kernels():
+    """`adaspark --version`: what a bug report needs, one fact a line, exit 0."""
+    from importlib import metadata
+
+    proc = _run("--version")
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0] == f"adaspark {metadata.version('adaspark-app')}"
+    assert lines[1].startswith(f"llama-cpp-python {metadata.version('llama-cpp-python')}, llama.cpp built for: ")
+    assert lines[1].endswith(("CPU only", "GPU offload"))
+    assert lines[2].startswith("CPU kernels: ") and "round pricing: " in lines[2]
+    assert len(lines) == 4 and "Traceback" not in proc.stderr

@@ -18,8 +18,7 @@ def _commands(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()):
     """(command path, its long options) for every command and subcommand of ``parser``."""
     options = [o for a in parser._actions if not isinstance(a, argparse._SubParsersAction)
                for o in a.option_strings if o.startswith("--") and o != "--help"]
-    if path:
-        yield path, options
+    yield path, options
     for a in parser._actions:
         if isinstance(a, argparse._SubParsersAction):
             for name, sub in a.choices.items():
@@ -34,9 +33,10 @@ def _mentions(text: str, option: str) -> bool:
 def test_every_command_and_option_of_the_cli_is_in_the_users_guide():
     text = USAGE.read_text()
     commands = list(_commands(build_parser()))
-    assert {p[0] for p, _ in commands} >= {"chat", "run", "bench", "store", "models", "drafter", "explain"}
-    missing = [f"adaspark {' '.join(p)}" for p, _ in commands if f"adaspark {p[0]}" not in text]
-    missing += [f"adaspark {' '.join(p)} {o}" for p, options in commands for o in options if not _mentions(text, o)]
+    assert {p[0] for p, _ in commands if p} >= {"chat", "run", "bench", "store", "models", "drafter", "explain"}
+    assert ((), ["--version"]) in commands
+    missing = [f"adaspark {' '.join(p)}" for p, _ in commands if p and f"adaspark {p[0]}" not in text]
+    missing += [" ".join(("adaspark", *p, o)) for p, options in commands for o in options if not _mentions(text, o)]
     assert missing == [], "not in docs/usage.md: " + ", ".join(missing)
 
 
