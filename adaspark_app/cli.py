@@ -19,13 +19,13 @@ from .engine import limits
 from .errors import AdaSparkError, ArgumentError
 from .output_paths import check_writable, open_output
 from .options import add_gpu_layers_option, add_sampling_options, check_gpu_layers_option, check_sampling_options
-from .wording import printable
+from .wording import one_line
 
 class OneLineParser(argparse.ArgumentParser):
     """argparse with a one-line error (exit 2) instead of the usage dump."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
-        sys.stderr.write(f"adaspark: error: {printable(str(message))}\n")
+        sys.stderr.write(f"adaspark: error: {one_line(str(message))}\n")
         raise SystemExit(2)
 
 
@@ -170,7 +170,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     engine = ChatEngine(args.model, args.drafter, store=store, arm=args.arm, n_threads=args.threads,
                         n_ctx=args.n_ctx, self_check=args.self_check, gpu_layers=gpu_layers)
     for note in engine.notices:
-        sys.stderr.write(f"adaspark: note: {printable(note)}\n")
+        sys.stderr.write(f"adaspark: note: {one_line(note)}\n")
     out: TextIO = sys.stdout
     log: TextIO | None = None
     total_turns = sum(len(c.turns) for c in convs)
@@ -189,7 +189,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         # each reply as it completes, flushed: an error or a crash in a later turn loses none
         if res.learned_not_saved and not unsaved:
             unsaved.append(res.learned_not_saved)
-            sys.stderr.write(f"adaspark: note: learned state not saved: {printable(res.learned_not_saved)}\n")
+            sys.stderr.write(f"adaspark: note: learned state not saved: {one_line(res.learned_not_saved)}\n")
         row = res.to_json()
         row.pop("tokens", None)
         if conv.category:
@@ -260,7 +260,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
             cid, resumed, problems = resume_last(store, model=args.model, system=args.system,
                                                  max_tokens=args.max_tokens, sampling=values)
         for problem in problems:
-            sys.stderr.write(f"adaspark: note: the conversation's stored settings: {printable(problem)} (default used)\n")
+            sys.stderr.write(f"adaspark: note: the conversation's stored settings: {one_line(problem)} (default used)\n")
         resume = (cid, resumed)
         args.model = resumed.model_path
     if args.model:
@@ -314,7 +314,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_chat(args)
         return int(args.func(args) or 0)  # store, bench, bench-corpus, drafter: set by add_parser
     except AdaSparkError as exc:
-        sys.stderr.write(f"adaspark: error: {printable(str(exc))}\n")
+        sys.stderr.write(f"adaspark: error: {one_line(str(exc))}\n")
         return exc.exit_code
     except KeyboardInterrupt:
         sys.stderr.write("adaspark: interrupted\n")
@@ -325,7 +325,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if exc.errno not in WRITE_FAILURES:
             raise
         where = f" {exc.filename}" if exc.filename else ""
-        sys.stderr.write(f"adaspark: error: cannot write{printable(where)}: {exc.strerror or exc}\n")
+        sys.stderr.write(f"adaspark: error: cannot write{one_line(where)}: {exc.strerror or exc}\n")
         return 2
 
 

@@ -54,6 +54,8 @@ SCALAR_CODES: dict[int, str] = {
 SMALL_ARRAY = 4096
 TOKENS_KEY = "tokenizer.ggml.tokens"
 MAX_DIMS = 4  # GGML_MAX_DIMS: llama.cpp refuses a tensor with more
+MAX_TENSOR_NAME = 63  # GGML_MAX_NAME - 1: llama.cpp refuses a longer tensor name (gguf.cpp)
+MAX_REASON = 300  # characters of a reason kept: it quotes the file's own names, any length
 MAX_ARRAY_NESTING = 8  # arrays of arrays: a bound so a crafted file cannot exhaust the stack
 
 #: ggml tensor types `read_gguf_tensor` reads, and their numpy dtypes.
@@ -102,6 +104,8 @@ class GGUFError(ModelLoadError, ValueError):
     """
 
     def __init__(self, path: str, reason: str) -> None:
+        if len(reason) > MAX_REASON:  # a corrupt length can make a quoted key or name megabytes long
+            reason = reason[:MAX_REASON] + f"... ({len(reason) - MAX_REASON} more characters)"
         super().__init__(f"{path}: not a readable GGUF file ({reason})")
         self.path = str(path)
         self.reason = reason
@@ -142,6 +146,9 @@ class GGUFHeader:
     tokens: list[bytes] | None
     tensors: dict[str, TensorInfo]
     data_offset: int  # first byte of tensor data: the header, metadata, table and padding end here
+    # the first token of the vocabulary that repeats an earlier one: (earlier id, its id), read or
+    # skipped (llama.cpp aborts on such a vocabulary: ``vocab_problem``)
+    repeated_token: tuple[int, int] | None = None
 
     @property
     def n_tensors(self) -> int:
@@ -170,9 +177,10 @@ def read_gguf_header(
 
     full: read every array into kv (tokenizer merges and scores too; `drafter init` copies
     them). skip_arrays: read no array at all, not even the tokens; walking past them costs one
-    length read per string, so SmolLM2's 49k-token vocabulary is crossed in a few ms (the store
-    fingerprints every model this way). The default reads arrays of up to SMALL_ARRAY items
-    and the tokens.
+    length read per string, and the tokens' bytes are looked at once for a repeated token
+    (``repeated_token``: llama.cpp aborts on one), so SmolLM2's 49k-token vocabulary is crossed
+    in ~20 ms and Qwen2.5's 152k in ~60 (the store fingerprints every model this way). The
+    default reads arrays of up to SMALL_ARRAY items and the tokens.
     """
     if full and skip_arrays:
         raise ValueError("read_gguf_header: full and skip_arrays exclude each other")
@@ -198,7 +206,7 @@ def read_gguf_header(
 
 
 # Headers read with skip_arrays, by file: loading a model reads one three times (its default
-# context, llama.cpp's layer check, the store's fingerprint), 10 ms each for SmolLM2. The key
+# context, llama.cpp's layer and vocabulary checks, the store's fingerprint), 20 ms each for SmolLM2. The key
 # changes with the file (a rewrite changes its inode, size or mtime), so a replaced file is read
 # again; callers get copies of the kept dicts, so none sees another's changes. 0 keeps none
 # (benchmarks/cost/engine_load.py compares).
@@ -213,6 +221,25 @@ def _copy(header: GGUFHeader) -> GGUFHeader:
 
 
 LLAMA_MAX_LAYERS = 512  # llama.cpp asserts 0 < n_layer <= this (llama-model.cpp): an abort, not an error
+
+
+def _first_repeat(tokens: list[bytes]) -> tuple[int, int] | None:
+    """(earlier id, id) of the first token whose bytes an earlier token has, or None."""
+    seen: dict[bytes, int] = {}
+    for i, t in enumerate(tokens):
+        first = seen.setdefault(t, i)
+        if first != i:
+            return first, i
+    return None
+
+
+def vocab_problem(header: GGUFHeader) -> str | None:
+    """Why llama.cpp would abort on this file's vocabulary (a token written twice: it asserts that
+    every token maps to one id, llama-vocab.cpp, and the process ends), or None."""
+    if header.repeated_token is None:
+        return None
+    a, b = header.repeated_token
+    return f"its vocabulary has one token twice, ids {a} and {b}; llama.cpp needs each token once"
 
 
 def layer_count_problem(kv: dict[str, Any]) -> str | None:
@@ -322,6 +349,7 @@ class _Walk:
         kv: dict[str, Any] = {}
         types: dict[str, tuple[int, int | None]] = {}
         tokens: list[bytes] | None = None
+        repeated: tuple[int, int] | None = None
         for _ in range(n_kv):
             key = self.string("a metadata key")
             if key in types:
@@ -338,6 +366,9 @@ class _Walk:
                     kv[key] = value
                     if is_tokens and item_type == VALUE_STRING:
                         tokens = value
+                        repeated = _first_repeat(value)
+                elif is_tokens and item_type == VALUE_STRING:
+                    repeated = self.skip_tokens(n, key)
                 else:
                     self.skip_array(item_type, n, key, 0)
             else:
@@ -349,7 +380,10 @@ class _Walk:
                             f"{self.size - self.pos} bytes left")
         tensors: dict[str, TensorInfo] = {}
         for _ in range(n_tensors):
-            name = self.string("a tensor name")
+            raw = self.raw_string("a tensor name")
+            if len(raw) > MAX_TENSOR_NAME:
+                raise self.fail(f"a tensor name of {len(raw)} bytes, more than {MAX_TENSOR_NAME}")
+            name = raw.decode("utf-8", errors="replace")
             if name in tensors:
                 raise self.fail(f"duplicate tensor name {name}")
             n_dims = self.u32(f"the dimensions of tensor {name}")
@@ -365,7 +399,7 @@ class _Walk:
             raise self.fail(f"general.alignment {align!r} is not a power of two")
         data_offset = self.pos + (-self.pos % align)
         return GGUFHeader(version=version, byte_order=self.bo, kv=kv, types=types, tokens=tokens,
-                          tensors=tensors, data_offset=data_offset)
+                          tensors=tensors, data_offset=data_offset, repeated_token=repeated)
 
     def _item_bytes(self, item_type: int, key: str) -> int:
         """Bytes of the smallest item of an array of this type (an unknown type is refused)."""
@@ -411,6 +445,27 @@ class _Walk:
                 out.append(self.array(inner, count, key, depth + 1))
             return out
         raise self.fail(f"unknown array item type {item_type} for {key}")
+
+    def skip_tokens(self, n: int, key: str) -> tuple[int, int] | None:
+        """Move past the vocabulary's n strings as ``skip_array`` does, keeping only which token
+        first repeats an earlier one (``_first_repeat``); the strings are dropped on return."""
+        length = struct.Struct(self.bo + "Q").unpack_from
+        buf, size, pos = self.buf, self.size, self.pos
+        strings: list[bytes] = []
+        keep = strings.append
+        for _ in range(n):
+            if pos + 8 > size:
+                break
+            (ln,) = length(buf, pos)
+            end = pos + 8 + ln
+            if end > size:
+                break
+            keep(buf[pos + 8:end])
+            pos = end
+        else:
+            self.pos = pos
+            return None if len(set(strings)) == n else _first_repeat(strings)  # the set: C speed
+        raise self.fail(f"array {key} runs past the end of the file")
 
     def skip_array(self, item_type: int, n: int, key: str, depth: int) -> None:
         """Move past n items without building them: fixed-width items in one step."""

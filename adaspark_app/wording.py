@@ -22,3 +22,9 @@ def printable(text: str) -> str:
     command, nor fail to encode."""
     return _CONTROLS.sub(lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100 else f"\\u{ord(m.group()):04x}",
                          text)
+
+
+def one_line(text: str) -> str:
+    """``printable(text)`` with its line feeds written as ``\\n`` too: an error or a note that
+    names a path, a GGUF's tensor or a user's words stays the one line it is meant to be."""
+    return printable(text).replace("\n", "\\n")

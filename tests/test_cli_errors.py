@@ -317,3 +317,39 @@ def test_version_names_the_package_the_llama_cpp_build_and_the_kernels():
     assert lines[1].endswith(("CPU only", "GPU offload"))
     assert lines[2].startswith("CPU kernels: ") and "round pricing: " in lines[2]
     assert len(lines) == 4 and "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("argv", [
+    ("run", "{p}.jsonl", "--fresh-store"),
+    ("bench", "{p}.jsonl", "--arms", "ar,adaspark"),
+    ("store", "import", "{p}.json"),
+    ("chat", "--model", "{p}.gguf"),
+    ("models", "--paths", "{p}"),
+])
+def test_a_name_with_a_line_feed_is_still_a_one_line_error(tmp_path, argv):
+    """A path (or a GGUF's tensor name, a model's words) holding a line feed is named with it
+    escaped: the error stays one line."""
+    p = str(tmp_path / "no\nsuch")
+    proc = subprocess.run([sys.executable, "-m", "adaspark_app.cli", *(a.format(p=p) for a in argv)],
+                          capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL,
+                          env={**os.environ, "ADASPARK_STORE": str(tmp_path / "s.db")})
+    _one_line_error(proc, "no\\nsuch")
+
+
+@pytest.mark.model
+def test_a_model_whose_vocabulary_repeats_a_token_is_one_line_not_an_abort(tmp_path):
+    """The bundled model with token 6 written over with token 4's bytes: llama.cpp would assert
+    and end the process (SIGABRT, found by mutating the header); the refusal comes first."""
+    import struct
+
+    from adaspark_app.engine.backend import default_model_path
+
+    data = bytearray(open(default_model_path(), "rb").read())
+    at = data.index(struct.pack("<Q", 10) + b"<filename>") + 8  # token 6, as long as token 4's
+    data[at:at + 10] = b"<reponame>"
+    model = tmp_path / "dup.gguf"
+    model.write_bytes(bytes(data))
+    script = tmp_path / "s.jsonl"
+    script.write_text('{"id": "a", "turns": ["Hi"]}\n')
+    proc = _run("run", str(script), "--model", str(model), "--fresh-store", "--max-tokens", "2")
+    _one_line_error(proc, "dup.gguf", "ids 4 and 6")

@@ -205,6 +205,64 @@ def test_corrupted_counts_are_clear_errors(tmp_path, endian):
     refused(lambda b: struct.pack_into(bo + "I", b, 4, 1 << 16 if bo == "<" else 7), "version")
 
 
+def test_a_tensor_name_past_llama_cpps_limit_is_refused_and_a_long_reason_cut(tmp_path):
+    """A tensor name of more than 63 bytes (llama.cpp's GGML_MAX_NAME - 1) is refused naming its
+    length: a corrupt length read on into the tensor table once quoted 8 MiB of it in the one-line
+    error. Any reason is cut at MAX_REASON characters, saying how much was left out."""
+    from adaspark_app.gguf_file import MAX_REASON, MAX_TENSOR_NAME
+
+    data = bytearray(write(tmp_path / "m.gguf").read_bytes())
+    at = bytes(data).index(b"output_norm.weight") - 8  # its u64 length
+    assert struct.unpack_from("<Q", data, at)[0] == len("output_norm.weight")
+    bad = tmp_path / "bad.gguf"
+    struct.pack_into("<Q", data, at, 200)  # within the file: the name reads on into the table
+    bad.write_bytes(bytes(data))
+    with pytest.raises(GGUFError, match=f"a tensor name of 200 bytes, more than {MAX_TENSOR_NAME}"):
+        read_gguf_header(bad)
+    ok = tmp_path / "ok.gguf"
+    w = gguf.GGUFWriter(str(ok), "llama")
+    w.add_tensor("n" * MAX_TENSOR_NAME, np.zeros(4, dtype=np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    assert list(read_gguf_header(ok).tensors) == ["n" * MAX_TENSOR_NAME]
+    err = GGUFError("m.gguf", "x" * (MAX_REASON + 500))
+    assert str(err).endswith("... (500 more characters))") and len(str(err)) < MAX_REASON + 80
+
+
+def test_a_vocabulary_with_a_token_twice_is_found_and_refused_before_llama_cpp(tmp_path):
+    """llama.cpp asserts that every token maps to one id (llama-vocab.cpp) and the process ends
+    (SIGABRT, a gdb backtrace on stderr): the header names the first repeat, read or skipped, and
+    the check before llama.cpp loads the file refuses it in one line."""
+    from adaspark_app.engine.backend import check_layer_count
+    from adaspark_app.gguf_file import vocab_problem
+
+    def vocab_file(name: str, tokens: list[str]) -> Path:
+        path = tmp_path / name
+        w = gguf.GGUFWriter(str(path), "llama")
+        w.add_block_count(2)
+        w.add_token_list(tokens)
+        w.add_tensor("t", np.zeros(4, dtype=np.float32))
+        w.write_header_to_file()
+        w.write_kv_data_to_file()
+        w.write_tensors_to_file()
+        w.close()
+        return path
+
+    dup = vocab_file("dup.gguf", ["a", "bc", "d", "bc", "a"])
+    for skip in (False, True):
+        h = read_gguf_header(dup, skip_arrays=skip)
+        assert h.repeated_token == (1, 3)
+    assert "ids 1 and 3" in vocab_problem(h)
+    with pytest.raises(ModelLoadError, match="ids 1 and 3") as err:
+        check_layer_count(str(dup))
+    assert "\n" not in str(err.value)
+    ok = vocab_file("ok.gguf", ["a", "bc", "d", "b", "c"])
+    assert read_gguf_header(ok, skip_arrays=True).repeated_token is None and vocab_problem(read_gguf_header(ok)) is None
+    check_layer_count(str(ok))
+
+
 def test_bad_magic_and_version(tmp_path):
     junk = tmp_path / "junk.gguf"
     junk.write_bytes(b"not a gguf file at all, but long enough")

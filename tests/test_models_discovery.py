@@ -170,6 +170,15 @@ def test_a_layer_count_llama_cpp_aborts_on_is_listed_broken(tmp_path):
     assert found["layers-512.gguf"].problem is None
 
 
+def test_a_vocabulary_llama_cpp_aborts_on_is_listed_broken(tmp_path):
+    """A token written twice ended llama.cpp with an assertion (llama-vocab.cpp) when chosen."""
+    write_gguf(tmp_path / "dup.gguf", tokens=["<s>", "</s>", "a", "b", "a"])
+    write_gguf(tmp_path / "fine.gguf", tokens=["<s>", "</s>", "a", "b", "ab"])
+    found = by_name(discover_models([tmp_path], include_bundled=False, learned=False))
+    assert "one token twice, ids 2 and 4" in found["dup.gguf"].problem
+    assert found["fine.gguf"].problem is None
+
+
 def test_sharded_model_listed_once_by_its_first_shard(tmp_path):
     write_gguf(tmp_path / "big" / "m-00001-of-00002.gguf")
     write_gguf(tmp_path / "big" / "m-00002-of-00002.gguf")

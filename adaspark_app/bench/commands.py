@@ -12,7 +12,7 @@ import shlex
 import sys
 
 from ..options import add_gpu_layers_option, add_sampling_options, check_gpu_layers_option, check_sampling_options
-from ..wording import counted, printable
+from ..wording import counted, one_line, printable
 
 DEFAULT_MAX_TOKENS = 1024  # the loop cap: a reply reaching it is left out as a greedy loop (paper: 8,192)
 DEFAULT_REPORT_DIR = "bench-report"
@@ -64,7 +64,7 @@ def add_corpus_parser(subparsers: argparse._SubParsersAction) -> argparse.Argume
 
 
 def _error(err: Exception) -> int:
-    print(f"error: {err}", file=sys.stderr)
+    print(f"adaspark: error: {one_line(str(err))}", file=sys.stderr)
     return getattr(err, "exit_code", 2)
 
 

@@ -11,7 +11,7 @@ import json
 import sys
 from typing import Any, Sequence
 
-from ..wording import printable
+from ..wording import one_line, printable
 from .entry import SOURCE_LABELS, ModelEntry, human_size
 
 COLUMNS = ("NAME", "SOURCE", "ARCH", "QUANT", "SIZE", "FORMAT", "LEARNED", "STATUS")
@@ -71,7 +71,7 @@ def cmd_models(args: argparse.Namespace) -> int:
     entries = discover_models(cfg.folders(), learned=False, notes=notes)
     mark_learned(entries, rows=rows)
     for note in notes:
-        sys.stderr.write(f"adaspark: note: {printable(note)}\n")
+        sys.stderr.write(f"adaspark: note: {one_line(note)}\n")
     out = sys.stdout
     if args.json:
         for e in entries:

@@ -24,7 +24,7 @@ from adaspark_app.output_paths import put_in_place, temp_for
 
 from adaspark_app.learn.state import StateError
 from adaspark_app.learn.learned_state import validate as validate_learned
-from adaspark_app.wording import counted, printable
+from adaspark_app.wording import counted, one_line, printable
 
 from .db import Store, UnreadableState, resolve_store_path
 from .fingerprint import LearnedKey
@@ -159,7 +159,7 @@ def main_for_tests(argv: list[str], console: Console | None = None) -> int:
     try:
         return run(args, console)
     except AdaSparkError as exc:
-        sys.stderr.write(f"adaspark: error: {printable(str(exc))}\n")
+        sys.stderr.write(f"adaspark: error: {one_line(str(exc))}\n")
         return exc.exit_code
 
 

@@ -30,7 +30,7 @@ from textual.screen import Screen
 from ..engine.sampling import GREEDY
 from ..errors import AdaSparkError
 from ..models import BUNDLED_NAME
-from ..wording import printable
+from ..wording import one_line, printable
 from .chat_settings import ChatSettings
 from .control_filter import DropControls
 from .conversation import MAX_TOKENS
@@ -250,7 +250,7 @@ class AdaSparkApp(App[int]):
         self.load_error = message.error
         self.switching_to = None  # a picked model that fails: said below; Ctrl+T picks another
         if self.exit_on_load_error and not message.restarted:
-            self.exit(2, return_code=2, message=f"adaspark: error: {printable(message.error)}")  # as the CLI says it
+            self.exit(2, return_code=2, message=f"adaspark: error: {one_line(message.error)}")  # as the CLI says it
             return
         self.notify(message.error, title="The model failed to load", severity="error", timeout=30)
         self._to_chat(message)  # a reply that waited for this engine is given back
@@ -530,7 +530,7 @@ def run_chat(model: str | None, drafter: str | None, store_path: str | None, max
     try:
         store = Store.open(store_path)
     except AdaSparkError as err:
-        print(f"adaspark: error: {printable(str(err))}", file=sys.stderr)
+        print(f"adaspark: error: {one_line(str(err))}", file=sys.stderr)
         return err.exit_code
     if not (sys.stdin.isatty() and sys.stdout.isatty()):
         # Textual would draw into a file or a pipe, and wait for keys that never come
