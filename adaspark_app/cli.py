@@ -260,7 +260,8 @@ def cmd_chat(args: argparse.Namespace) -> int:
             cid, resumed, problems = resume_last(store, model=args.model, system=args.system,
                                                  max_tokens=args.max_tokens, sampling=values)
         for problem in problems:
-            sys.stderr.write(f"adaspark: note: the conversation's stored settings: {one_line(problem)} (default used)\n")
+            sys.stderr.write(f"adaspark: note: the conversation's stored settings: {one_line(problem)} "
+                             "(default used)\n")
         resume = (cid, resumed)
         args.model = resumed.model_path
     if args.model:

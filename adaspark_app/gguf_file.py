@@ -206,10 +206,10 @@ def read_gguf_header(
 
 
 # Headers read with skip_arrays, by file: loading a model reads one three times (its default
-# context, llama.cpp's layer and vocabulary checks, the store's fingerprint), 20 ms each for SmolLM2. The key
-# changes with the file (a rewrite changes its inode, size or mtime), so a replaced file is read
-# again; callers get copies of the kept dicts, so none sees another's changes. 0 keeps none
-# (benchmarks/cost/engine_load.py compares).
+# context, the checks of what llama.cpp aborts on, the store's fingerprint), 20 ms each for
+# SmolLM2. The key changes with the file (a rewrite changes its inode, size or mtime), so a
+# replaced file is read again; callers get copies of the kept dicts, so none sees another's
+# changes. 0 keeps none (benchmarks/cost/engine_load.py compares).
 SKIP_ARRAYS_KEPT = 8
 _SKIP_ARRAYS_READ: dict[tuple, GGUFHeader] = {}
 

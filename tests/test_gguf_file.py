@@ -235,7 +235,7 @@ def test_a_vocabulary_with_a_token_twice_is_found_and_refused_before_llama_cpp(t
     """llama.cpp asserts that every token maps to one id (llama-vocab.cpp) and the process ends
     (SIGABRT, a gdb backtrace on stderr): the header names the first repeat, read or skipped, and
     the check before llama.cpp loads the file refuses it in one line."""
-    from adaspark_app.engine.backend import check_layer_count
+    from adaspark_app.engine.backend import check_llama_aborts
     from adaspark_app.gguf_file import vocab_problem
 
     def vocab_file(name: str, tokens: list[str]) -> Path:
@@ -256,11 +256,11 @@ def test_a_vocabulary_with_a_token_twice_is_found_and_refused_before_llama_cpp(t
         assert h.repeated_token == (1, 3)
     assert "ids 1 and 3" in vocab_problem(h)
     with pytest.raises(ModelLoadError, match="ids 1 and 3") as err:
-        check_layer_count(str(dup))
+        check_llama_aborts(str(dup))
     assert "\n" not in str(err.value)
     ok = vocab_file("ok.gguf", ["a", "bc", "d", "b", "c"])
     assert read_gguf_header(ok, skip_arrays=True).repeated_token is None and vocab_problem(read_gguf_header(ok)) is None
-    check_layer_count(str(ok))
+    check_llama_aborts(str(ok))
 
 
 def test_bad_magic_and_version(tmp_path):
@@ -323,7 +323,7 @@ def test_a_header_read_without_arrays_is_walked_once_per_file_version(tmp_path, 
     import os
 
     from adaspark_app import gguf_file
-    from adaspark_app.engine.backend import check_layer_count
+    from adaspark_app.engine.backend import check_llama_aborts
     from adaspark_app.store.fingerprint import model_fingerprint
 
     walks: list[str] = []
@@ -336,7 +336,7 @@ def test_a_header_read_without_arrays_is_walked_once_per_file_version(tmp_path, 
     monkeypatch.setattr(gguf_file, "_Walk", Counted)
     p = write(tmp_path / "m.gguf")
     first = read_gguf_header(p, skip_arrays=True)
-    check_layer_count(str(p))
+    check_llama_aborts(str(p))
     assert model_fingerprint(p)["architecture"] == "llama"
     assert len(walks) == 1
     first.kv["general.name"] = "changed by a caller"

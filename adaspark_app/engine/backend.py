@@ -204,7 +204,7 @@ def check_gguf_file(path: str, what: str = "model") -> Path:
     return p
 
 
-def check_layer_count(path: str) -> None:
+def check_llama_aborts(path: str) -> None:
     """Refuse a GGUF whose layer count or vocabulary llama.cpp would abort on, ending the process
     (gguf_file.layer_count_problem, vocab_problem); ModelLoadError, one line."""
     from ..gguf_file import layer_count_problem, read_gguf_header, vocab_problem
@@ -352,7 +352,7 @@ class LlamaBackend:
 
     def _load_model(self, model_path: str, what: str, **params: bool | int) -> None:
         """Load the GGUF file into self.model with these llama_model_params fields set."""
-        check_layer_count(model_path)
+        check_llama_aborts(model_path)
         self.llama = L = _llama()
         self.model_path = str(model_path)
         mparams = L.llama_model_default_params()

@@ -373,7 +373,8 @@ class ChatEngine:
                 sampling=sjson, seed=seed, dropped_turns=window.dropped_turns, prompt_length=len(prompt),
                 capped_to=window.reply_tokens if window.capped else None, restored_tokens=restored,
                 read_ahead_tokens=read_ahead)
-        stream = StreamDecoder(HarmonyText(self.harmony, b.token_bytes).pieces if self.harmony else joined(b.token_bytes))
+        to_bytes = HarmonyText(self.harmony, b.token_bytes).pieces if self.harmony else joined(b.token_bytes)
+        stream = StreamDecoder(to_bytes)
         counters = {"tokens": 0, "t0": time.perf_counter(), "saved": time.perf_counter()}
 
         def handle(oc: RoundOutcome, new: list[int]) -> None:

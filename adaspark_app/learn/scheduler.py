@@ -198,7 +198,8 @@ class WidthScheduler:
         bounded = self.cost.bounded_among(offered)
         gains = self.gains.at(context)
         band_rate = self.rate.rate(context)
-        tokens = self.chooser.expected_tokens_at(offered, s_d, s_n, gains)  # E(n), read by the price of time and the scores
+        # E(n), read by the price of time and the scores
+        tokens = self.chooser.expected_tokens_at(offered, s_d, s_n, gains)
         rho_m = self._price(band_rate, offered, s_d, fixed_s, tokens)
         rate_mode = rho_m is not None
         scored = self.chooser.score(offered, s_d, s_n, fixed_s, gains, rho_m, tokens) if offered else {}
@@ -208,7 +209,7 @@ class WidthScheduler:
             measure = next((w for w in self.cost.measurable_pending() if measure < w <= available
                             and self._cold_could_win(w, scored, s_d, s_n, gains, rho_m)), None)
 
-        best = self.chooser.argmax(scored) if scored else None  # Eq. (7) without hysteresis: the trace's and the chooser's
+        best = self.chooser.argmax(scored) if scored else None  # Eq. (7) without hysteresis (trace, chooser)
         if measure is not None:
             width, measured, decided_by = measure, True, Decider.COLD
             self.stall = 0

@@ -1,9 +1,9 @@
 """What loading a model into an engine costs with a GGUF header walked once, against once per
 reader (`gguf_file.SKIP_ARRAYS_KEPT`, 0 keeps none).
 
-Loading reads the model's header three times: the default context size, llama.cpp's layer check
-and the store's fingerprint. Each load here is what the chat's engine process does after its
-imports: open a fresh store, pick the context, build a `ChatEngine`, close both. The ways
+Loading reads the model's header three times: the default context size, the checks of what
+llama.cpp aborts on and the store's fingerprint. Each load here is what the chat's engine process
+does after its imports: open a fresh store, pick the context, build a `ChatEngine`, close both. The ways
 alternate load by load (kept, walked, walked, kept, ...), the headers forgotten before each; the
 ratio is walked / kept per pair of loads: geometric mean, 95% bootstrap interval over pairs.
 
