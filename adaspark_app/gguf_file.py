@@ -242,6 +242,62 @@ def vocab_problem(header: GGUFHeader) -> str | None:
     return f"its vocabulary has one token twice, ids {a} and {b}; llama.cpp needs each token once"
 
 
+#: llama.cpp's rope scaling types by name (LLAMA_ROPE_SCALING_TYPES, llama-model.cpp); another name
+#: is an assertion, not an error.
+ROPE_SCALING_TYPES = ("none", "linear", "yarn", "longrope")
+LLAMA_MAX_EXPERTS = 1024  # llama-hparams.h
+#: architectures whose loader turns an expert count of 0 or 1 into no experts first (llama-model.cpp)
+_EXPERTS_DROPPED_BELOW_2 = ("hunyuan-dense", "hunyuan_vl")
+
+
+def _whole(v: Any) -> int | None:
+    """An int metadata value (not a bool), else None: a value of another type llama.cpp refuses
+    with an error of its own."""
+    return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+
+def hparams_problem(kv: dict[str, Any]) -> str | None:
+    """Why llama.cpp's ``load_hparams`` would abort on this header (a GGML_ASSERT: the process
+    ends with a backtrace, no error comes back), or None: the layer count (``layer_count_problem``),
+    the next-token-prediction layers past it, the experts and their groups out of step, or a rope
+    scaling type it does not know. Each rule is the assertion's, in its order; a value of the wrong
+    type is left to llama.cpp, which refuses it with an error."""
+    problem = layer_count_problem(kv)
+    arch = kv.get("general.architecture")
+    layers = _whole(kv.get(f"{arch}.block_count")) if isinstance(arch, str) else None
+    if problem or layers is None:
+        return problem
+    nextn = _whole(kv.get(f"{arch}.nextn_predict_layers", 0))
+    if nextn is not None and nextn > layers:
+        return f"{arch}.nextn_predict_layers is {nextn}, more than its {layers} layers"
+    experts = _whole(kv.get(f"{arch}.expert_count", 0))
+    used = kv.get(f"{arch}.expert_used_count", 0)
+    used_max = max((_whole(u) or 0 for u in used), default=0) if isinstance(used, list) else _whole(used)
+    groups = _whole(kv.get(f"{arch}.expert_group_count", 0))
+    group_used = _whole(kv.get(f"{arch}.expert_group_used_count", 0))
+    if arch in _EXPERTS_DROPPED_BELOW_2 and experts is not None and experts <= 1:
+        experts, used_max = 0, 0
+    if None not in (experts, used_max, groups, group_used):
+        e = f"{arch}.expert_count is {experts}"
+        if experts > LLAMA_MAX_EXPERTS:
+            return f"{e}; llama.cpp takes at most {LLAMA_MAX_EXPERTS}"
+        if used_max > experts:
+            return f"{arch}.expert_used_count is {used_max}, more than the {experts} experts"
+        if experts > 0 and used_max == 0:
+            return f"{e} but {arch}.expert_used_count is 0"
+        if experts > 0 and groups >= experts:
+            return f"{arch}.expert_group_count is {groups}, not fewer than the {experts} experts"
+        if experts > 0 and groups > 1 and (experts % groups or not 0 < group_used < groups):
+            return (f"{e} in {groups} groups, {group_used} used; llama.cpp needs groups that divide the "
+                    "experts and at least one group unused")
+        if experts == 0 and groups:
+            return f"{arch}.expert_group_count is {groups} with no experts"
+    rope = kv.get(f"{arch}.rope.scaling.type")
+    if isinstance(rope, str) and rope not in ROPE_SCALING_TYPES:
+        return f"{arch}.rope.scaling.type is {rope[:40]!r}; llama.cpp knows {', '.join(ROPE_SCALING_TYPES)}"
+    return None
+
+
 def layer_count_problem(kv: dict[str, Any]) -> str | None:
     """Why llama.cpp would abort on this header's `{arch}.block_count` (0, or past 512: the
     process ended with GGML_ASSERT instead of a message), or None."""

@@ -353,3 +353,28 @@ def test_a_model_whose_vocabulary_repeats_a_token_is_one_line_not_an_abort(tmp_p
     script.write_text('{"id": "a", "turns": ["Hi"]}\n')
     proc = _run("run", str(script), "--model", str(model), "--fresh-store", "--max-tokens", "2")
     _one_line_error(proc, "dup.gguf", "ids 4 and 6")
+
+
+@pytest.mark.model
+@pytest.mark.parametrize("key, vtype, value, words", [
+    ("llama.rope.scaling.type", "str", "bogus", "rope.scaling.type is 'bogus'"),
+    ("llama.expert_used_count", "u32", 2, "expert_used_count is 2, more than the 0 experts"),
+])
+def test_a_model_whose_hyperparameters_llama_cpp_asserts_on_is_one_line_not_an_abort(tmp_path, key, vtype, value,
+                                                                                      words):
+    """The bundled model with one metadata key added (gguf-py's copy): llama.cpp's load_hparams
+    asserted on each (SIGABRT, exit 134); the refusal comes first."""
+    import gguf
+    from gguf.scripts.gguf_new_metadata import MetadataDetails, copy_with_new_metadata
+
+    from adaspark_app.engine.backend import default_model_path
+
+    reader = gguf.GGUFReader(default_model_path(), "r")
+    model = tmp_path / "m.gguf"
+    writer = gguf.GGUFWriter(str(model), arch="llama")
+    types = {"str": gguf.GGUFValueType.STRING, "u32": gguf.GGUFValueType.UINT32}
+    copy_with_new_metadata(reader, writer, {key: MetadataDetails(types[vtype], value)}, [])
+    script = tmp_path / "s.jsonl"
+    script.write_text('{"id": "a", "turns": ["Hi"]}\n')
+    proc = _run("run", str(script), "--model", str(model), "--fresh-store", "--max-tokens", "2")
+    _one_line_error(proc, "m.gguf", words)

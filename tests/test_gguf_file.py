@@ -263,6 +263,46 @@ def test_a_vocabulary_with_a_token_twice_is_found_and_refused_before_llama_cpp(t
     check_llama_aborts(str(ok))
 
 
+@pytest.mark.parametrize("extra, problem", [
+    ({}, None),
+    ({"qwen3moe.expert_count": 128, "qwen3moe.expert_used_count": 8}, None),  # Qwen3-30B-A3B
+    ({"qwen3moe.expert_count": 256, "qwen3moe.expert_used_count": 8, "qwen3moe.expert_group_count": 8,
+      "qwen3moe.expert_group_used_count": 4}, None),  # DeepSeek-V3's routing
+    ({"qwen3moe.expert_count": 64, "qwen3moe.expert_used_count": [0, 6, 6, 6]}, None),  # per layer
+    ({"qwen3moe.nextn_predict_layers": 1}, None),
+    ({"qwen3moe.rope.scaling.type": "yarn"}, None),
+    ({"qwen3moe.block_count": 0}, "block_count is 0"),
+    ({"qwen3moe.nextn_predict_layers": 5}, "nextn_predict_layers is 5, more than its 4 layers"),
+    ({"qwen3moe.expert_count": 2000, "qwen3moe.expert_used_count": 8}, "at most 1024"),
+    ({"qwen3moe.expert_used_count": 2}, "expert_used_count is 2, more than the 0 experts"),
+    ({"qwen3moe.expert_count": 64, "qwen3moe.expert_used_count": [2, 80]}, "expert_used_count is 80"),
+    ({"qwen3moe.expert_count": 64}, "expert_used_count is 0"),
+    ({"qwen3moe.expert_count": 8, "qwen3moe.expert_used_count": 2, "qwen3moe.expert_group_count": 8},
+     "expert_group_count is 8, not fewer than the 8 experts"),
+    ({"qwen3moe.expert_count": 64, "qwen3moe.expert_used_count": 8, "qwen3moe.expert_group_count": 6,
+      "qwen3moe.expert_group_used_count": 2}, "groups that divide the experts"),
+    ({"qwen3moe.expert_count": 64, "qwen3moe.expert_used_count": 8, "qwen3moe.expert_group_count": 8,
+      "qwen3moe.expert_group_used_count": 8}, "at least one group unused"),
+    ({"qwen3moe.expert_group_count": 4}, "expert_group_count is 4 with no experts"),
+    ({"qwen3moe.rope.scaling.type": "bogus"}, "rope.scaling.type is 'bogus'"),
+    ({"qwen3moe.expert_count": "64", "qwen3moe.rope.scaling.type": 3}, None),  # wrong types: llama.cpp's own error
+])
+def test_hyperparameters_llama_cpp_asserts_on_are_named_and_real_ones_pass(extra, problem):
+    """llama.cpp's load_hparams asserts (the process ends) on each case named here; the rules are
+    its, in its order, checked on the metadata alone. The passing rows are real models' routing."""
+    from adaspark_app.gguf_file import hparams_problem
+
+    kv = {"general.architecture": "qwen3moe", "qwen3moe.block_count": 4, **extra}
+    found = hparams_problem(kv)
+    if problem is None:
+        assert found is None
+    else:
+        assert found is not None and problem in found
+    hunyuan = {"general.architecture": "hunyuan-dense", "hunyuan-dense.block_count": 4,
+               "hunyuan-dense.expert_count": 1, "hunyuan-dense.expert_used_count": 1}
+    assert hparams_problem(hunyuan) is None  # its loader drops an expert count of 1 first
+
+
 def test_bad_magic_and_version(tmp_path):
     junk = tmp_path / "junk.gguf"
     junk.write_bytes(b"not a gguf file at all, but long enough")

@@ -205,12 +205,12 @@ def check_gguf_file(path: str, what: str = "model") -> Path:
 
 
 def check_llama_aborts(path: str) -> None:
-    """Refuse a GGUF whose layer count or vocabulary llama.cpp would abort on, ending the process
-    (gguf_file.layer_count_problem, vocab_problem); ModelLoadError, one line."""
-    from ..gguf_file import layer_count_problem, read_gguf_header, vocab_problem
+    """Refuse a GGUF whose hyperparameters or vocabulary llama.cpp would abort on, ending the
+    process (gguf_file.hparams_problem, vocab_problem); ModelLoadError, one line."""
+    from ..gguf_file import hparams_problem, read_gguf_header, vocab_problem
 
     header = read_gguf_header(path, skip_arrays=True)
-    problem = layer_count_problem(header.kv) or vocab_problem(header)
+    problem = hparams_problem(header.kv) or vocab_problem(header)
     if problem:
         raise ModelLoadError(f"{path}: {problem} (the file is damaged)")
 

@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..gguf_file import GGUFError, is_gguf, layer_count_problem, read_gguf_header, vocab_problem
+from ..gguf_file import GGUFError, hparams_problem, is_gguf, read_gguf_header, vocab_problem
 from .architectures import architecture_problem
 
 SOURCES = ("bundled", "hf", "lmstudio", "ollama", "folder")  # the list's order
@@ -116,7 +116,7 @@ def inspect_model(entry: ModelEntry, expected_size: int | None = None) -> ModelE
     elif end > size:
         entry.problem = f"truncated: {size} of {end} bytes"
     else:
-        entry.problem = layer_count_problem(kv) or vocab_problem(head) or architecture_problem(entry.architecture)
+        entry.problem = hparams_problem(kv) or vocab_problem(head) or architecture_problem(entry.architecture)
     if entry.problem is None:
         entry.turn_format = _turn_format(path, entry)
     return entry
