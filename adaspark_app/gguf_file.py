@@ -256,12 +256,55 @@ def _whole(v: Any) -> int | None:
     return v if isinstance(v, int) and not isinstance(v, bool) else None
 
 
+#: Architectures whose graph asserts, at the top of its builder, that the attention head size is
+#: the rope dimension count (`GGML_ASSERT(n_embd_head == n_rot)`) and, for all but two, the key
+#: size: read off llama-cpp-python 0.3.36's src/models/*.cpp, not guessed (minimax and nemotron
+#: have the line commented out: their rope covers part of a head). llama.cpp checks neither when
+#: it loads the file, so a wrong count ended the process at the first forward.
+_HEAD_IS_ROPE = frozenset((
+    "apertus", "arcee", "arctic", "baichuan", "chameleon", "codeshell", "cogvlm", "cohere2moe", "dbrx", "deci",
+    "deepseek", "dots1", "dream", "ernie4_5", "ernie4_5-moe", "exaone", "exaone-moe", "falcon", "granite",
+    "granite_swa", "graniteswitch", "grok", "grovemoe", "hunyuan-moe", "hunyuan_vl", "hy_v3", "internlm2", "jais2",
+    "llada", "llada-moe", "maincoder", "mistral3", "olmo", "olmoe", "orion", "paddleocr", "pangu-embedded", "plamo",
+    "pockettts", "qwen2", "qwen2moe", "qwen2vl", "qwen3", "qwen3moe", "qwen3vl", "qwen3vlmoe", "rnd1", "seed_oss",
+    "smollm3", "starcoder2", "talkie", "xverse"))
+_HEAD_KEY_NOT_ASSERTED = frozenset(("exaone-moe", "talkie"))
+
+
+def _head_problem(kv: dict[str, Any], arch: str) -> str | None:
+    """The head size against the rope dimensions and the key size, for ``_HEAD_IS_ROPE``'s
+    architectures, as llama.cpp's hparams compute them for layer 0; None where a sliding window or
+    compressed attention gives layers sizes of their own (not checked here)."""
+    if arch not in _HEAD_IS_ROPE:
+        return None
+    if any(k.startswith(arch + ".") and ("sliding_window" in k or "_swa" in k or k.endswith("_mla")) for k in kv):
+        return None
+    n_embd = _whole(kv.get(f"{arch}.embedding_length"))
+    heads = kv.get(f"{arch}.attention.head_count")
+    n_head = _whole(heads[0]) if isinstance(heads, list) and heads else _whole(heads)
+    if not n_embd or not n_head:
+        return None
+    head_k = _whole(kv.get(f"{arch}.attention.key_length", n_embd // n_head))
+    head_v = _whole(kv.get(f"{arch}.attention.value_length", n_embd // n_head))
+    n_rot = _whole(kv.get(f"{arch}.rope.dimension_count", head_k))
+    if None in (head_k, head_v, n_rot):
+        return None
+    if head_v != n_rot:
+        return (f"{arch}.rope.dimension_count is {n_rot} but its attention heads are {head_v} wide; "
+                f"llama.cpp's {arch} graph needs the two equal")
+    if head_v != head_k and arch not in _HEAD_KEY_NOT_ASSERTED:
+        return (f"{arch}.attention.key_length is {head_k} but its heads' values are {head_v} wide; "
+                f"llama.cpp's {arch} graph needs the two equal")
+    return None
+
+
 def hparams_problem(kv: dict[str, Any]) -> str | None:
     """Why llama.cpp's ``load_hparams`` would abort on this header (a GGML_ASSERT: the process
     ends with a backtrace, no error comes back), or None: the layer count (``layer_count_problem``),
     the next-token-prediction layers past it, the experts and their groups out of step, or a rope
-    scaling type it does not know. Each rule is the assertion's, in its order; a value of the wrong
-    type is left to llama.cpp, which refuses it with an error."""
+    scaling type it does not know; and, asserted by the graph at the first forward, a head size
+    that is not the rope dimension count (``_head_problem``). Each rule is the assertion's, in its
+    order; a value of the wrong type is left to llama.cpp, which refuses it with an error."""
     problem = layer_count_problem(kv)
     arch = kv.get("general.architecture")
     layers = _whole(kv.get(f"{arch}.block_count")) if isinstance(arch, str) else None
@@ -295,7 +338,7 @@ def hparams_problem(kv: dict[str, Any]) -> str | None:
     rope = kv.get(f"{arch}.rope.scaling.type")
     if isinstance(rope, str) and rope not in ROPE_SCALING_TYPES:
         return f"{arch}.rope.scaling.type is {rope[:40]!r}; llama.cpp knows {', '.join(ROPE_SCALING_TYPES)}"
-    return None
+    return _head_problem(kv, arch)
 
 
 def layer_count_problem(kv: dict[str, Any]) -> str | None:

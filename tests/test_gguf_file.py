@@ -286,6 +286,18 @@ def test_a_vocabulary_with_a_token_twice_is_found_and_refused_before_llama_cpp(t
     ({"qwen3moe.expert_group_count": 4}, "expert_group_count is 4 with no experts"),
     ({"qwen3moe.rope.scaling.type": "bogus"}, "rope.scaling.type is 'bogus'"),
     ({"qwen3moe.expert_count": "64", "qwen3moe.rope.scaling.type": 3}, None),  # wrong types: llama.cpp's own error
+    # the head size against the rope dimensions (asserted by the qwen3moe graph at the first forward)
+    ({"qwen3moe.embedding_length": 2048, "qwen3moe.attention.head_count": 32, "qwen3moe.attention.key_length": 128,
+      "qwen3moe.attention.value_length": 128, "qwen3moe.rope.dimension_count": 128}, None),  # Qwen3-30B-A3B
+    ({"qwen3moe.embedding_length": 2048, "qwen3moe.attention.head_count": 32}, None),  # 64, the default
+    ({"qwen3moe.embedding_length": 2048, "qwen3moe.attention.head_count": 32, "qwen3moe.rope.dimension_count": 32},
+     "rope.dimension_count is 32 but its attention heads are 64 wide"),
+    ({"qwen3moe.embedding_length": 2048, "qwen3moe.attention.head_count": [32, 32, 16, 16],
+      "qwen3moe.attention.key_length": 128}, "attention heads are 64 wide"),  # key 128, value 2048 / 32
+    ({"qwen3moe.embedding_length": 2048, "qwen3moe.attention.head_count": 32, "qwen3moe.attention.key_length": 96,
+      "qwen3moe.attention.value_length": 64, "qwen3moe.rope.dimension_count": 64}, "key_length is 96"),
+    ({"qwen3moe.embedding_length": 2048, "qwen3moe.attention.head_count": 32, "qwen3moe.rope.dimension_count": 32,
+      "qwen3moe.attention.sliding_window": 4096}, None),  # layers of two sizes: not checked here
 ])
 def test_hyperparameters_llama_cpp_asserts_on_are_named_and_real_ones_pass(extra, problem):
     """llama.cpp's load_hparams asserts (the process ends) on each case named here; the rules are
@@ -301,6 +313,11 @@ def test_hyperparameters_llama_cpp_asserts_on_are_named_and_real_ones_pass(extra
     hunyuan = {"general.architecture": "hunyuan-dense", "hunyuan-dense.block_count": 4,
                "hunyuan-dense.expert_count": 1, "hunyuan-dense.expert_used_count": 1}
     assert hparams_problem(hunyuan) is None  # its loader drops an expert count of 1 first
+    # MiniMax's rope covers half a head (its graph's assertion is commented out): not refused
+    minimax = {"general.architecture": "minimax-m2", "minimax-m2.block_count": 4, "minimax-m2.embedding_length": 3072,
+               "minimax-m2.attention.head_count": 48, "minimax-m2.attention.key_length": 128,
+               "minimax-m2.attention.value_length": 128, "minimax-m2.rope.dimension_count": 64}
+    assert hparams_problem(minimax) is None
 
 
 def test_bad_magic_and_version(tmp_path):

@@ -156,3 +156,25 @@ def test_prompts_tokenised_by_pieces_equal_their_whole_tokenisation(name):
     with ChatEngine(str(_target_path(name)), arm="ar", n_ctx=4096) as engine:
         whole = check_grown_prompts(engine)
         assert engine.prompts.markers and engine.prompts.reused > whole // 2
+
+
+def test_a_qwen_whose_rope_dimensions_are_not_its_head_size_is_one_line_not_an_abort(tmp_path):
+    """Qwen2.5-Coder-0.5B with `qwen2.rope.dimension_count` 32 (its heads are 64 wide) added:
+    llama.cpp loaded it and its qwen2 graph asserted at the first forward (exit 134); refused first."""
+    import subprocess
+    import sys
+
+    import gguf
+    from gguf.scripts.gguf_new_metadata import MetadataDetails, copy_with_new_metadata
+
+    reader = gguf.GGUFReader(str(_target_path("qwen0.5b")), "r")
+    model = tmp_path / "q.gguf"
+    copy_with_new_metadata(reader, gguf.GGUFWriter(str(model), arch="qwen2"),
+                           {"qwen2.rope.dimension_count": MetadataDetails(gguf.GGUFValueType.UINT32, 32)}, [])
+    script = tmp_path / "s.jsonl"
+    script.write_text('{"id": "a", "turns": ["Hi"]}\n')
+    proc = subprocess.run([sys.executable, "-m", "adaspark_app.cli", "run", str(script), "--model", str(model),
+                           "--fresh-store", "--max-tokens", "2"], capture_output=True, text=True, timeout=300)
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr[-500:]
+    assert "rope.dimension_count is 32 but its attention heads are 64 wide" in lines[0]
