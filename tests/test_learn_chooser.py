@@ -408,7 +408,8 @@ def test_an_ngram_tree_that_beats_the_band_is_priced_at_its_own_best_rate(monkey
 
 def test_expected_tokens_of_every_width_at_once_are_the_same_bits_as_one_at_a_time():
     """The plan's E(n) for all offered widths in one pass (bases read once) against
-    ``expected_tokens`` per width, on random S curves and gains either side of N0."""
+    ``expected_tokens`` per width, on random S curves and gains either side of N0: every width
+    priced as it is alone, in the order given (the formula's own answer: the test above)."""
     rng = np.random.default_rng(7)
     for _ in range(50):
         size = int(rng.integers(2, 66))

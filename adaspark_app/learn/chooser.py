@@ -58,18 +58,15 @@ class WidthChooser:
         n: int, s_d: np.ndarray | list[float], s_n: np.ndarray | list[float], gains: tuple[float, float, float, float]
     ) -> float:
         """E(n) = 1 + S(n0) + g_d dS_d(n) + g_n dS_ng(n); the pair of gains by side of n0."""
-        last = len(s_d) - 1
-        base_d, base_n = float(s_d[min(N0, last)]), float(s_n[min(N0, last)])
-        gd, gn = (gains[0], gains[1]) if n < N0 else (gains[2], gains[3])
-        k = min(n, last)
-        return 1.0 + base_d + base_n + gd * (float(s_d[k]) - base_d) + gn * (float(s_n[k]) - base_n)
+        return WidthChooser.expected_tokens_at((n,), s_d, s_n, gains)[n]
 
     @staticmethod
     def expected_tokens_at(
-        widths: Iterable[int], s_d: list[float], s_n: list[float], gains: tuple[float, float, float, float]
+        widths: Iterable[int], s_d: np.ndarray | list[float], s_n: np.ndarray | list[float],
+        gains: tuple[float, float, float, float]
     ) -> dict[int, float]:
-        """``expected_tokens`` of each width, the bases read once (the same arithmetic, so the same
-        bits): the plan asks for every offered width each round."""
+        """``expected_tokens`` of each width, the bases read once: the plan asks for every offered
+        width each round (``expected_tokens`` is this for one width)."""
         last = len(s_d) - 1
         base_d, base_n = float(s_d[min(N0, last)]), float(s_n[min(N0, last)])
         out: dict[int, float] = {}
