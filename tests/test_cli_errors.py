@@ -364,17 +364,35 @@ def test_a_model_whose_hyperparameters_llama_cpp_asserts_on_is_one_line_not_an_a
                                                                                       words):
     """The bundled model with one metadata key added (gguf-py's copy): llama.cpp's load_hparams
     asserted on each (SIGABRT, exit 134); the refusal comes first."""
-    import gguf
-    from gguf.scripts.gguf_new_metadata import MetadataDetails, copy_with_new_metadata
-
     from adaspark_app.engine.backend import default_model_path
 
-    reader = gguf.GGUFReader(default_model_path(), "r")
-    model = tmp_path / "m.gguf"
-    writer = gguf.GGUFWriter(str(model), arch="llama")
-    types = {"str": gguf.GGUFValueType.STRING, "u32": gguf.GGUFValueType.UINT32}
-    copy_with_new_metadata(reader, writer, {key: MetadataDetails(types[vtype], value)}, [])
+    model = _with_key(default_model_path(), tmp_path / "m.gguf", "llama", key, vtype, value)
     script = tmp_path / "s.jsonl"
     script.write_text('{"id": "a", "turns": ["Hi"]}\n')
     proc = _run("run", str(script), "--model", str(model), "--fresh-store", "--max-tokens", "2")
     _one_line_error(proc, "m.gguf", words)
+
+
+@pytest.mark.model
+def test_a_drafter_whose_hyperparameters_llama_cpp_asserts_on_is_one_line_not_an_abort(tmp_path):
+    """The shipped drafter with an unknown rope scaling type: llama.cpp loads drafters through
+    the same load_hparams and asserted (exit 134); the check sits where every load goes."""
+    from adaspark_app.engine.default_drafter import default_drafter_path
+
+    drafter = _with_key(default_drafter_path(), tmp_path / "d.gguf", "dflash", "dflash.rope.scaling.type", "str",
+                        "bogus")
+    script = tmp_path / "s.jsonl"
+    script.write_text('{"id": "a", "turns": ["List the days of the week."]}\n')
+    proc = _run("run", str(script), "--drafter", str(drafter), "--fresh-store", "--max-tokens", "4")
+    _one_line_error(proc, "d.gguf", "rope.scaling.type is 'bogus'")
+
+
+def _with_key(src, dst, arch: str, key: str, vtype: str, value):
+    """A copy of the GGUF `src` at `dst` with one metadata key added (gguf-py's copy)."""
+    import gguf
+    from gguf.scripts.gguf_new_metadata import MetadataDetails, copy_with_new_metadata
+
+    types = {"str": gguf.GGUFValueType.STRING, "u32": gguf.GGUFValueType.UINT32}
+    copy_with_new_metadata(gguf.GGUFReader(str(src), "r"), gguf.GGUFWriter(str(dst), arch=arch),
+                           {key: MetadataDetails(types[vtype], value)}, [])
+    return dst

@@ -148,7 +148,10 @@ def _first_error() -> str:
 
 def load_model_file(llama: Any, path: str, mparams: Any) -> tuple[Any, str]:
     """llama_model_load_from_file(path, mparams) and, where it fails (a NULL model), the first
-    error line llama.cpp logged while it tried ('' if none): (model, why)."""
+    error line llama.cpp logged while it tried ('' if none): (model, why). Every load, a target's
+    or a drafter's, goes through here, so a header llama.cpp would abort on is refused here first
+    (``check_llama_aborts``, ModelLoadError)."""
+    check_llama_aborts(path)
     _errors.clear()
     model = llama.llama_model_load_from_file(os.fsencode(path), mparams)  # a path: any bytes
     return model, ("" if model else _first_error())
@@ -352,7 +355,6 @@ class LlamaBackend:
 
     def _load_model(self, model_path: str, what: str, **params: bool | int) -> None:
         """Load the GGUF file into self.model with these llama_model_params fields set."""
-        check_llama_aborts(model_path)
         self.llama = L = _llama()
         self.model_path = str(model_path)
         mparams = L.llama_model_default_params()
