@@ -52,6 +52,9 @@ SCALAR_CODES: dict[int, str] = {
 #: Arrays up to this many items are read by default; longer ones (tokenizer scores, merges) are
 #: skipped unless asked for, except tokenizer.ggml.tokens, which the drafter checks.
 SMALL_ARRAY = 4096
+#: Arrays of numbers up to this many items (a value per layer: llama.cpp's LLAMA_MAX_LAYERS) are
+#: read even where arrays are skipped.
+LAYER_ARRAY = 512
 TOKENS_KEY = "tokenizer.ggml.tokens"
 MAX_DIMS = 4  # GGML_MAX_DIMS: llama.cpp refuses a tensor with more
 MAX_TENSOR_NAME = 63  # GGML_MAX_NAME - 1: llama.cpp refuses a longer tensor name (gguf.cpp)
@@ -176,7 +179,8 @@ def read_gguf_header(
     """Parse a GGUF file's header, metadata and tensor table (GGUFError if it is not one).
 
     full: read every array into kv (tokenizer merges and scores too; `drafter init` copies
-    them). skip_arrays: read no array at all, not even the tokens; walking past them costs one
+    them). skip_arrays: read no array but numbers per layer (up to LAYER_ARRAY), not even the
+    tokens; walking past them costs one
     length read per string, and the tokens' bytes are looked at once for a repeated token
     (``repeated_token``: llama.cpp aborts on one), so SmolLM2's 49k-token vocabulary is crossed
     in ~20 ms and Qwen2.5's 152k in ~60 (the store fingerprints every model this way). The
@@ -220,9 +224,6 @@ def _copy(header: GGUFHeader) -> GGUFHeader:
                                tensors=dict(header.tensors))
 
 
-LLAMA_MAX_LAYERS = 512  # llama.cpp asserts 0 < n_layer <= this (llama-model.cpp): an abort, not an error
-
-
 def _first_repeat(tokens: list[bytes]) -> tuple[int, int] | None:
     """(earlier id, id) of the first token whose bytes an earlier token has, or None."""
     seen: dict[bytes, int] = {}
@@ -230,126 +231,6 @@ def _first_repeat(tokens: list[bytes]) -> tuple[int, int] | None:
         first = seen.setdefault(t, i)
         if first != i:
             return first, i
-    return None
-
-
-def vocab_problem(header: GGUFHeader) -> str | None:
-    """Why llama.cpp would abort on this file's vocabulary (a token written twice: it asserts that
-    every token maps to one id, llama-vocab.cpp, and the process ends), or None."""
-    if header.repeated_token is None:
-        return None
-    a, b = header.repeated_token
-    return f"its vocabulary has one token twice, ids {a} and {b}; llama.cpp needs each token once"
-
-
-#: llama.cpp's rope scaling types by name (LLAMA_ROPE_SCALING_TYPES, llama-model.cpp); another name
-#: is an assertion, not an error.
-ROPE_SCALING_TYPES = ("none", "linear", "yarn", "longrope")
-LLAMA_MAX_EXPERTS = 1024  # llama-hparams.h
-#: architectures whose loader turns an expert count of 0 or 1 into no experts first (llama-model.cpp)
-_EXPERTS_DROPPED_BELOW_2 = ("hunyuan-dense", "hunyuan_vl")
-
-
-def _whole(v: Any) -> int | None:
-    """An int metadata value (not a bool), else None: a value of another type llama.cpp refuses
-    with an error of its own."""
-    return v if isinstance(v, int) and not isinstance(v, bool) else None
-
-
-#: Architectures whose graph asserts, at the top of its builder, that the attention head size is
-#: the rope dimension count (`GGML_ASSERT(n_embd_head == n_rot)`) and, for all but two, the key
-#: size: read off llama-cpp-python 0.3.36's src/models/*.cpp, not guessed (minimax and nemotron
-#: have the line commented out: their rope covers part of a head). llama.cpp checks neither when
-#: it loads the file, so a wrong count ended the process at the first forward.
-_HEAD_IS_ROPE = frozenset((
-    "apertus", "arcee", "arctic", "baichuan", "chameleon", "codeshell", "cogvlm", "cohere2moe", "dbrx", "deci",
-    "deepseek", "dots1", "dream", "ernie4_5", "ernie4_5-moe", "exaone", "exaone-moe", "falcon", "granite",
-    "granite_swa", "graniteswitch", "grok", "grovemoe", "hunyuan-moe", "hunyuan_vl", "hy_v3", "internlm2", "jais2",
-    "llada", "llada-moe", "maincoder", "mistral3", "olmo", "olmoe", "orion", "paddleocr", "pangu-embedded", "plamo",
-    "pockettts", "qwen2", "qwen2moe", "qwen2vl", "qwen3", "qwen3moe", "qwen3vl", "qwen3vlmoe", "rnd1", "seed_oss",
-    "smollm3", "starcoder2", "talkie", "xverse"))
-_HEAD_KEY_NOT_ASSERTED = frozenset(("exaone-moe", "talkie"))
-
-
-def _head_problem(kv: dict[str, Any], arch: str) -> str | None:
-    """The head size against the rope dimensions and the key size, for ``_HEAD_IS_ROPE``'s
-    architectures, as llama.cpp's hparams compute them for layer 0; None where a sliding window or
-    compressed attention gives layers sizes of their own (not checked here)."""
-    if arch not in _HEAD_IS_ROPE:
-        return None
-    if any(k.startswith(arch + ".") and ("sliding_window" in k or "_swa" in k or k.endswith("_mla")) for k in kv):
-        return None
-    n_embd = _whole(kv.get(f"{arch}.embedding_length"))
-    heads = kv.get(f"{arch}.attention.head_count")
-    n_head = _whole(heads[0]) if isinstance(heads, list) and heads else _whole(heads)
-    if not n_embd or not n_head:
-        return None
-    head_k = _whole(kv.get(f"{arch}.attention.key_length", n_embd // n_head))
-    head_v = _whole(kv.get(f"{arch}.attention.value_length", n_embd // n_head))
-    n_rot = _whole(kv.get(f"{arch}.rope.dimension_count", head_k))
-    if None in (head_k, head_v, n_rot):
-        return None
-    if head_v != n_rot:
-        return (f"{arch}.rope.dimension_count is {n_rot} but its attention heads are {head_v} wide; "
-                f"llama.cpp's {arch} graph needs the two equal")
-    if head_v != head_k and arch not in _HEAD_KEY_NOT_ASSERTED:
-        return (f"{arch}.attention.key_length is {head_k} but its heads' values are {head_v} wide; "
-                f"llama.cpp's {arch} graph needs the two equal")
-    return None
-
-
-def hparams_problem(kv: dict[str, Any]) -> str | None:
-    """Why llama.cpp's ``load_hparams`` would abort on this header (a GGML_ASSERT: the process
-    ends with a backtrace, no error comes back), or None: the layer count (``layer_count_problem``),
-    the next-token-prediction layers past it, the experts and their groups out of step, or a rope
-    scaling type it does not know; and, asserted by the graph at the first forward, a head size
-    that is not the rope dimension count (``_head_problem``). Each rule is the assertion's, in its
-    order; a value of the wrong type is left to llama.cpp, which refuses it with an error."""
-    problem = layer_count_problem(kv)
-    arch = kv.get("general.architecture")
-    layers = _whole(kv.get(f"{arch}.block_count")) if isinstance(arch, str) else None
-    if problem or layers is None:
-        return problem
-    nextn = _whole(kv.get(f"{arch}.nextn_predict_layers", 0))
-    if nextn is not None and nextn > layers:
-        return f"{arch}.nextn_predict_layers is {nextn}, more than its {layers} layers"
-    experts = _whole(kv.get(f"{arch}.expert_count", 0))
-    used = kv.get(f"{arch}.expert_used_count", 0)
-    used_max = max((_whole(u) or 0 for u in used), default=0) if isinstance(used, list) else _whole(used)
-    groups = _whole(kv.get(f"{arch}.expert_group_count", 0))
-    group_used = _whole(kv.get(f"{arch}.expert_group_used_count", 0))
-    if arch in _EXPERTS_DROPPED_BELOW_2 and experts is not None and experts <= 1:
-        experts, used_max = 0, 0
-    if None not in (experts, used_max, groups, group_used):
-        e = f"{arch}.expert_count is {experts}"
-        if experts > LLAMA_MAX_EXPERTS:
-            return f"{e}; llama.cpp takes at most {LLAMA_MAX_EXPERTS}"
-        if used_max > experts:
-            return f"{arch}.expert_used_count is {used_max}, more than the {experts} experts"
-        if experts > 0 and used_max == 0:
-            return f"{e} but {arch}.expert_used_count is 0"
-        if experts > 0 and groups >= experts:
-            return f"{arch}.expert_group_count is {groups}, not fewer than the {experts} experts"
-        if experts > 0 and groups > 1 and (experts % groups or not 0 < group_used < groups):
-            return (f"{e} in {groups} groups, {group_used} used; llama.cpp needs groups that divide the "
-                    "experts and at least one group unused")
-        if experts == 0 and groups:
-            return f"{arch}.expert_group_count is {groups} with no experts"
-    rope = kv.get(f"{arch}.rope.scaling.type")
-    if isinstance(rope, str) and rope not in ROPE_SCALING_TYPES:
-        return f"{arch}.rope.scaling.type is {rope[:40]!r}; llama.cpp knows {', '.join(ROPE_SCALING_TYPES)}"
-    return _head_problem(kv, arch)
-
-
-def layer_count_problem(kv: dict[str, Any]) -> str | None:
-    """Why llama.cpp would abort on this header's `{arch}.block_count` (0, or past 512: the
-    process ended with GGML_ASSERT instead of a message), or None."""
-    arch = kv.get("general.architecture")
-    layers = kv.get(f"{arch}.block_count") if isinstance(arch, str) else None
-    if layers is None:
-        return None
-    if isinstance(layers, bool) or not isinstance(layers, int) or not 1 <= layers <= LLAMA_MAX_LAYERS:
-        return f"{arch}.block_count is {layers!r}; llama.cpp takes 1 to {LLAMA_MAX_LAYERS} layers"
     return None
 
 
@@ -459,7 +340,10 @@ class _Walk:
                 n = self.count(f"array {key}", self._item_bytes(item_type, key))
                 types[key] = (vtype, item_type)
                 is_tokens = key == TOKENS_KEY
-                keep = not self.skip_arrays and (self.full or is_tokens or n <= SMALL_ARRAY)
+                if self.skip_arrays:  # per-layer numbers only: llama_aborts checks them
+                    keep = item_type in SCALAR_CODES and n <= LAYER_ARRAY
+                else:
+                    keep = self.full or is_tokens or n <= SMALL_ARRAY
                 if keep:
                     value = self.array(item_type, n, key, 0)
                     kv[key] = value

@@ -359,11 +359,13 @@ def test_a_model_whose_vocabulary_repeats_a_token_is_one_line_not_an_abort(tmp_p
 @pytest.mark.parametrize("key, vtype, value, words", [
     ("llama.rope.scaling.type", "str", "bogus", "rope.scaling.type is 'bogus'"),
     ("llama.expert_used_count", "u32", 2, "expert_used_count is 2, more than the 0 experts"),
+    # ggml's RMS norm asserted at the first forward (exit 134): the file's own key, replaced
+    ("llama.attention.layer_norm_rms_epsilon", "f32", float("nan"), "layer_norm_rms_epsilon is nan"),
 ])
 def test_a_model_whose_hyperparameters_llama_cpp_asserts_on_is_one_line_not_an_abort(tmp_path, key, vtype, value,
                                                                                       words):
-    """The bundled model with one metadata key added (gguf-py's copy): llama.cpp's load_hparams
-    asserted on each (SIGABRT, exit 134); the refusal comes first."""
+    """The bundled model with one metadata key added or replaced (gguf-py's copy): llama.cpp
+    asserted on each, loading or at the first forward (SIGABRT, exit 134); the refusal comes first."""
     from adaspark_app.engine.backend import default_model_path
 
     model = _with_key(default_model_path(), tmp_path / "m.gguf", "llama", key, vtype, value)
@@ -388,11 +390,11 @@ def test_a_drafter_whose_hyperparameters_llama_cpp_asserts_on_is_one_line_not_an
 
 
 def _with_key(src, dst, arch: str, key: str, vtype: str, value):
-    """A copy of the GGUF `src` at `dst` with one metadata key added (gguf-py's copy)."""
+    """A copy of the GGUF `src` at `dst` with one metadata key added or replaced (gguf-py's copy)."""
     import gguf
     from gguf.scripts.gguf_new_metadata import MetadataDetails, copy_with_new_metadata
 
-    types = {"str": gguf.GGUFValueType.STRING, "u32": gguf.GGUFValueType.UINT32}
+    types = {"str": gguf.GGUFValueType.STRING, "u32": gguf.GGUFValueType.UINT32, "f32": gguf.GGUFValueType.FLOAT32}
     copy_with_new_metadata(gguf.GGUFReader(str(src), "r"), gguf.GGUFWriter(str(dst), arch=arch),
                            {key: MetadataDetails(types[vtype], value)}, [])
     return dst

@@ -158,6 +158,35 @@ def test_prompts_tokenised_by_pieces_equal_their_whole_tokenisation(name):
         assert engine.prompts.markers and engine.prompts.reused > whole // 2
 
 
+@pytest.mark.parametrize("key, vtype, value, words", [
+    ("gemma3.attention.sliding_window_pattern", "u32", 1, "none of its 18 layers sliding-window"),
+    ("gemma3.rope.dimension_count", "u32", 0, "rope.dimension_count is 0"),
+    ("gemma3.rope.dimension_count", "u32", 255, "rope.dimension_count is 255"),
+    ("gemma3.attention.layer_norm_rms_epsilon", "f32", -1.0, "layer_norm_rms_epsilon is -1.0"),
+])
+def test_a_gemma_whose_window_rope_or_norm_llama_cpp_cannot_run_is_one_line(tmp_path, key, vtype, value, words):
+    """Gemma-3-270M with one value set: a pattern that makes no layer sliding-window (llama.cpp
+    asserted making the cache, exit 134), a rope of 0 dimensions (its first forward never ended),
+    an odd one and a negative norm epsilon (ggml asserted at the first forward); refused first."""
+    import subprocess
+    import sys
+
+    import gguf
+    from gguf.scripts.gguf_new_metadata import MetadataDetails, copy_with_new_metadata
+
+    types = {"u32": gguf.GGUFValueType.UINT32, "f32": gguf.GGUFValueType.FLOAT32}
+    model = tmp_path / "g.gguf"
+    copy_with_new_metadata(gguf.GGUFReader(str(_target_path("gemma270m")), "r"),
+                           gguf.GGUFWriter(str(model), arch="gemma3"), {key: MetadataDetails(types[vtype], value)}, [])
+    script = tmp_path / "s.jsonl"
+    script.write_text('{"id": "a", "turns": ["Hi"]}\n')
+    proc = subprocess.run([sys.executable, "-m", "adaspark_app.cli", "run", str(script), "--model", str(model),
+                           "--fresh-store", "--max-tokens", "2"], capture_output=True, text=True, timeout=120)
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip() and "no chat template" not in ln]
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr[-500:]
+    assert words in lines[0]
+
+
 def test_a_qwen_whose_rope_dimensions_are_not_its_head_size_is_one_line_not_an_abort(tmp_path):
     """Qwen2.5-Coder-0.5B with `qwen2.rope.dimension_count` 32 (its heads are 64 wide) added:
     llama.cpp loaded it and its qwen2 graph asserted at the first forward (exit 134); refused first."""

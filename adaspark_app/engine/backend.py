@@ -209,8 +209,9 @@ def check_gguf_file(path: str, what: str = "model") -> Path:
 
 def check_llama_aborts(path: str) -> None:
     """Refuse a GGUF whose hyperparameters or vocabulary llama.cpp would abort on, ending the
-    process (gguf_file.hparams_problem, vocab_problem); ModelLoadError, one line."""
-    from ..gguf_file import hparams_problem, read_gguf_header, vocab_problem
+    process (llama_aborts.hparams_problem, vocab_problem); ModelLoadError, one line."""
+    from ..gguf_file import read_gguf_header
+    from ..llama_aborts import hparams_problem, vocab_problem
 
     header = read_gguf_header(path, skip_arrays=True)
     problem = hparams_problem(header.kv) or vocab_problem(header)

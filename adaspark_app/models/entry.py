@@ -12,7 +12,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..gguf_file import GGUFError, hparams_problem, is_gguf, read_gguf_header, vocab_problem
+from ..gguf_file import GGUFError, is_gguf, read_gguf_header
+from ..llama_aborts import hparams_problem, vocab_problem
 from .architectures import architecture_problem
 
 SOURCES = ("bundled", "hf", "lmstudio", "ollama", "folder")  # the list's order
