@@ -240,3 +240,19 @@ def test_each_arm_carries_its_own_replies_and_progress_counts_every_reply(tmp_pa
     assert engines["ar"].seen[1] == ["q1", "ar says 0", "q2"]
     assert engines["chain:4"].seen[1] == ["q1", "chain:4 says 0", "q2"]
     assert "4/4" in buf.getvalue()
+
+
+def test_the_machine_line_names_the_cpus_family_and_model():
+    """A report's CPU: the first processor's model name with its family and model numbers (two
+    "AMD EPYC" machines, a Zen 3 and a Zen 4, run different kernels); a name alone where the
+    numbers are missing, and "" where /proc/cpuinfo names no model (machine_info then asks platform)."""
+    from adaspark_app.bench.runner import cpu_label
+
+    def processor(name: str, family: str, model: str) -> str:
+        return f"processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: {family}\nmodel\t\t: {model}\nmodel name\t: {name}\n"
+
+    zen3 = processor("AMD EPYC", "25", "1") + "\n" + processor("AMD EPYC", "25", "17")  # the first one counts
+    assert cpu_label(zen3) == "AMD EPYC (family 25, model 1)"
+    assert cpu_label(processor("Intel(R) Xeon(R) Processor", "6", "207")) == "Intel(R) Xeon(R) Processor (family 6, model 207)"
+    assert cpu_label("processor\t: 0\nmodel name\t: Some CPU\n") == "Some CPU"
+    assert cpu_label("processor\t: 0\nCPU implementer\t: 0x41\n") == ""
