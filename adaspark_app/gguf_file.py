@@ -179,10 +179,10 @@ def read_gguf_header(
     """Parse a GGUF file's header, metadata and tensor table (GGUFError if it is not one).
 
     full: read every array into kv (tokenizer merges and scores too; `drafter init` copies
-    them). skip_arrays: read no array but numbers per layer (up to LAYER_ARRAY), not even the
-    tokens; walking past them costs one
-    length read per string, and the tokens' bytes are looked at once for a repeated token
-    (``repeated_token``: llama.cpp aborts on one), so SmolLM2's 49k-token vocabulary is crossed
+    them). skip_arrays: read only short arrays of numbers (a value per layer, up to LAYER_ARRAY
+    items), not even the tokens; walking past the rest costs one length read per string, and
+    the tokens' bytes are looked at once for a repeated token (``repeated_token``: llama.cpp
+    aborts on one), so SmolLM2's 49k-token vocabulary is crossed
     in ~20 ms and Qwen2.5's 152k in ~60 (the store fingerprints every model this way). The
     default reads arrays of up to SMALL_ARRAY items and the tokens.
     """
