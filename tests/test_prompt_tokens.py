@@ -6,6 +6,7 @@ tokens overlap or strip white space (no real model here has one)."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import random
 from pathlib import Path
@@ -149,8 +150,8 @@ def test_nothing_is_kept_with_keep_zero():
 
 # ---------------------------------------------------------------------- the bundled model
 def _conversations(limit: int) -> list[list[str]]:
-    rows = [json.loads(line) for line in (CORPORA / "longpaste.jsonl").read_text().splitlines() if line.strip()]
-    rows += [json.loads(line) for line in (CORPORA / "mtbench.jsonl").read_text().splitlines() if line.strip()][:4]
+    rows = [json.loads(line) for line in gzip.decompress((CORPORA / "longpaste.jsonl.gz").read_bytes()).decode().splitlines() if line.strip()]
+    rows += [json.loads(line) for line in gzip.decompress((CORPORA / "mtbench.jsonl.gz").read_bytes()).decode().splitlines() if line.strip()][:4]
     return [[t if isinstance(t, str) else t["content"] for t in r["turns"]] for r in rows[:limit]]
 
 

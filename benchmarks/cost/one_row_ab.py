@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import json
 import math
 import os
 import statistics
@@ -27,9 +26,9 @@ from pathlib import Path
 
 from adaspark_app import native
 from adaspark_app.bench.stats import bootstrap_interval, geometric_mean
-from benchmarks.common import CORPORA, emit_report
+from benchmarks.common import CORPORA, emit_report, read_jsonl
 
-CORPUS = CORPORA / "longpaste.jsonl"
+CORPUS = CORPORA / "longpaste.jsonl.gz"
 
 
 def measure(model: str, context: int, blocks: int, steps: int, threads: int, rival: str = "vec_dot") -> dict:
@@ -40,7 +39,7 @@ def measure(model: str, context: int, blocks: int, steps: int, threads: int, riv
     try:
         if native.one_row_switch() is None:
             raise SystemExit(f"one_row_ab: the patched kernels are not in use ({native.status()})")
-        text = " ".join(json.loads(line)["turns"][0] for line in CORPUS.read_text().splitlines() if line.strip())
+        text = " ".join(c["turns"][0] for c in read_jsonl(CORPUS))
         toks = b.tokenize(text)[:context + steps]
         b.prefill(toks[:context], 0)
         per_block: list[tuple[str, float]] = []

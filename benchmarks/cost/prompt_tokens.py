@@ -6,7 +6,7 @@ the window (several windows once the context is full).
 Each conversation of the set grows as in a chat: its user turns in order, then `--follow-ups` more
 user turns from the conversations of `--follow` (a set of chats, taken in turn), each answered by a
 reply of `--reply-chars` characters of real text (the long pastes of
-`benchmarks/corpora/longpaste.jsonl`, in turn). Each way keeps its own state from turn to turn, as
+`benchmarks/corpora/longpaste.jsonl.gz`, in turn). Each way keeps its own state from turn to turn, as
 a chat keeps it between replies; the ways alternate at every turn. Every turn's window and tokens
 must be the same both ways. The ratio is whole / pieces per turn: geometric mean, 95% bootstrap
 interval over conversations.
@@ -61,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     conversations = read_jsonl(args.set)[:args.limit or None]
     follow = [t for c in read_jsonl(args.follow) for t in c["turns"]] if args.follow else []
     replies = [t if isinstance(t, str) else t["content"]
-               for c in read_jsonl(CORPORA / "longpaste.jsonl") for t in c["turns"]]
+               for c in read_jsonl(CORPORA / "longpaste.jsonl.gz") for t in c["turns"]]
     engines = {way: ChatEngine(args.model, n_ctx=args.n_ctx, arm="ar") for way in (WAYS if args.ttft else WAYS[:1])}
     engine = engines["whole"]  # fit_window's way: one engine, its PromptTokens swapped per way
     log_ratios: dict[str, list[float]] = {}
@@ -115,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
              f"- command: `{command_line('benchmarks.cost.prompt_tokens', argv)}`",
              f"- machine: {cpu_model()}, {os.cpu_count()} cores, Python {platform.python_version()}",
              f"- model: {engine.model_name}; context {args.n_ctx}, replies of {args.reply_chars} characters of "
-             f"`benchmarks/corpora/longpaste.jsonl`; {len(rows)} turns of {len(log_ratios)} conversations of "
+             f"`benchmarks/corpora/longpaste.jsonl.gz`; {len(rows)} turns of {len(log_ratios)} conversations of "
              f"`{args.set}`" + (f", each followed by {args.follow_ups} user turns of `{args.follow}`" if follow else "")
              + f"; the vocabulary's scan for its special tokens (once a model): {scan_s * 1e3:.1f} ms",
              f"- {'replies' if args.ttft else 'windows and tokens'} different between the ways: {differ} of {len(rows)}",

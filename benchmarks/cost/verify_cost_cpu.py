@@ -37,10 +37,10 @@ import sys
 import time
 from pathlib import Path
 
-from benchmarks.common import CORPORA, ROOT, module_argv
+from benchmarks.common import CORPORA, ROOT, module_argv, read_jsonl
 
 WIDTHS = (1, 2, 4, 8, 16, 32, 64)
-CORPUS = CORPORA / "longpaste.jsonl"
+CORPUS = CORPORA / "longpaste.jsonl.gz"
 #: The ggml switches of each mode (tiled.cpp reads them once, at the first K-quant matmul).
 MODES = {"off": {"GGML_CPU_TILED_MM": "0"},
          "force": {"GGML_CPU_TILED_MM": "1", "GGML_CPU_TILED_MM_FORCE": "1"},
@@ -55,7 +55,7 @@ def child(model: str, context: int, reps: int, widths: list[int], seed: int) -> 
     from adaspark_app.engine.backend import LlamaBackend
 
     b = LlamaBackend(model, n_ctx=4096, n_threads=1)
-    text = "\n".join(json.loads(line)["turns"][0] for line in CORPUS.read_text().splitlines() if line.strip())
+    text = "\n".join(c["turns"][0] for c in read_jsonl(CORPUS))
     toks = b.tokenize(text)[:context + max(widths)]
     b.prefill(toks[:context], 0, argmax=False)
     rng = random.Random(seed)

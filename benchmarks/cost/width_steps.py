@@ -26,7 +26,7 @@ from benchmarks.common import CORPORA, ROOT, command_line, cpu_model, emit_repor
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", help="a GGUF (default: the bundled model)")
-    ap.add_argument("--set", type=Path, default=CORPORA / "longpaste.jsonl",
+    ap.add_argument("--set", type=Path, default=CORPORA / "longpaste.jsonl.gz",
                     help="conversations (their first turns; pastes, so most replies copy some)")
     ap.add_argument("--limit", type=int, default=8)
     ap.add_argument("--widths", default="2,4")

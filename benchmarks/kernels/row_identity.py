@@ -15,12 +15,11 @@ work as usual, so the attention kernel and cache types can be varied.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
-from benchmarks.common import CORPORA
+from benchmarks.common import CORPORA, read_jsonl
 
-CORPUS = CORPORA / "longpaste.jsonl"
+CORPUS = CORPORA / "longpaste.jsonl.gz"
 
 
 def compare(backend, prompt: list[int], rows: int) -> list[dict]:
@@ -64,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     from adaspark_app.engine.backend import LlamaBackend
 
     backend = LlamaBackend(args.model, n_ctx=4096, n_threads=args.threads)
-    text = "\n\n".join(json.loads(line)["turns"][0] for line in CORPUS.read_text().splitlines()[:3])
+    text = "\n\n".join(c["turns"][0] for c in read_jsonl(CORPUS)[:3])
     all_tokens = backend.tokenize(text)
     ok = True
     for ctx in (int(c) for c in args.context.split(",")):

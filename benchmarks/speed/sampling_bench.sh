@@ -34,7 +34,7 @@ mkdir -p "$OUT"
 if [[ -n "${SMOKE:-}" ]]; then
   OUT=${OUT}-smoke
   mkdir -p "$OUT"
-  head -n 1 benchmarks/corpora/mtbench.jsonl | python3 -c '
+  zcat benchmarks/corpora/mtbench.jsonl.gz | head -n 1 | python3 -c '
 import json, sys
 c = json.loads(sys.stdin.readline()); c["turns"] = c["turns"][:1]; print(json.dumps(c))' > "$OUT/smoke.jsonl"
   adaspark bench "$OUT/smoke.jsonl" --arms ar,adaspark --max-tokens 16 \
@@ -42,8 +42,8 @@ c = json.loads(sys.stdin.readline()); c["turns"] = c["turns"][:1]; print(json.du
   exit 0
 fi
 
-awk -v k="$MT_EVERY" 'NR % k == 1 || k == 1' benchmarks/corpora/mtbench.jsonl > "$OUT/mtbench-set.jsonl"
-head -n "$PASTES" benchmarks/corpora/longpaste.jsonl > "$OUT/longpaste-set.jsonl"
+zcat benchmarks/corpora/mtbench.jsonl.gz | awk -v k="$MT_EVERY" 'NR % k == 1 || k == 1' > "$OUT/mtbench-set.jsonl"
+zcat benchmarks/corpora/longpaste.jsonl.gz | head -n "$PASTES" > "$OUT/longpaste-set.jsonl"
 echo "sets: $(wc -l < "$OUT/mtbench-set.jsonl") MT-Bench conversations, $(wc -l < "$OUT/longpaste-set.jsonl") pastes; $(lscpu | sed -n 's/^Model name: *//p')"
 
 for T in "${TEMPS[@]}"; do

@@ -78,7 +78,7 @@ def load_conversations(n_chat: int, n_paste: int, offset: int = 0, paste_offset:
         rows = read_jsonl(CORPORA / name)
         return [{"id": r["id"], "category": r.get("category") or name, "turns": [t.strip() for t in r["turns"]]}
                 for r in rows[start:start + n]]
-    return take("mtbench.jsonl", n_chat, offset) + take("longpaste.jsonl", n_paste,
+    return take("mtbench.jsonl.gz", n_chat, offset) + take("longpaste.jsonl.gz", n_paste,
                                                          offset if paste_offset is None else paste_offset)
 
 

@@ -67,9 +67,9 @@ RATE = 110.0  # replayed tokens per second: about `adaspark run`'s speed on the 
 def conversations() -> list[dict[str, Any]]:
     """The recorded conversations: the issue's two turns, MT-Bench 81, two pasted-code turns."""
     rows: list[dict[str, Any]] = [{"id": "palindrome", "turns": PALINDROME}]
-    mt = [json.loads(x) for x in (CORPORA / "mtbench.jsonl").read_text().splitlines() if x.strip()]
+    mt = read_jsonl(CORPORA / "mtbench.jsonl.gz")
     rows.append({"id": mt[0]["id"], "turns": [t.strip() for t in mt[0]["turns"]]})
-    code = [json.loads(x) for x in (CORPORA / "longcode.jsonl").read_text().splitlines() if x.strip()]
+    code = read_jsonl(CORPORA / "longcode.jsonl.gz")
     rows += [{"id": r["id"], "turns": [r["turns"][0].strip()]} for r in code[:2]]
     return rows
 
