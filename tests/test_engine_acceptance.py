@@ -4,14 +4,13 @@ first request, pricing chain nodes by their class precision beats the one p_src 
 from __future__ import annotations
 
 import copy
-import gzip
-import json
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from adaspark_app.engine.chat_engine import ChatEngine
+from benchmarks.common import read_jsonl
 
 pytestmark = [pytest.mark.model, pytest.mark.long]  # every test here loads the bundled model
 
@@ -81,8 +80,8 @@ def test_class_precision_beats_one_p_src_in_both_estimates(model_path):
     The width is pinned (16 rows), so which nodes are verified, and so the outcome, is a function
     of the model's outputs alone: under `adaspark` the widths follow measured verify times, and
     the test failed at random in a loaded run."""
-    lines = gzip.decompress(LONGPASTE.read_bytes()).decode().splitlines()
-    prompts = [json.loads(lines[i])["turns"][0] for i in PASTES]
+    rows = read_jsonl(LONGPASTE)
+    prompts = [rows[i]["turns"][0] for i in PASTES]
     losses, _ = _paste_log_losses(model_path, prompts)
     (fit, head), (fit_one, head_one) = losses["with"], losses["one"]
     print(f"fitted {fit:.4f} / {fit_one:.4f} = {fit / fit_one:.3f}; head {head:.4f} / {head_one:.4f} = "

@@ -4,8 +4,6 @@ same replies and widths end to end; and a build that cannot happen leaves the nu
 
 from __future__ import annotations
 
-import gzip
-import json
 import random
 from pathlib import Path
 
@@ -20,6 +18,7 @@ from adaspark_app.learn.acceptance import FLOAT_COLUMNS, INT_COLUMNS, Acceptance
 from adaspark_app.learn.kinds import NgramKind
 from adaspark_app.learn.precision import SourcePrecision
 from adaspark_app.native import pricing
+from benchmarks.common import read_jsonl
 from benchmarks.cost.round_host_time import _capture_pricing
 
 LONGPASTE = Path(__file__).parent.parent / "benchmarks" / "corpora" / "longpaste.jsonl.gz"
@@ -147,7 +146,7 @@ def test_the_engine_decodes_alike_with_either_pricing_and_prices_its_rounds_alik
     """The bundled model on two pastes, once per pricing: the same replies (the numpy fallback
     runs the whole engine too), and each tree round the C pricing saw priced by both alike. The
     widths chosen may differ between the runs: the chooser prices measured times."""
-    prompts = [json.loads(line)["turns"][0] for line in gzip.decompress(LONGPASTE.read_bytes()).decode().splitlines()[1:3]]
+    prompts = [c["turns"][0] for c in read_jsonl(LONGPASTE)[1:3]]
     numpy_pricing(False)
     c_replies, rounds, c_widths = _tree_rounds(model_path, prompts, 48)
     numpy_pricing(True)

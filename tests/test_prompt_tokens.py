@@ -6,14 +6,13 @@ tokens overlap or strip white space (no real model here has one)."""
 
 from __future__ import annotations
 
-import gzip
-import json
 import random
 from pathlib import Path
 
 import pytest
 
 from adaspark_app.engine.prompt_tokens import PromptTokens, overlaps, self_overlapping
+from benchmarks.common import read_jsonl
 
 CORPORA = Path(__file__).resolve().parents[1] / "benchmarks" / "corpora"
 
@@ -150,8 +149,7 @@ def test_nothing_is_kept_with_keep_zero():
 
 # ---------------------------------------------------------------------- the bundled model
 def _conversations(limit: int) -> list[list[str]]:
-    rows = [json.loads(line) for line in gzip.decompress((CORPORA / "longpaste.jsonl.gz").read_bytes()).decode().splitlines() if line.strip()]
-    rows += [json.loads(line) for line in gzip.decompress((CORPORA / "mtbench.jsonl.gz").read_bytes()).decode().splitlines() if line.strip()][:4]
+    rows = read_jsonl(CORPORA / "longpaste.jsonl.gz") + read_jsonl(CORPORA / "mtbench.jsonl.gz")[:4]
     return [[t if isinstance(t, str) else t["content"] for t in r["turns"]] for r in rows[:limit]]
 
 

@@ -20,14 +20,13 @@ checks that the library in use has them.
 
 from __future__ import annotations
 
-import gzip
-import json
 import os
 from pathlib import Path
 
 import pytest
 
 from adaspark_app.engine.chat_engine import ChatEngine
+from benchmarks.common import read_jsonl
 
 pytestmark = [pytest.mark.target, pytest.mark.model]
 
@@ -51,7 +50,7 @@ def _target_path(name: str) -> Path:
 
 
 def _rows(corpus: str) -> list[dict]:
-    return [json.loads(line) for line in gzip.decompress((CORPORA / corpus).read_bytes()).decode().splitlines() if line.strip()]
+    return read_jsonl(CORPORA / corpus)
 
 
 def _prompts() -> list[dict]:
