@@ -55,6 +55,15 @@ _HEAD_IS_ROPE = frozenset((
 _HEAD_KEY_NOT_ASSERTED = frozenset(("exaone-moe", "talkie"))
 
 
+def _default_head(kv: dict[str, Any], arch: str) -> int | None:
+    """The head size llama.cpp takes where the header gives no key or value length: the
+    embedding over layer 0's head count (a per-layer array's first); None where either is missing."""
+    n_embd = _whole(kv.get(f"{arch}.embedding_length"))
+    heads = kv.get(f"{arch}.attention.head_count")
+    n_head = _whole(heads[0]) if isinstance(heads, list) and heads else _whole(heads)
+    return n_embd // n_head if n_embd and n_head else None
+
+
 def _head_problem(kv: dict[str, Any], arch: str) -> str | None:
     """The head size against the rope dimensions and the key size, for ``_HEAD_IS_ROPE``'s
     architectures, as llama.cpp's hparams compute them for layer 0; None where a sliding window or
@@ -63,13 +72,11 @@ def _head_problem(kv: dict[str, Any], arch: str) -> str | None:
         return None
     if any(k.startswith(arch + ".") and ("sliding_window" in k or "_swa" in k or k.endswith("_mla")) for k in kv):
         return None
-    n_embd = _whole(kv.get(f"{arch}.embedding_length"))
-    heads = kv.get(f"{arch}.attention.head_count")
-    n_head = _whole(heads[0]) if isinstance(heads, list) and heads else _whole(heads)
-    if not n_embd or not n_head:
+    head = _default_head(kv, arch)
+    if head is None:
         return None
-    head_k = _whole(kv.get(f"{arch}.attention.key_length", n_embd // n_head))
-    head_v = _whole(kv.get(f"{arch}.attention.value_length", n_embd // n_head))
+    head_k = _whole(kv.get(f"{arch}.attention.key_length", head))
+    head_v = _whole(kv.get(f"{arch}.attention.value_length", head))
     n_rot = _whole(kv.get(f"{arch}.rope.dimension_count", head_k))
     if None in (head_k, head_v, n_rot):
         return None
@@ -80,6 +87,12 @@ def _head_problem(kv: dict[str, Any], arch: str) -> str | None:
         return (f"{arch}.attention.key_length is {head_k} but its heads' values are {head_v} wide; "
                 f"llama.cpp's {arch} graph needs the two equal")
     return None
+
+
+def header_problem(header: GGUFHeader) -> str | None:
+    """Why llama.cpp would abort on this header, its hyperparameters' or its vocabulary's, or None:
+    the one check the loader (``backend.check_llama_aborts``) and ``adaspark models`` make."""
+    return hparams_problem(header.kv) or vocab_problem(header)
 
 
 def hparams_problem(kv: dict[str, Any]) -> str | None:
@@ -209,10 +222,7 @@ def _rope_dims_problem(kv: dict[str, Any], arch: str) -> str | None:
     the header gives the count; the head bound is left out where attention is compressed (MLA)."""
     if arch in _NO_ROPE:
         return None
-    n_embd = _whole(kv.get(f"{arch}.embedding_length"))
-    heads = kv.get(f"{arch}.attention.head_count")
-    n_head = _whole(heads[0]) if isinstance(heads, list) and heads else _whole(heads)
-    head_k = _whole(kv.get(f"{arch}.attention.key_length", n_embd // n_head if n_embd and n_head else None))
+    head_k = _whole(kv.get(f"{arch}.attention.key_length", _default_head(kv, arch)))
     mla = any((k.startswith(arch + ".") and k.endswith("_mla")) or k == f"{arch}.attention.kv_lora_rank" for k in kv)
     n_rot = _whole(kv.get(f"{arch}.rope.dimension_count"))
     head_swa = _whole(kv.get(f"{arch}.attention.key_length_swa", head_k))

@@ -209,12 +209,11 @@ def check_gguf_file(path: str, what: str = "model") -> Path:
 
 def check_llama_aborts(path: str) -> None:
     """Refuse a GGUF whose hyperparameters or vocabulary llama.cpp would abort on, ending the
-    process (llama_aborts.hparams_problem, vocab_problem); ModelLoadError, one line."""
+    process (llama_aborts.header_problem); ModelLoadError, one line."""
     from ..gguf_file import read_gguf_header
-    from ..llama_aborts import hparams_problem, vocab_problem
+    from ..llama_aborts import header_problem
 
-    header = read_gguf_header(path, skip_arrays=True)
-    problem = hparams_problem(header.kv) or vocab_problem(header)
+    problem = header_problem(read_gguf_header(path, skip_arrays=True))
     if problem:
         raise ModelLoadError(f"{path}: {problem} (the file is damaged)")
 

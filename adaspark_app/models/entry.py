@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ..gguf_file import GGUFError, is_gguf, read_gguf_header
-from ..llama_aborts import hparams_problem, vocab_problem
+from ..llama_aborts import header_problem
 from .architectures import architecture_problem
 
 SOURCES = ("bundled", "hf", "lmstudio", "ollama", "folder")  # the list's order
@@ -117,7 +117,7 @@ def inspect_model(entry: ModelEntry, expected_size: int | None = None) -> ModelE
     elif end > size:
         entry.problem = f"truncated: {size} of {end} bytes"
     else:
-        entry.problem = hparams_problem(kv) or vocab_problem(head) or architecture_problem(entry.architecture)
+        entry.problem = header_problem(head) or architecture_problem(entry.architecture)
     if entry.problem is None:
         entry.turn_format = _turn_format(path, entry)
     return entry
