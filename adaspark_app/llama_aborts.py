@@ -101,8 +101,8 @@ def hparams_problem(kv: dict[str, Any]) -> str | None:
     the next-token-prediction layers past it, the experts and their groups out of step, or a rope
     scaling type it does not know; and, asserted at the first forward, a norm's epsilon below 0
     or NaN, a sliding-window pattern with no sliding layer, a rope dimension count that is 0, odd
-    or wider than the head, and a head size that is not the rope dimension count
-    (``_head_problem``). Each rule is the assertion's, in its order; a value of the wrong type is
+    or wider than the head, a head size that is not the rope dimension count
+    (``_head_problem``), and per-layer head counts that differ (``_layer_heads_problem``). Each rule is the assertion's, in its order; a value of the wrong type is
     left to llama.cpp, which refuses it with an error."""
     problem = layer_count_problem(kv)
     arch = kv.get("general.architecture")
@@ -138,7 +138,7 @@ def hparams_problem(kv: dict[str, Any]) -> str | None:
     if isinstance(rope, str) and rope not in ROPE_SCALING_TYPES:
         return f"{arch}.rope.scaling.type is {rope[:40]!r}; llama.cpp knows {', '.join(ROPE_SCALING_TYPES)}"
     return (_norm_problem(kv, arch) or _swa_problem(kv, arch, layers) or _rope_dims_problem(kv, arch)
-            or _head_problem(kv, arch))
+            or _head_problem(kv, arch) or _layer_heads_problem(kv, arch, layers))
 
 
 #: The norms' epsilon keys: ggml's norm, RMS norm and group norm assert an epsilon of 0 or more
@@ -234,6 +234,44 @@ def _rope_dims_problem(kv: dict[str, Any], arch: str) -> str | None:
             return f"{arch}.{key} is {rot}; llama.cpp's rope needs an even count above 0"
         if head and rot > head and not mla:
             return f"{arch}.{key} is {rot}, more than its {head}-wide heads; llama.cpp's rope takes at most the head"
+    return None
+
+
+#: Architectures whose head counts may differ by layer: their tensors are sized layer by layer
+#: (their load_arch_tensors reads each layer's count, so a count that does not fit is llama.cpp's
+#: error), a key-value head count of 0 marks a recurrent layer (hybrid and recurrent models), or
+#: they keep no key-value cache (llm_arch_is_recurrent, llm_arch_is_hybrid, create_memory's
+#: no-cache list, and the models that set is_recr_impl), and t5, whose cross-attention is not read here.
+_HEADS_MAY_VARY = frozenset((
+    "arwkv7", "bailingmoe3", "bert", "deci", "deepseek4", "dots3note", "dream", "eurobert", "falcon-h1",
+    "gemma-embedding", "gemma4", "gemma4-assistant", "glm5-next", "granitehybrid", "jamba", "jina-bert-v2",
+    "jina-bert-v3", "kimi-k3", "kimi-linear", "laguna", "lfm2", "lfm2moe", "llada", "llada-moe", "mamba", "mamba2",
+    "mimo2", "minimax-01", "modern-bert", "nanbeige", "nemotron_h", "nemotron_h_moe", "neo-bert", "nomic-bert",
+    "nomic-bert-moe", "openelm", "plamo2", "plamo3", "qwen35", "qwen35moe", "qwen3next", "qwen4exp", "rnd1", "rwkv6",
+    "rwkv6qwen2", "rwkv7", "spark2_5", "step35", "t5", "t5encoder", "wavtokenizer-dec"))
+#: Of the others, those whose graph reads each layer's query head count (granite's builders).
+_GRAPH_QUERY_HEADS_PER_LAYER = frozenset(("granite", "granite_swa", "graniteswitch"))
+
+
+def _layer_heads_problem(kv: dict[str, Any], arch: str, layers: int) -> str | None:
+    """A per-layer head-count array whose layers differ, where llama.cpp sizes the weights by
+    layer 0's count: the key-value cache takes each layer's own key-value count (so a layer that
+    differs fails an assertion storing its keys at the first forward), and granite's graph each
+    layer's query count. The key-value count defaults to the query heads' array where the header
+    has none. An array not one per layer, or not of whole numbers, is llama.cpp's own error."""
+    if arch in _HEADS_MAY_VARY:
+        return None
+    heads_key, kv_key = f"{arch}.attention.head_count", f"{arch}.attention.head_count_kv"
+    checks = [(kv_key, kv[kv_key]) if kv_key in kv else (heads_key, kv.get(heads_key))]
+    if arch in _GRAPH_QUERY_HEADS_PER_LAYER:
+        checks.append((heads_key, kv.get(heads_key)))
+    for key, counts in checks:
+        if not (isinstance(counts, list) and len(counts) == layers and all(_whole(c) is not None for c in counts)):
+            continue
+        for il, count in enumerate(counts):
+            if count != counts[0]:
+                return (f"{key} says layer {il} has {count} heads and layer 0 {counts[0]}; llama.cpp sizes "
+                        f"every layer of {arch} by layer 0's count")
     return None
 
 

@@ -361,6 +361,8 @@ def test_a_model_whose_vocabulary_repeats_a_token_is_one_line_not_an_abort(tmp_p
     ("llama.expert_used_count", "u32", 2, "expert_used_count is 2, more than the 0 experts"),
     # ggml's RMS norm asserted at the first forward (exit 134): the file's own key, replaced
     ("llama.attention.layer_norm_rms_epsilon", "f32", float("nan"), "layer_norm_rms_epsilon is nan"),
+    # layer 5 with 2 key-value heads where the weights have 3: storing its keys asserted (exit 134)
+    ("llama.attention.head_count_kv", "arr", [3] * 5 + [2] + [3] * 24, "says layer 5 has 2 heads and layer 0 3"),
 ])
 def test_a_model_whose_hyperparameters_llama_cpp_asserts_on_is_one_line_not_an_abort(tmp_path, key, vtype, value,
                                                                                       words):
@@ -394,7 +396,8 @@ def _with_key(src, dst, arch: str, key: str, vtype: str, value):
     import gguf
     from gguf.scripts.gguf_new_metadata import MetadataDetails, copy_with_new_metadata
 
-    types = {"str": gguf.GGUFValueType.STRING, "u32": gguf.GGUFValueType.UINT32, "f32": gguf.GGUFValueType.FLOAT32}
+    types = {"str": gguf.GGUFValueType.STRING, "u32": gguf.GGUFValueType.UINT32, "f32": gguf.GGUFValueType.FLOAT32,
+             "arr": gguf.GGUFValueType.ARRAY}
     copy_with_new_metadata(gguf.GGUFReader(str(src), "r"), gguf.GGUFWriter(str(dst), arch=arch),
                            {key: MetadataDetails(types[vtype], value)}, [])
     return dst

@@ -105,11 +105,24 @@ def test_hyperparameters_llama_cpp_asserts_on_are_named_and_real_ones_pass(extra
     ("deepseek2", {"deepseek2.attention.key_length": 576, "deepseek2.attention.kv_lora_rank": 512,
                    "deepseek2.rope.dimension_count": 64}, None),  # DeepSeek-V3's MLA
     ("gpt2", {"gpt2.rope.dimension_count": 0}, None),  # no rope in its graph
+    # per-layer head counts where llama.cpp sizes the weights by layer 0's (the cache takes each layer's)
+    ("llama", {"llama.attention.head_count_kv": [8, 8, 8, 8]}, None),
+    ("llama", {"llama.attention.head_count_kv": [8, 8, 4, 8]}, "head_count_kv says layer 2 has 4 heads and layer 0 8"),
+    ("llama", {"llama.attention.head_count_kv": [8, 8, 0, 8]}, "layer 2 has 0 heads"),
+    ("llama", {"llama.attention.head_count": [32, 32, 16, 32]}, "head_count says layer 2 has 16"),  # no kv: the same
+    ("llama", {"llama.attention.head_count": [32, 32, 16, 32], "llama.attention.head_count_kv": 8}, None),  # unread
+    ("granite", {"granite.attention.head_count": [32, 32, 16, 32], "granite.attention.head_count_kv": 8},
+     "granite.attention.head_count says layer 2"),  # granite's graph reads each layer's query heads
+    ("llama", {"llama.attention.head_count_kv": [8, 8, 4]}, None),  # not one per layer: llama.cpp's error
+    ("llama", {"llama.attention.head_count_kv": [8.0, 8.0, 4.0, 8.0]}, None),  # not whole numbers: its error too
+    ("openelm", {"openelm.attention.head_count_kv": [3, 3, 4, 4]}, None),  # OpenELM: sized layer by layer
+    ("jamba", {"jamba.attention.head_count_kv": [0, 8, 0, 0]}, None),  # Jamba: 0 marks a recurrent layer
 ])
 def test_values_llama_cpp_asserts_on_at_the_first_forward_are_named(arch, extra, problem):
-    """Each case ends the process in llama.cpp (an assertion in a norm, the sliding-window cache or
-    the rope op; a rope of 0 dimensions hangs the first forward instead), found on Gemma-3-270M
-    with each value set (the opt-in target test); the passing rows are real models' values or
+    """Each case ends the process in llama.cpp (an assertion in a norm, the sliding-window cache, the
+    rope op or storing a layer's keys; a rope of 0 dimensions hangs the first forward instead), found
+    on Gemma-3-270M and the bundled model with each value set (the opt-in target test, and
+    test_cli_errors for the per-layer heads); the passing rows are real models' values or
     values llama.cpp refuses with an error of its own."""
     from adaspark_app.llama_aborts import hparams_problem
 
