@@ -14,7 +14,6 @@ import os
 import platform
 import shlex
 import statistics
-import subprocess
 import sys
 from pathlib import Path
 from typing import IO, Callable
@@ -35,23 +34,13 @@ def targets_dir() -> Path:
 
 
 def cpu_model() -> str:
-    """The CPU's model name, as lscpu gives it (the machine a result was measured on), with its
-    family and model numbers where lscpu names them: a name such as "AMD EPYC" alone covers a
-    Zen 3 (family 25, model 1; AVX2 kernels) and a Zen 4 (family 25, model 17; AVX-512 kernels),
-    whose replies and speeds differ."""
-    try:
-        fields = {}
-        for line in subprocess.run(["lscpu"], capture_output=True, text=True).stdout.splitlines():
-            key, sep, value = line.partition(":")
-            if sep:
-                fields.setdefault(key.strip(), value.strip())
-        name = fields.get("Model name")
-        if name:
-            family, model = fields.get("CPU family"), fields.get("Model")
-            return f"{name} (family {family}, model {model})" if family and model else name
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
+    """The CPU a result was measured on, with its family and model numbers where the kernel names
+    them (``adaspark_app.bench.runner.cpu_name``, the line `adaspark bench` reports carry): a name
+    such as "AMD EPYC" alone covers a Zen 3 (family 25, model 1; AVX2 kernels) and a Zen 4
+    (family 25, model 17; AVX-512 kernels), whose replies and speeds differ."""
+    from adaspark_app.bench.runner import cpu_name
+
+    return cpu_name() or "unknown"
 
 
 def open_text(path: str | Path) -> IO[str]:

@@ -473,16 +473,22 @@ def test_round_host_time_scripted_replays_ar_and_adds_the_overlapped_engine(tmp_
     assert bad.returncode == 2 and "rows must increase" in bad.stderr and "Traceback" not in bad.stderr
 
 
-def test_the_machine_names_its_cpu_family_and_model(monkeypatch):
-    """"AMD EPYC" alone is a Zen 3 or a Zen 4 (other kernels, other replies): reports add the numbers."""
+def test_the_machine_names_its_cpu_family_and_model(monkeypatch, tmp_path):
+    """"AMD EPYC" alone is a Zen 3 or a Zen 4 (other kernels, other replies): reports add the numbers,
+    read from the first processor of /proc/cpuinfo, as `adaspark bench` reports do."""
+    from adaspark_app.bench import runner
     from benchmarks import common
 
-    lscpu = "Architecture: x86_64\nModel name:  AMD EPYC\nCPU family:  25\nModel:  17\nBogoMIPS: 1\n"
-    monkeypatch.setattr(common.subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(a, 0, lscpu, ""))
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 25\nmodel\t\t: 17\n"
+                       "model name\t: AMD EPYC\n\nprocessor\t: 1\ncpu family\t: 6\nmodel\t\t: 207\n")
+    monkeypatch.setattr(runner, "CPUINFO", cpuinfo)
     assert common.cpu_model() == "AMD EPYC (family 25, model 17)"
-    monkeypatch.setattr(common.subprocess, "run",
-                        lambda *a, **k: subprocess.CompletedProcess(a, 0, "Model name: Some CPU\n", ""))
+    cpuinfo.write_text("processor\t: 0\nmodel name\t: Some CPU\n")
     assert common.cpu_model() == "Some CPU"
+    monkeypatch.setattr(runner, "CPUINFO", tmp_path / "missing")
+    monkeypatch.setattr(runner.platform, "processor", lambda: "")
+    assert common.cpu_model() == "unknown"
 
 
 @pytest.mark.model

@@ -93,15 +93,24 @@ def cpu_label(cpuinfo: str) -> str:
     return f"{name} (family {family}, model {model})" if name and family and model else name
 
 
+CPUINFO = Path("/proc/cpuinfo")
+
+
+def cpu_name() -> str:
+    """This machine's CPU as ``cpu_label`` names it from /proc/cpuinfo, else as Python's platform
+    module does; "" where neither names one. Reports and the benchmark scripts say this (the store's
+    device fingerprint keeps its own reading: its ids hash the name as it always was)."""
+    try:
+        with open(CPUINFO, encoding="utf-8", errors="replace") as fp:
+            label = cpu_label(fp.read())
+    except OSError:
+        label = ""
+    return label or platform.processor() or ""
+
+
 def machine_info(n_threads: int | None = None) -> dict[str, Any]:
     """What the numbers ran on: they are only comparable within one machine and one run."""
-    cpu = ""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as fp:
-            cpu = cpu_label(fp.read())
-    except OSError:
-        pass
-    cpu = cpu or platform.processor() or ""
+    cpu = cpu_name()
     try:
         from importlib.metadata import version
 
