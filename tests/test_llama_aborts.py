@@ -131,3 +131,18 @@ def test_values_llama_cpp_asserts_on_at_the_first_forward_are_named(arch, extra,
         assert found is None
     else:
         assert found is not None and problem in found
+
+
+def test_the_line_an_assertion_ends_the_process_with_names_the_check_and_the_files(monkeypatch):
+    """ggml's message names its source by the build's full path; the line keeps the file name, the
+    line number and the check, on one line, and the model files loaded, latest last."""
+    from adaspark_app.engine import backend
+
+    monkeypatch.setattr(backend, "_loaded", [])
+    message = "/tmp/pip-install-x/llama-cpp-python/vendor/llama.cpp/ggml/src/ggml.c:4014: GGML_ASSERT(a->ne[0] ==\nb) failed"
+    assert "with no model loaded yet" in backend.abort_line(message)
+    backend._loaded.extend(["/m/target.gguf", "/m/drafter.gguf"])
+    line = backend.abort_line(message)
+    assert "(ggml.c:4014: GGML_ASSERT(a->ne[0] == b) failed) with /m/target.gguf and /m/drafter.gguf" in line
+    assert "\n" not in line and "/vendor/" not in line
+    assert "(no file named: the check) with" in backend.abort_line("no file named: the check")

@@ -675,6 +675,21 @@ async def test_engine_killed_before_any_text_gives_the_prompt_back(store, tmp_pa
         assert not chat.chat_view.messages() and store.list_conversations() == []
 
 
+def test_the_error_line_an_engine_died_with_is_its_own_not_an_earlier_ones(tmp_path):
+    """The engine log is appended to by every engine process: the line a death is reported with
+    is the last `adaspark: error:` line written since this process started, or none."""
+    from adaspark_app.ui.engine_client import last_error_line
+
+    log = tmp_path / "engine.log"
+    log.write_text("adaspark: error: an earlier engine's check\n")
+    since = log.stat().st_size
+    assert last_error_line(str(log), since) is None
+    with open(log, "a") as fh:
+        fh.write("llama.cpp says something\nadaspark: error: first\nadaspark: error: this one\nmore\n")
+    assert last_error_line(str(log), since) == "this one"
+    assert last_error_line(str(tmp_path / "none.log"), 0) is None and last_error_line(None, 0) is None
+
+
 async def test_an_engine_that_keeps_dying_is_not_restarted_forever(store, tmp_path):
     app = make_app(store, failing(SystemExit(3)), tmp_path)  # the engine process exits while loading
     async with app.run_test(size=SIZE) as pilot:

@@ -23,7 +23,7 @@ from adaspark_app.engine.sampling import SamplingSettings
 from adaspark_app.engine.worker import EngineConfig
 from adaspark_app.store import Store
 from adaspark_app.ui.app import AdaSparkApp
-from ui_fakes import notifications, notified, panel_text, read_log, recording, wait_until
+from ui_fakes import notifications, notified, panel_text, read_log, recording, wait_until, without_header_rules
 
 pytestmark = [pytest.mark.model, pytest.mark.long]
 
@@ -574,3 +574,25 @@ def test_adaspark_chat_in_a_terminal_runs_llama_cpp_only_in_the_engine_process(t
             time.sleep(0.2)
     finally:
         tmux("kill-server")
+
+
+async def test_a_llama_cpp_assertion_in_the_engine_is_named_in_the_chat(chats, tmp_path):
+    """The bundled model with layer 5's key-value head count changed, the header rule that refuses
+    it off in the engine process: llama.cpp's assertion at the first forward ends the engine
+    process, and the chat names the failed check and the file (not only "exit code 2"), keeps
+    the user's message, and restarts the engine."""
+    from adaspark_app.engine.backend import default_model_path
+    from test_cli_errors import _with_key
+
+    model = _with_key(default_model_path(), tmp_path / "m.gguf", "llama", "llama.attention.head_count_kv", "arr",
+                      [3] * 5 + [2] + [3] * 24)
+    config = EngineConfig(model_path=str(model), store_path=str(tmp_path / "learned.db"))
+    app = make_app(without_header_rules(config), chats, tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, "Hi")
+        note = await notified(pilot, "engine process stopped", timeout=REPLY_TIMEOUT)
+        assert "exit code 2: llama.cpp failed one of its own checks (ggml.c:" in note and "GGML_ASSERT(" in note
+        assert "m.gguf" in note
+        await wait_until(pilot, lambda: app.chat_screen.prompt.text == "Hi", what="the message given back")
+    log = (tmp_path / "engine.log").read_text()
+    assert "GGML_ASSERT" in log and "gdb" not in log  # one line in the engine's log, no backtrace

@@ -239,6 +239,20 @@ def failing(error: BaseException, after_s: float = 0.0) -> Callable[[], Any]:
     return functools.partial(_raise, error, after_s)
 
 
+def _built_without_header_rules(factory: Callable[[], Any]) -> Any:
+    import adaspark_app.llama_aborts as rules
+
+    rules.header_problem = lambda header: None
+    return factory()
+
+
+def without_header_rules(factory: Callable[[], Any]) -> Callable[[], Any]:
+    """`factory`'s engine, built in an engine process whose header rules are off
+    (llama_aborts.header_problem finds nothing): a file they refuse then stands for one whose
+    llama.cpp assertion no rule knows yet."""
+    return functools.partial(_built_without_header_rules, factory)
+
+
 class RecordingEngine:
     """The real engine (built by `factory` in the engine process), logging what it is asked."""
 

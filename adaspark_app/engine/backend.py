@@ -109,6 +109,7 @@ def _llama():
         if not _backend_ready:
             llama_cpp.llama_backend_init()
             _install_quiet_log(llama_cpp)
+            _install_abort_line(llama_cpp)
             _backend_ready = True
     return llama_cpp
 
@@ -153,6 +154,9 @@ def load_model_file(llama: Any, path: str, mparams: Any) -> tuple[Any, str]:
     (``check_llama_aborts``, ModelLoadError)."""
     check_llama_aborts(path)
     _errors.clear()
+    if path in _loaded:
+        _loaded.remove(path)
+    _loaded.append(path)
     model = llama.llama_model_load_from_file(os.fsencode(path), mparams)  # a path: any bytes
     return model, ("" if model else _first_error())
 
@@ -172,6 +176,48 @@ def _install_quiet_log(llama_cpp) -> None:
 
     _LOG_CALLBACK = _quiet  # keep a reference: the C side holds the pointer
     llama_cpp.llama_log_set(_LOG_CALLBACK, ctypes.c_void_p(0))
+
+
+_ABORT_CALLBACK = None
+#: the model files this process loaded, latest last (the line an assertion ends the process with names them)
+_loaded: list[str] = []
+
+
+def abort_line(message: str) -> str:
+    """The one line a failed llama.cpp assertion ends the process with: its check, where the
+    source names it (file name and line, not the build's directories), and the model files loaded."""
+    text = " ".join(message.split())
+    head, sep, rest = text.partition(": ")
+    if sep and ":" in head and "/" in head:
+        text = f"{head.rsplit('/', 1)[1]}: {rest}"
+    files = " and ".join(_loaded[-2:]) or "no model loaded yet"
+    return printable(f"llama.cpp failed one of its own checks ({text[:300]}) with {files}: a file it cannot run "
+                     "(damaged, or of a layout this build of llama.cpp does not handle)")
+
+
+def _install_abort_line(llama_cpp) -> None:
+    """Make a failed llama.cpp assertion end the process with ``abort_line`` on stderr and exit
+    code 2, instead of SIGABRT after a backtrace (ggml forks gdb for it): the header rules
+    (``check_llama_aborts``) refuse the aborts found so far before a file is loaded; this covers the
+    rest, whatever the command. ADASPARK_LLAMA_LOG keeps llama.cpp's own abort, backtrace and all."""
+    global _ABORT_CALLBACK
+    setter = getattr(llama_cpp.llama_cpp._lib, "ggml_set_abort_callback", None)
+    if setter is None or os.environ.get("ADASPARK_LLAMA_LOG"):
+        return
+    proto = ctypes.CFUNCTYPE(None, ctypes.c_char_p)
+
+    @proto
+    def _on_abort(message):  # pragma: no cover - the process ends here (tests run it in a child)
+        try:
+            line = abort_line((message or b"").decode("utf-8", "replace"))
+            os.write(2, f"adaspark: error: {line}\n".encode("utf-8", "replace"))
+        finally:
+            os._exit(2)
+
+    setter.argtypes = [proto]
+    setter.restype = proto
+    setter(_on_abort)
+    _ABORT_CALLBACK = _on_abort  # keep a reference: the C side holds the pointer
 
 
 def default_model_path() -> str:

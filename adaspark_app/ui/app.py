@@ -273,6 +273,8 @@ class AdaSparkApp(App[int]):
         how = f"exit code {died.exitcode}" if died.exitcode is not None else "no exit code"
         if died.exitcode is not None and died.exitcode < 0:
             how = f"signal {-died.exitcode}"
+        if died.reason:
+            how = f"{how}: {died.reason}"
         if self.deaths_in_a_row > MAX_RESTARTS:
             self.load_error = f"the engine process stopped {self.deaths_in_a_row} times in a row ({how})"
             self.notify(f"{self.load_error}; not restarting it. Your conversations are saved.",

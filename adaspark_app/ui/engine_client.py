@@ -133,12 +133,42 @@ class EngineReplyFailed(Message, bubble=False):
 
 
 class EngineDied(Message, bubble=False):
-    """The engine process ended without being asked to (a crash, or killed)."""
+    """The engine process ended without being asked to (a crash, or killed); `reason`: the error
+    line it wrote to its log before it ended (a failed llama.cpp check), None where it wrote none."""
 
-    def __init__(self, exitcode: int | None, pid: int | None) -> None:
+    def __init__(self, exitcode: int | None, pid: int | None, reason: str | None = None) -> None:
         super().__init__()
         self.exitcode = exitcode
         self.pid = pid
+        self.reason = reason
+
+
+ERROR_PREFIX = "adaspark: error: "
+_LOG_TAIL = 16384
+
+
+def last_error_line(log_path: str | None, since: int) -> str | None:
+    """The last ``adaspark: error:`` line the engine process wrote to `log_path` after byte
+    `since` (the log's size when the process started: an earlier crash's line is not this one's),
+    without the prefix; None where there is none or the log cannot be read."""
+    if not log_path:
+        return None
+    try:
+        with open(log_path, "rb") as fh:
+            end = fh.seek(0, os.SEEK_END)
+            fh.seek(max(since, end - _LOG_TAIL))
+            tail = fh.read().decode("utf-8", "replace")
+    except OSError:
+        return None
+    lines = [line[len(ERROR_PREFIX):].strip() for line in tail.splitlines() if line.startswith(ERROR_PREFIX)]
+    return lines[-1] if lines and lines[-1] else None
+
+
+def _log_size(log_path: str | None) -> int:
+    try:
+        return os.path.getsize(log_path) if log_path else 0
+    except OSError:
+        return 0
 
 
 def lower_ui_priority(priority: str | None = None) -> str:
@@ -371,6 +401,7 @@ class EngineClient:
         flag = CancelFlag(ctx)
         process = ctx.Process(target=serve, args=(cmd_recv, ev_send, flag, self._factory, self.log_path),
                               name="adaspark-engine", daemon=True)
+        log_start = _log_size(self.log_path)
         try:
             process.start()
         except Exception as err:
@@ -442,4 +473,4 @@ class EngineClient:
             except OSError:
                 pass
         if not closing and not asked_to_close and process is not self._superseded:
-            self._post(EngineDied(process.exitcode, process.pid))
+            self._post(EngineDied(process.exitcode, process.pid, last_error_line(self.log_path, log_start)))
