@@ -102,8 +102,9 @@ def hparams_problem(kv: dict[str, Any]) -> str | None:
     scaling type it does not know; and, asserted at the first forward, a norm's epsilon below 0
     or NaN, a sliding-window pattern with no sliding layer, a rope dimension count that is 0, odd
     or wider than the head, a head size that is not the rope dimension count
-    (``_head_problem``), and per-layer head counts that differ (``_layer_heads_problem``). Each rule is the assertion's, in its order; a value of the wrong type is
-    left to llama.cpp, which refuses it with an error."""
+    (``_head_problem``), and per-layer head counts that differ (``_layer_heads_problem``). Each
+    rule is the assertion's, in its order; a value of the wrong type is left to llama.cpp, which
+    refuses it with an error."""
     problem = layer_count_problem(kv)
     arch = kv.get("general.architecture")
     layers = _whole(kv.get(f"{arch}.block_count")) if isinstance(arch, str) else None

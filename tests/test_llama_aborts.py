@@ -139,7 +139,8 @@ def test_the_line_an_assertion_ends_the_process_with_names_the_check_and_the_fil
     from adaspark_app.engine import backend
 
     monkeypatch.setattr(backend, "_loaded", [])
-    message = "/tmp/pip-install-x/llama-cpp-python/vendor/llama.cpp/ggml/src/ggml.c:4014: GGML_ASSERT(a->ne[0] ==\nb) failed"
+    message = ("/tmp/pip-install-x/llama-cpp-python/vendor/llama.cpp/ggml/src/ggml.c:4014: "
+               "GGML_ASSERT(a->ne[0] ==\nb) failed")
     assert "with no model loaded yet" in backend.abort_line(message)
     backend._loaded.extend(["/m/target.gguf", "/m/drafter.gguf"])
     line = backend.abort_line(message)
