@@ -12,9 +12,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from adaspark_app.gguf_file import GGUFHeader
+from adaspark_app.gguf_file import LAYER_ARRAY, GGUFHeader
 
-LLAMA_MAX_LAYERS = 512  # llama.cpp asserts 0 < n_layer <= this (llama-model.cpp): an abort, not an error
+#: llama.cpp asserts 0 < n_layer <= this (llama-model.cpp): an abort, not an error; the header
+#: reader keeps arrays of numbers up to it (a value per layer)
+LLAMA_MAX_LAYERS = LAYER_ARRAY
 
 
 def vocab_problem(header: GGUFHeader) -> str | None:
