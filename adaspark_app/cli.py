@@ -17,6 +17,7 @@ from typing import Sequence, TextIO
 from . import native
 from .engine import limits
 from .errors import AdaSparkError, ArgumentError
+from .interrupts import second_interrupt_exits
 from .output_paths import check_writable, open_output
 from .options import add_gpu_layers_option, add_sampling_options, check_gpu_layers_option, check_sampling_options
 from .wording import one_line
@@ -309,11 +310,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     # does not do it: adaspark_app has no import-time side effects).
     native.activate()
     try:
-        if args.command == "run":
-            return cmd_run(args)
         if args.command == "chat":
-            return cmd_chat(args)
-        return int(args.func(args) or 0)  # store, bench, bench-corpus, drafter: set by add_parser
+            return cmd_chat(args)  # Ctrl+C is a key there
+        with second_interrupt_exits():  # even inside a llama.cpp call that never returns
+            if args.command == "run":
+                return cmd_run(args)
+            return int(args.func(args) or 0)  # store, bench, bench-corpus, drafter: set by add_parser
     except AdaSparkError as exc:
         sys.stderr.write(f"adaspark: error: {one_line(str(exc))}\n")
         return exc.exit_code

@@ -187,6 +187,40 @@ def test_a_gemma_whose_window_rope_or_norm_llama_cpp_cannot_run_is_one_line(tmp_
     assert words in lines[0]
 
 
+def test_a_run_hung_inside_llama_cpp_ends_at_the_second_ctrl_c(tmp_path):
+    """Gemma-3-270M with a rope of 0 dimensions and the header rules off: the first forward never
+    ends (ggml's rope loop), and neither one SIGINT nor any number of them ended `adaspark run`
+    before (kill -9 did); the second now ends it at once, exit 130, one line."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import gguf
+    from gguf.scripts.gguf_new_metadata import MetadataDetails, copy_with_new_metadata
+    from test_cli_errors import RUN_WITHOUT_HEADER_RULES
+
+    model = tmp_path / "g.gguf"
+    copy_with_new_metadata(gguf.GGUFReader(str(_target_path("gemma270m")), "r"), gguf.GGUFWriter(str(model), arch="gemma3"),
+                           {"gemma3.rope.dimension_count": MetadataDetails(gguf.GGUFValueType.UINT32, 0)}, [])
+    script = tmp_path / "s.jsonl"
+    script.write_text('{"id": "a", "turns": ["Hi"]}\n')
+    proc = subprocess.Popen([sys.executable, "-c", RUN_WITHOUT_HEADER_RULES, "run", str(script), "--model", str(model),
+                             "--fresh-store", "--max-tokens", "2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        time.sleep(15)  # loaded, and inside the first forward
+        assert proc.poll() is None
+        proc.send_signal(signal.SIGINT)
+        time.sleep(2)
+        assert proc.poll() is None  # the hang holds the first
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=10) == 130
+        assert "adaspark: interrupted (a second Ctrl+C: stopped at once)" in proc.stderr.read()
+    finally:
+        proc.kill()
+
+
 def test_a_qwen_whose_rope_dimensions_are_not_its_head_size_is_one_line_not_an_abort(tmp_path):
     """Qwen2.5-Coder-0.5B with `qwen2.rope.dimension_count` 32 (its heads are 64 wide) added:
     llama.cpp loaded it and its qwen2 graph asserted at the first forward (exit 134); refused first."""
