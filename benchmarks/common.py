@@ -11,7 +11,6 @@ from __future__ import annotations
 import gzip
 import json
 import os
-import platform
 import shlex
 import statistics
 import sys

@@ -34,11 +34,12 @@ from benchmarks.common import CORPORA, ROOT, emit_report
 CORPUS = CORPORA / "longpaste.jsonl.gz"
 
 _CHILD = r"""
-import gzip, json, random, statistics, sys, time
+import json, random, statistics, sys, time
 from adaspark_app.engine.backend import LlamaBackend
+from benchmarks.common import read_jsonl
 model, context, widths, reps, threads = sys.argv[1], int(sys.argv[2]), json.loads(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
 b = LlamaBackend(model, n_ctx=max(4096, context + 256), n_threads=threads)
-text = " ".join(json.loads(l)["turns"][0] for l in gzip.open(%(corpus)r, "rt", encoding="utf-8") if l.strip())
+text = " ".join(c["turns"][0] for c in read_jsonl(%(corpus)r))
 toks = b.tokenize(text)[:context]
 b.prefill(toks, 0)
 pos = len(toks)
