@@ -10,14 +10,14 @@ import errno
 import json
 import os
 import sys
-import tempfile
 from pathlib import Path
 from typing import Sequence, TextIO
 
 from . import native
 from .engine import limits
 from .errors import AdaSparkError, ArgumentError
-from .interrupts import second_interrupt_exits
+from .hard_exit import TemporaryDir
+from .interrupts import exit_code, stop_words, stops_on_signals
 from .output_paths import check_writable, open_output
 from .options import add_gpu_layers_option, add_sampling_options, check_gpu_layers_option, check_sampling_options
 from .wording import one_line
@@ -162,7 +162,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     tmpdir = None
     if args.fresh_store:
-        tmpdir = tempfile.TemporaryDirectory(prefix="adaspark-fresh-")
+        tmpdir = TemporaryDir(prefix="adaspark-fresh-")  # removed by a stop at once too
         store = Store.open(Path(tmpdir.name) / "fresh.db")
     else:  # what the run learns is kept, as the chat's is: --store, else $ADASPARK_STORE or the default
         store = Store.open(args.store)
@@ -312,16 +312,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "chat":
             return cmd_chat(args)  # Ctrl+C is a key there
-        with second_interrupt_exits():  # even inside a llama.cpp call that never returns
+        with stops_on_signals():  # SIGTERM and SIGHUP as Ctrl+C; a second at once, even inside llama.cpp
             if args.command == "run":
                 return cmd_run(args)
             return int(args.func(args) or 0)  # store, bench, bench-corpus, drafter: set by add_parser
     except AdaSparkError as exc:
         sys.stderr.write(f"adaspark: error: {one_line(str(exc))}\n")
         return exc.exit_code
-    except KeyboardInterrupt:
-        sys.stderr.write("adaspark: interrupted\n")
-        return 130
+    except KeyboardInterrupt as exc:  # Ctrl+C, or SIGTERM or SIGHUP (interrupts.Stopped)
+        sys.stderr.write(f"adaspark: {stop_words(exc)}\n")
+        return exit_code(exc)
     except BrokenPipeError:
         return 0
     except OSError as exc:

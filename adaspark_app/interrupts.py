@@ -1,15 +1,24 @@
-"""A second Ctrl+C ends a headless command at once.
+"""Stopping a headless command: Ctrl+C, SIGTERM and SIGHUP, and a second one at once.
 
 The first Ctrl+C is Python's KeyboardInterrupt: `adaspark run` and `bench` stop after what they
-are doing and keep what they finished. But Python raises it only between bytecodes of the main
-thread, and llama.cpp's forward is one C call: a long one (a big model's prompt chunk on a slow
-CPU) keeps the command waiting, and one that never returns (a damaged file no header rule knows:
-Gemma-3-270M with `rope.dimension_count` 0 spun in ggml's rope loop) could not be stopped by any
-number of Ctrl+C, only by kill -9. Python's C-level handler still runs on every SIGINT, and with
-`signal.set_wakeup_fd` it writes the signal's number to a pipe; a thread reading that pipe counts
-them and, at the second, writes one line and exits with 130, whatever the main thread is in.
+are doing and keep what they finished. SIGTERM (`kill`, `timeout`, a job scheduler) and SIGHUP
+(the terminal closed) stop them the same way: ``Stopped``, a KeyboardInterrupt naming its signal,
+so `run` keeps every finished reply, `bench` writes its partial report and temporary stores are
+removed; the exit code is 128 + the signal's number (143, 129), as a shell shows for a process the
+signal killed. Before, either killed the process where it stood: `bench` wrote no report and the
+temporary stores stayed behind. A signal the process was started ignoring (`nohup`) stays ignored.
 
-Not for the chat: there Ctrl+C is a key, and the engine runs in a process of its own.
+But Python raises these only between bytecodes of the main thread, and llama.cpp's forward is
+one C call: a long one (a big model's prompt chunk on a slow CPU) keeps the command waiting, and
+one that never returns (a damaged file no header rule knows: Gemma-3-270M with
+`rope.dimension_count` 0 spun in ggml's rope loop) could not be stopped by any number of Ctrl+C,
+only by kill -9. Python's C-level handler still runs on every signal it handles, and with
+`signal.set_wakeup_fd` it writes the signal's number to a pipe; a thread reading that pipe counts
+the stop signals and, at the second, writes one line and ends the process (hard_exit.py: its
+temporary stores removed) with 128 + that signal's number, whatever the main thread is in.
+
+Not for the chat: there Ctrl+C is a key, SIGHUP and SIGTERM quit as Ctrl+Q does (ui/app.py), and
+the engine runs in a process of its own.
 """
 
 from __future__ import annotations
@@ -18,14 +27,51 @@ import os
 import signal
 import threading
 from contextlib import contextmanager
-from typing import Iterator
+from types import FrameType
+from typing import Callable, Iterator
 
-EXIT_INTERRUPTED = 130
-LINE = b"adaspark: interrupted (a second Ctrl+C: stopped at once)\n"
+from .hard_exit import hard_exit
+
+EXIT_INTERRUPTED = 128 + signal.SIGINT
+#: what stops a headless command: Ctrl+C, then `kill` (or `timeout`), then a closed terminal
+STOP_SIGNALS: tuple[int, ...] = tuple(int(getattr(signal, name)) for name in ("SIGINT", "SIGTERM", "SIGHUP")
+                                      if hasattr(signal, name))
+LINE = "adaspark: interrupted (a second Ctrl+C: stopped at once)\n"
+
+
+class Stopped(KeyboardInterrupt):
+    """The first SIGTERM or SIGHUP, raised in the main thread as Ctrl+C's KeyboardInterrupt is,
+    so every stop keeps what was finished the same way."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def exit_code(exc: BaseException) -> int:
+    """128 + the stopping signal's number: 130 for Ctrl+C, 143 for SIGTERM, 129 for SIGHUP."""
+    return 128 + exc.signum if isinstance(exc, Stopped) else EXIT_INTERRUPTED
+
+
+def stop_words(exc: BaseException) -> str:
+    """What stopped the command, for its last line: 'interrupted' for Ctrl+C."""
+    if not isinstance(exc, Stopped):
+        return "interrupted"
+    if exc.signum == getattr(signal, "SIGHUP", None):
+        return "stopped: the terminal closed (SIGHUP)"
+    return f"terminated ({signal.Signals(exc.signum).name})"
+
+
+def second_stop_line(signum: int) -> str:
+    """The line of a stop at once; Ctrl+C's is the one it always was."""
+    if signum == signal.SIGINT:
+        return LINE
+    return f"adaspark: stopped at once (a second stop signal: {signal.Signals(signum).name})\n"
 
 
 class _Watcher:
-    """Counts the SIGINTs Python's handler writes to the wakeup pipe; exits at the `presses`-th."""
+    """Counts the stop signals Python's handler writes to the wakeup pipe; ends the process at the
+    `presses`-th."""
 
     def __init__(self, fd: int, presses: int) -> None:
         self.fd = fd
@@ -41,20 +87,35 @@ class _Watcher:
             if not data:  # the write end closed: the command is over
                 os.close(self.fd)
                 return
-            self.seen += data.count(signal.SIGINT)
-            if self.seen >= self.presses:
-                os.write(2, LINE)
-                os._exit(EXIT_INTERRUPTED)
+            for signum in data:
+                if signum in STOP_SIGNALS:
+                    self.seen += 1
+                    if self.seen >= self.presses:
+                        hard_exit(128 + signum, second_stop_line(signum))
+
+
+def _raise_once() -> Callable[[int, FrameType | None], None]:
+    """SIGTERM's and SIGHUP's handler: the first raises ``Stopped`` in the main thread; later ones
+    only reach the wakeup pipe (the watcher's), so none raises inside the stop the first began."""
+    raised: list[int] = []
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        if not raised:
+            raised.append(signum)
+            raise Stopped(signum)
+
+    return handler
 
 
 @contextmanager
-def second_interrupt_exits(presses: int = 2) -> Iterator[None]:
-    """While in the block, and after it once a SIGINT came, the `presses`-th SIGINT ends the
-    process at once (exit 130, one line on stderr); the ones before it are Python's as usual. After
-    a first Ctrl+C the watch stays to the process's end: the command returns, but the interpreter
-    waits at its exit for an engine thread still inside llama.cpp. Left without one, the previous
-    wakeup fd is put back. Does nothing outside the main thread, where signal.set_wakeup_fd cannot
-    be called."""
+def stops_on_signals(presses: int = 2) -> Iterator[None]:
+    """While in the block, SIGTERM and SIGHUP stop the command as Ctrl+C does (``Stopped``), and,
+    in the block and after it once a stop came, the `presses`-th stop signal ends the process at
+    once (``hard_exit``; one line on stderr); the ones before it are Python's as usual. After a
+    first stop the watch stays to the process's end: the command returns, but the interpreter waits
+    at its exit for an engine thread still inside llama.cpp. Left without one, the previous wakeup fd
+    and handlers are put back. Does nothing outside the main thread, where signal.set_wakeup_fd
+    cannot be called."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -68,14 +129,21 @@ def second_interrupt_exits(presses: int = 2) -> Iterator[None]:
         yield
         return
     watcher = _Watcher(read_fd, presses)
-    threading.Thread(target=watcher.run, name="second-interrupt", daemon=True).start()
-    interrupted = False
+    threading.Thread(target=watcher.run, name="stop-signals", daemon=True).start()
+    handler = _raise_once()
+    replaced = {}
+    for signum in STOP_SIGNALS:
+        if signum != signal.SIGINT and signal.getsignal(signum) is signal.SIG_DFL:  # nohup's SIG_IGN stays
+            replaced[signum] = signal.signal(signum, handler)
+    stopped = False
     try:
         yield
     except KeyboardInterrupt:
-        interrupted = True
+        stopped = True
         raise
     finally:
-        if not interrupted and watcher.seen == 0:
+        if not stopped and watcher.seen == 0:
+            for signum, old in replaced.items():
+                signal.signal(signum, old)
             signal.set_wakeup_fd(previous)
             os.close(write_fd)  # the watcher reads the end and goes

@@ -389,17 +389,21 @@ RUN_WITHOUT_HEADER_RULES = ("import sys, adaspark_app.llama_aborts as rules\n"
 def test_an_assertion_no_header_rule_knows_ends_run_in_one_line_not_an_abort(tmp_path):
     """The bundled model with layer 5's key-value head count changed, the rule that refuses it off:
     llama.cpp's assertion at the first forward (GGML_ASSERT in ggml.c; SIGABRT and a gdb backtrace
-    before) ends the process in one line naming the check and the file, exit 2."""
+    before) ends the process in one line naming the check and the file, exit 2; --fresh-store's
+    temporary store goes too (the exit skips every finally: it stayed behind before)."""
     from adaspark_app.engine.backend import default_model_path
 
     model = _with_key(default_model_path(), tmp_path / "m.gguf", "llama", "llama.attention.head_count_kv", "arr",
                       [3] * 5 + [2] + [3] * 24)
     script = tmp_path / "s.jsonl"
     script.write_text('{"id": "a", "turns": ["Hi"]}\n')
+    (tmp_path / "tmp").mkdir()
     proc = subprocess.run([sys.executable, "-c", RUN_WITHOUT_HEADER_RULES, "run", str(script), "--model", str(model),
-                           "--fresh-store", "--max-tokens", "2"], capture_output=True, text=True, timeout=120)
+                           "--fresh-store", "--max-tokens", "2"], capture_output=True, text=True, timeout=120,
+                          env=dict(os.environ, TMPDIR=str(tmp_path / "tmp")))
     _one_line_error(proc, "llama.cpp failed one of its own checks (ggml.c:", "GGML_ASSERT(", str(model))
     assert "/vendor/" not in proc.stderr  # the check's source file by name, not the build's directories
+    assert list((tmp_path / "tmp").iterdir()) == []
 
 
 @pytest.mark.model

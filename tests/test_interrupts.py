@@ -1,26 +1,34 @@
-"""A second Ctrl+C ends a headless command at once (adaspark_app.interrupts), in real processes
-sent real SIGINTs; the llama.cpp hang it was made for is the opt-in target test in
+"""Stopping a headless command (adaspark_app.interrupts, hard_exit): Ctrl+C, SIGTERM and SIGHUP
+stop it as Ctrl+C always did, and a second one ends it at once, its temporary stores removed, in
+real processes sent real signals; the llama.cpp hang it was made for is the opt-in target test in
 test_real_targets.py."""
 
 from __future__ import annotations
 
+import json
+import os
 import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
-#: A process inside second_interrupt_exits whose main thread then sits in one C call that a
-#: SIGINT does not end (libc's sleep with SIGINT blocked in that thread, as a forward inside
-#: llama.cpp sits), so Python never gets to raise KeyboardInterrupt there. Where the first SIGINT
-#: comes before the call starts, its KeyboardInterrupt goes to a second such call (a first Ctrl+C
-#: whose stop waits on llama.cpp too).
+import pytest
+
+#: A process inside stops_on_signals whose main thread then sits in one C call that a signal does
+#: not end (libc's sleep with the stop signals blocked in that thread, as a forward inside
+#: llama.cpp sits), so Python never gets to raise there. Where the first signal comes before the
+#: call starts, its KeyboardInterrupt goes to a second such call (a first stop whose end waits on
+#: llama.cpp too). It holds a temporary folder, as `run --fresh-store` holds its store.
 STUCK_IN_C = """
 import ctypes, signal, sys
-from adaspark_app.interrupts import second_interrupt_exits
-with second_interrupt_exits():
-    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+from adaspark_app.hard_exit import TemporaryDir
+from adaspark_app.interrupts import STOP_SIGNALS, stops_on_signals
+with stops_on_signals():
+    scratch = TemporaryDir(prefix="adaspark-test-")
+    signal.pthread_sigmask(signal.SIG_BLOCK, set(STOP_SIGNALS))
     try:
-        print("ready", flush=True)
+        print("ready", scratch.name, flush=True)
         ctypes.CDLL(None).sleep(60)
     except KeyboardInterrupt:
         ctypes.CDLL(None).sleep(60)
@@ -28,48 +36,161 @@ print("the C call returned", flush=True)
 """
 
 
-def _start(code: str) -> subprocess.Popen:
+def _start(code: str, *, ignore_hup: bool = False) -> tuple[subprocess.Popen, str]:
+    def child_signals() -> None:
+        signal.signal(signal.SIGINT, signal.SIG_DFL)  # a background job's SIGINT is ignored otherwise
+        if ignore_hup:
+            signal.signal(signal.SIGHUP, signal.SIG_IGN)  # as `nohup` starts a command
+
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-    assert proc.stdout.readline().strip() == "ready"
-    return proc
+                            preexec_fn=child_signals)
+    first = proc.stdout.readline().split()
+    assert first[:1] == ["ready"], proc.stderr.read()
+    return proc, " ".join(first[1:])
 
 
-def test_the_second_ctrl_c_ends_a_process_stuck_in_a_c_call_and_the_first_does_not():
-    proc = _start(STUCK_IN_C)
+@pytest.mark.parametrize("signame, code, line", [
+    ("SIGINT", 130, "adaspark: interrupted (a second Ctrl+C: stopped at once)"),
+    ("SIGTERM", 143, "adaspark: stopped at once (a second stop signal: SIGTERM)"),
+    ("SIGHUP", 129, "adaspark: stopped at once (a second stop signal: SIGHUP)"),
+])
+def test_the_second_stop_ends_a_process_stuck_in_a_c_call_and_removes_its_temporary_folder(signame, code, line):
+    proc, scratch = _start(STUCK_IN_C)
     try:
-        proc.send_signal(signal.SIGINT)
+        assert Path(scratch).is_dir()
+        proc.send_signal(getattr(signal, signame))
         time.sleep(1.0)
         assert proc.poll() is None, proc.stderr.read()  # the first is Python's: raised when the main thread gets to it
+        proc.send_signal(getattr(signal, signame))
+        assert proc.wait(timeout=10) == code
+        assert proc.stderr.read().strip() == line
+        assert not Path(scratch).exists()  # os._exit skips every finally: hard_exit removed it
+    finally:
+        proc.kill()
+
+
+def test_a_stop_and_then_ctrl_c_also_ends_it_at_once():
+    proc, _ = _start(STUCK_IN_C)
+    try:
+        proc.send_signal(signal.SIGTERM)
+        time.sleep(1.0)
+        assert proc.poll() is None, proc.stderr.read()
         proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=10) == 130
-        assert proc.stderr.read().strip() == "adaspark: interrupted (a second Ctrl+C: stopped at once)"
     finally:
         proc.kill()
 
 
-def test_the_first_ctrl_c_is_still_a_keyboard_interrupt_and_a_quiet_block_leaves_no_watch():
-    """Outside a C call the first SIGINT raises KeyboardInterrupt as before; a block that saw none
-    puts the previous wakeup fd back and ends its watcher."""
-    code = """
+#: The first stop outside a C call: which exception, and what the CLI makes of it.
+FIRST_STOP = """
 import signal, threading, time
-from adaspark_app.interrupts import second_interrupt_exits
-with second_interrupt_exits():
+from adaspark_app.interrupts import exit_code, stop_words, stops_on_signals
+with stops_on_signals():
     pass
 assert signal.set_wakeup_fd(-1) == -1
+assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
 time.sleep(0.2)
-assert not any(t.name == "second-interrupt" for t in threading.enumerate())
+assert not any(t.name == "stop-signals" for t in threading.enumerate())
 try:
-    with second_interrupt_exits():
+    with stops_on_signals():
         print("ready", flush=True)
         time.sleep(60)
-except KeyboardInterrupt:
-    print("KeyboardInterrupt", flush=True)
+except KeyboardInterrupt as exc:
+    print(type(exc).__name__, exit_code(exc), stop_words(exc), flush=True)
 """
-    proc = _start(code)
+
+
+@pytest.mark.parametrize("signame, seen", [
+    ("SIGINT", "KeyboardInterrupt 130 interrupted"),
+    ("SIGTERM", "Stopped 143 terminated (SIGTERM)"),
+    ("SIGHUP", "Stopped 129 stopped: the terminal closed (SIGHUP)"),
+])
+def test_the_first_stop_is_a_keyboard_interrupt_and_a_quiet_block_leaves_no_watch(signame, seen):
+    """Outside a C call the first stop raises KeyboardInterrupt (SIGTERM's and SIGHUP's a Stopped
+    naming the signal); a block that saw none puts the previous wakeup fd and handlers back and
+    ends its watcher."""
+    proc, _ = _start(FIRST_STOP)
     try:
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(getattr(signal, signame))
         assert proc.wait(timeout=10) == 0, proc.stderr.read()
-        assert proc.stdout.read().strip() == "KeyboardInterrupt"
+        assert proc.stdout.read().strip() == seen
     finally:
         proc.kill()
+
+
+def test_a_sighup_nohup_ignores_stays_ignored():
+    code = FIRST_STOP.replace("with stops_on_signals():\n    pass\n", "").replace(
+        "assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL\n", "")
+    proc, _ = _start(code, ignore_hup=True)
+    try:
+        proc.send_signal(signal.SIGHUP)
+        time.sleep(1.0)
+        assert proc.poll() is None, proc.stderr.read()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=10) == 0, proc.stderr.read()
+        assert proc.stdout.read().strip() == "Stopped 143 terminated (SIGTERM)"
+    finally:
+        proc.kill()
+
+
+def _cli(tmp_path: Path, *args: str) -> subprocess.Popen:
+    env = dict(os.environ, TMPDIR=str(tmp_path / "tmp"))  # where --fresh-store's and bench's stores go
+    (tmp_path / "tmp").mkdir()
+    return subprocess.Popen([sys.executable, "-m", "adaspark_app.cli", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env)
+
+
+def _wait_for_lines(path: Path, proc: subprocess.Popen, count: int = 1) -> None:
+    deadline = time.time() + 240
+    while time.time() < deadline:
+        if path.exists() and path.read_text().count("\n") >= count:
+            return
+        assert proc.poll() is None, proc.stderr.read()
+        time.sleep(0.05)
+    raise AssertionError(f"no {count} lines in {path}")
+
+
+def _script(tmp_path: Path, public_prompts: list, count: int) -> Path:
+    script = tmp_path / "s.jsonl"
+    script.write_text("".join(json.dumps({"id": f"c{i}", "turns": p["turns"][:1]}) + "\n"
+                              for i, p in enumerate(public_prompts[:count])))
+    return script
+
+
+@pytest.mark.model
+def test_sigterm_stops_run_as_ctrl_c_does_keeping_its_replies_and_removing_its_fresh_store(tmp_path, public_prompts):
+    """`kill` (or `timeout`) on `adaspark run --fresh-store`: the finished replies stay in --out,
+    the last line says what stopped it, the exit code is 143, and the temporary store is gone (it
+    was killed where it stood before: no line, -15, the store left behind)."""
+    out = tmp_path / "out.jsonl"
+    proc = _cli(tmp_path, "run", str(_script(tmp_path, public_prompts, 12)), "--fresh-store", "--max-tokens", "64",
+                "--out", str(out))
+    try:
+        _wait_for_lines(out, proc)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 143, proc.stderr.read()
+        assert proc.stderr.read().strip().splitlines()[-1] == "adaspark: terminated (SIGTERM)"
+    finally:
+        proc.kill()
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert 1 <= len(rows) < 12 and rows[0]["conversation"] == "c0" and rows[0]["text"]
+    assert list((tmp_path / "tmp").iterdir()) == []
+
+
+@pytest.mark.model
+def test_sigterm_stops_bench_with_its_partial_report(tmp_path, public_prompts):
+    report = tmp_path / "report"
+    proc = _cli(tmp_path, "bench", str(_script(tmp_path, public_prompts, 12)), "--arms", "ar,adaspark",
+                "--max-tokens", "48", "--report", str(report), "--no-progress")
+    try:
+        _wait_for_lines(report / "replies.jsonl", proc, 2)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 143, proc.stderr.read()
+        said = " ".join(proc.stderr.read().split())  # rich wraps the line at its width
+        assert f"terminated (SIGTERM): partial report written to {report}" in said
+    finally:
+        proc.kill()
+    meta = json.loads((report / "report.json").read_text())["meta"]
+    assert meta["interrupted"] is True and 2 <= meta["replies_done"] < meta["replies_planned"]
+    assert (report / "report.md").is_file()
+    assert list((tmp_path / "tmp").iterdir()) == []

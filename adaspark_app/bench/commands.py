@@ -11,6 +11,7 @@ import argparse
 import shlex
 import sys
 
+from ..interrupts import exit_code, stop_words
 from ..options import add_gpu_layers_option, add_sampling_options, check_gpu_layers_option, check_sampling_options
 from ..wording import counted, one_line, printable
 
@@ -118,9 +119,9 @@ def run(args: argparse.Namespace) -> int:
     console = Console(stderr=True, markup=False, highlight=False)  # paths and names: text, not markup
     try:  # an AdaSparkError propagates: cli.main turns it into one line and exit 2
         report = run_bench(config, progress=not getattr(args, "no_progress", False), console=console)
-    except KeyboardInterrupt:
-        console.print(f"interrupted: partial report written to {printable(str(config.report_dir))}")
-        return 130
+    except KeyboardInterrupt as exc:  # Ctrl+C, or SIGTERM or SIGHUP (interrupts.Stopped)
+        console.print(f"{stop_words(exc)}: partial report written to {printable(str(config.report_dir))}")
+        return exit_code(exc)
     for arm, h in report["headline"].items():
         if h["geomean_ratio"] is None:
             console.print(f"{arm}: no comparable replies{_why_none(report, arm, config.max_tokens)}")

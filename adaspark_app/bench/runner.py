@@ -18,7 +18,6 @@ import json
 import os
 import platform
 import sys
-import tempfile
 import time
 from contextlib import ExitStack
 from dataclasses import dataclass, field
@@ -28,6 +27,7 @@ from typing import Any, Callable, Sequence
 from .. import native
 from ..native import pricing
 from ..errors import ArgumentError, ScriptError
+from ..hard_exit import TemporaryDir
 from ..output_paths import make_output_dir, open_output
 from ..wording import printable
 from . import stats
@@ -361,7 +361,7 @@ def run_bench(
         warm_page_cache([config.model or default_model_path(), config.drafter])
     with ExitStack() as stack:
         if config.store_dir is None:
-            store_root = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="adaspark-bench-")))
+            store_root = Path(stack.enter_context(TemporaryDir(prefix="adaspark-bench-")))  # a stop at once too
         else:
             store_root = Path(config.store_dir).expanduser()  # made above, before any engine
         shown: set[str] = set()

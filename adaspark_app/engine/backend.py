@@ -25,6 +25,7 @@ from .. import native
 from ..errors import ConfigError, ContextOverflowError, ModelLoadError
 from ..native import ONE_ROW_ALL, ONE_ROW_NONE, ONE_ROW_WIDE
 from ..gguf_file import is_gguf
+from ..hard_exit import hard_exit
 from ..wording import printable
 from .limits import N_SEQ_MAX, check_n_batch, check_n_ctx, check_threads, default_threads
 from .offload import build_can_offload, parse_gpu_layers, plan_offload
@@ -209,10 +210,10 @@ def _install_abort_line(llama_cpp) -> None:
     @proto
     def _on_abort(message):  # pragma: no cover - the process ends here (tests run it in a child)
         try:
-            line = abort_line((message or b"").decode("utf-8", "replace"))
-            os.write(2, f"adaspark: error: {line}\n".encode("utf-8", "replace"))
-        finally:
-            os._exit(2)
+            line = f"adaspark: error: {abort_line((message or b'').decode('utf-8', 'replace'))}\n"
+        except BaseException:  # a line that cannot be made must not keep the process from ending
+            line = "adaspark: error: llama.cpp failed one of its own checks\n"
+        hard_exit(2, line)  # temporary stores removed (hard_exit.py)
 
     setter.argtypes = [proto]
     setter.restype = proto
