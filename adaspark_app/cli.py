@@ -17,7 +17,7 @@ from . import native
 from .engine import limits
 from .errors import AdaSparkError, ArgumentError
 from .hard_exit import TemporaryDir
-from .interrupts import exit_code, stop_words, stops_on_signals
+from .interrupts import exit_code, stop_between_rounds, stop_words, stops_on_signals
 from .output_paths import check_writable, open_output
 from .options import add_gpu_layers_option, add_sampling_options, check_gpu_layers_option, check_sampling_options
 from .wording import one_line
@@ -207,10 +207,13 @@ def cmd_run(args: argparse.Namespace) -> int:
             out = open_output(args.out, "--out")
         if args.log_rounds:
             log = open_output(args.log_rounds, "--log-rounds")
-        for conv in convs:
-            run_conversation(engine, conv, args.max_tokens, log_rounds=log, sampling=args.sampling,
-                             on_reply=lambda res, conv=conv: write(conv, res))
-            engine.reset_conversation()
+        with stop_between_rounds() as cancel:  # a stop ends the reply at its next round, kept as stopped
+            for conv in convs:
+                run_conversation(engine, conv, args.max_tokens, log_rounds=log, sampling=args.sampling,
+                                 on_reply=lambda res, conv=conv: write(conv, res), cancel=cancel)
+                if cancel.is_set():
+                    break
+                engine.reset_conversation()
     finally:
         if progress is not None:
             progress.stop()

@@ -1,7 +1,8 @@
 """Stopping a headless command: Ctrl+C, SIGTERM and SIGHUP, and a second one at once.
 
-The first Ctrl+C is Python's KeyboardInterrupt: `adaspark run` and `bench` stop after what they
-are doing and keep what they finished. SIGTERM (`kill`, `timeout`, a job scheduler) and SIGHUP
+The first Ctrl+C is a KeyboardInterrupt: `adaspark run` and `bench` stop and keep what they
+finished; inside ``stop_between_rounds`` (`run`'s replies) it first ends the reply in progress at
+its next round, which `run` keeps. SIGTERM (`kill`, `timeout`, a job scheduler) and SIGHUP
 (the terminal closed) stop them the same way: ``Stopped``, a KeyboardInterrupt naming its signal,
 so `run` keeps every finished reply, `bench` writes its partial report and temporary stores are
 removed; the exit code is 128 + the signal's number (143, 129), as a shell shows for a process the
@@ -28,7 +29,7 @@ import signal
 import threading
 from contextlib import contextmanager
 from types import FrameType
-from typing import Callable, Iterator
+from typing import Iterator
 
 from .hard_exit import hard_exit
 
@@ -94,28 +95,64 @@ class _Watcher:
                         hard_exit(128 + signum, second_stop_line(signum))
 
 
-def _raise_once() -> Callable[[int, FrameType | None], None]:
-    """SIGTERM's and SIGHUP's handler: the first raises ``Stopped`` in the main thread; later ones
-    only reach the wakeup pipe (the watcher's), so none raises inside the stop the first began."""
-    raised: list[int] = []
+class _Stops:
+    """The stop signals' handler in a ``stops_on_signals`` block. The first stop raises in the main
+    thread (KeyboardInterrupt for Ctrl+C, ``Stopped`` for the others), or, inside
+    ``stop_between_rounds``, sets its event so that the reply in progress ends at its next round;
+    later ones only reach the wakeup pipe (the watcher's), so none raises inside the stop the first
+    began."""
 
-    def handler(signum: int, frame: FrameType | None) -> None:
-        if not raised:
-            raised.append(signum)
-            raise Stopped(signum)
+    def __init__(self) -> None:
+        self.signum: int | None = None
+        self.cancel: threading.Event | None = None
 
-    return handler
+    def handler(self, signum: int, frame: FrameType | None) -> None:
+        if self.signum is not None:
+            return
+        self.signum = signum
+        if self.cancel is not None:
+            self.cancel.set()
+            return
+        raise stop_exception(signum)
+
+
+def stop_exception(signum: int) -> KeyboardInterrupt:
+    """What a first stop raises: KeyboardInterrupt for Ctrl+C, ``Stopped`` for SIGTERM and SIGHUP."""
+    return KeyboardInterrupt() if signum == signal.SIGINT else Stopped(signum)
+
+
+_ACTIVE: list[_Stops] = []  # the handler of the stops_on_signals block the main thread is in
+
+
+@contextmanager
+def stop_between_rounds() -> Iterator[threading.Event]:
+    """A first stop in the block sets the event it gives, for the engine to end the reply in progress
+    at its next round (``ChatEngine.generate``'s `cancel`: a stopped reply, kept), and is raised as
+    usual when the block ends. Outside a ``stops_on_signals`` block (a library's caller, another
+    thread) the event is never set and signals are as they were."""
+    cancel = threading.Event()
+    stops = _ACTIVE[-1] if _ACTIVE and threading.current_thread() is threading.main_thread() else None
+    if stops is None or stops.signum is not None:
+        yield cancel
+        return
+    stops.cancel = cancel
+    try:
+        yield cancel
+    finally:
+        stops.cancel = None
+    if cancel.is_set() and stops.signum is not None:
+        raise stop_exception(stops.signum)
 
 
 @contextmanager
 def stops_on_signals(presses: int = 2) -> Iterator[None]:
     """While in the block, SIGTERM and SIGHUP stop the command as Ctrl+C does (``Stopped``), and,
     in the block and after it once a stop came, the `presses`-th stop signal ends the process at
-    once (``hard_exit``; one line on stderr); the ones before it are Python's as usual. After a
-    first stop the watch stays to the process's end: the command returns, but the interpreter waits
-    at its exit for an engine thread still inside llama.cpp. Left without one, the previous wakeup fd
-    and handlers are put back. Does nothing outside the main thread, where signal.set_wakeup_fd
-    cannot be called."""
+    once (``hard_exit``; one line on stderr). After a first stop the watch stays to the process's
+    end: the command returns, but the interpreter waits at its exit for an engine thread still
+    inside llama.cpp. Left without one, the previous wakeup fd and handlers are put back. A signal
+    ignored when the block starts (`nohup`'s SIGHUP, a background job's SIGINT) stays ignored. Does
+    nothing outside the main thread, where signal.set_wakeup_fd cannot be called."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -130,11 +167,12 @@ def stops_on_signals(presses: int = 2) -> Iterator[None]:
         return
     watcher = _Watcher(read_fd, presses)
     threading.Thread(target=watcher.run, name="stop-signals", daemon=True).start()
-    handler = _raise_once()
+    stops = _Stops()
     replaced = {}
     for signum in STOP_SIGNALS:
-        if signum != signal.SIGINT and signal.getsignal(signum) is signal.SIG_DFL:  # nohup's SIG_IGN stays
-            replaced[signum] = signal.signal(signum, handler)
+        if signal.getsignal(signum) in (signal.SIG_DFL, signal.default_int_handler):
+            replaced[signum] = signal.signal(signum, stops.handler)
+    _ACTIVE.append(stops)
     stopped = False
     try:
         yield
@@ -142,6 +180,7 @@ def stops_on_signals(presses: int = 2) -> Iterator[None]:
         stopped = True
         raise
     finally:
+        _ACTIVE.remove(stops)
         if not stopped and watcher.seen == 0:
             for signum, old in replaced.items():
                 signal.signal(signum, old)

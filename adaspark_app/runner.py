@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import threading
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -98,7 +99,8 @@ def load_script(path: str) -> list[Conversation]:
 def run_conversation(engine: Any, conv: Conversation, max_tokens: int,
                      on_round: Callable[[RoundEvent], None] | None = None,
                      log_rounds: TextIO | None = None, sampling: Any = None,
-                     on_reply: Callable[[ReplyResult], None] | None = None) -> list[ReplyResult]:
+                     on_reply: Callable[[ReplyResult], None] | None = None,
+                     cancel: threading.Event | None = None) -> list[ReplyResult]:
     """Generate every turn of `conv`, carrying each reply as history for the next turn.
 
     The whole history is passed each turn; the engine leaves out the oldest turns that no longer
@@ -107,7 +109,9 @@ def run_conversation(engine: Any, conv: Conversation, max_tokens: int,
     later turn fails). A turn whose message alone is too long for the context raises ScriptError
     naming the script line and the turn; the replies before it have gone to on_reply.
 
-    sampling: the SamplingSettings of every reply (None: the engine's default, greedy)."""
+    sampling: the SamplingSettings of every reply (None: the engine's default, greedy).
+    cancel: set, the reply in progress ends at its next round (`stopped`; it goes to on_reply as
+    every reply does) and no turn starts after it."""
     messages: list[dict[str, str]] = []
     if conv.system:
         messages.append({"role": "system", "content": conv.system})
@@ -120,8 +124,12 @@ def run_conversation(engine: Any, conv: Conversation, max_tokens: int,
             on_round(ev)
 
     for turn, user in enumerate(conv.turns):
+        if cancel is not None and cancel.is_set():
+            break
         messages.append({"role": "user", "content": user})
         extra = {} if sampling is None else {"sampling": sampling}
+        if cancel is not None:
+            extra["cancel"] = cancel
         try:
             res = engine.generate(conv.id, messages, max_tokens=max_tokens, on_round=cb, turn=turn, **extra)
         except MessageTooLongError as err:

@@ -173,8 +173,39 @@ def test_sigterm_stops_run_as_ctrl_c_does_keeping_its_replies_and_removing_its_f
     finally:
         proc.kill()
     rows = [json.loads(line) for line in out.read_text().splitlines()]
-    assert 1 <= len(rows) < 12 and rows[0]["conversation"] == "c0" and rows[0]["text"]
+    assert 1 <= len(rows) <= 12 and rows[0]["conversation"] == "c0" and rows[0]["text"]
+    assert not any(r["stopped"] for r in rows[:-1])  # only a reply in progress (none between two) ends stopped
     assert list((tmp_path / "tmp").iterdir()) == []
+
+
+@pytest.mark.model
+def test_ctrl_c_keeps_runs_reply_in_progress_as_far_as_it_got(tmp_path):
+    """The first Ctrl+C ends the reply in progress at its next round: it is written, marked
+    stopped, and is the start of the reply the run gives uninterrupted; no turn starts after it
+    (before, the reply in progress was lost)."""
+    script = tmp_path / "s.jsonl"
+    rows_in = [{"id": "hi", "turns": ["Say hello."]},
+               {"id": "story", "turns": ["Write a long story about a dragon and a knight.", "Another one."]}]
+    script.write_text("".join(json.dumps(r) + "\n" for r in rows_in))
+    out = tmp_path / "out.jsonl"
+    proc = _cli(tmp_path, "run", str(script), "--fresh-store", "--max-tokens", "400", "--out", str(out))
+    try:
+        _wait_for_lines(out, proc)
+        time.sleep(0.3)  # into the story's reply
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=60) == 130, proc.stderr.read()
+        assert proc.stderr.read().strip().splitlines()[-1] == "adaspark: interrupted"
+    finally:
+        proc.kill()
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [(r["conversation"], r["turn"], r["stopped"]) for r in rows] == [("hi", 0, False), ("story", 0, True)]
+    assert 0 < rows[1]["n_tokens"] < 400 and rows[1]["text"]
+    script.write_text(json.dumps(rows_in[1] | {"turns": rows_in[1]["turns"][:1]}) + "\n")
+    whole = subprocess.run([sys.executable, "-m", "adaspark_app.cli", "run", str(script), "--fresh-store",
+                            "--max-tokens", "400"], capture_output=True, text=True, timeout=300)
+    assert whole.returncode == 0, whole.stderr
+    full = json.loads(whole.stdout)["text"]
+    assert full.startswith(rows[1]["text"]) and len(full) > len(rows[1]["text"])
 
 
 @pytest.mark.model
