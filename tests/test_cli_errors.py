@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 
@@ -403,6 +404,33 @@ def test_an_assertion_no_header_rule_knows_ends_run_in_one_line_not_an_abort(tmp
                           env=dict(os.environ, TMPDIR=str(tmp_path / "tmp")))
     _one_line_error(proc, "llama.cpp failed one of its own checks (ggml.c:", "GGML_ASSERT(", str(model))
     assert "/vendor/" not in proc.stderr  # the check's source file by name, not the build's directories
+    assert list((tmp_path / "tmp").iterdir()) == []
+
+
+
+@pytest.mark.model
+@pytest.mark.parametrize("stock", [False, True])
+def test_a_cxx_exception_llama_cpp_does_not_catch_ends_run_in_one_line_not_an_abort(tmp_path, stock):
+    """The bundled model's GPT-2 vocabulary relabeled SentencePiece (`tokenizer.ggml.model` llama):
+    llama_tokenize throws std::out_of_range for the first character no token covers, out of the C
+    API, and the C++ runtime's std::terminate ended the process (ggml's gdb backtrace, SIGABRT, exit
+    134). Now one line naming the exception's type and the file, exit 2, the temporary store removed;
+    ADASPARK_LLAMA_LOG keeps llama.cpp's own end (the stock case: what the handler replaces)."""
+    from adaspark_app.engine.backend import default_model_path
+
+    model = _with_key(default_model_path(), tmp_path / "m.gguf", "llama", "tokenizer.ggml.model", "str", "llama")
+    script = tmp_path / "s.jsonl"
+    script.write_text('{"id": "a", "turns": ["Say hello."]}\n')
+    (tmp_path / "tmp").mkdir()
+    env = dict(os.environ, TMPDIR=str(tmp_path / "tmp"), GGML_NO_BACKTRACE="1")  # no gdb in the stock case
+    if stock:
+        env["ADASPARK_LLAMA_LOG"] = "1"
+    proc = subprocess.run([sys.executable, "-m", "adaspark_app.cli", "run", str(script), "--model", str(model),
+                           "--fresh-store", "--max-tokens", "2"], capture_output=True, text=True, timeout=120, env=env)
+    if stock:
+        assert proc.returncode == -signal.SIGABRT and "std::out_of_range" in proc.stderr
+        return
+    _one_line_error(proc, "llama.cpp stopped on an error it does not handle (std::out_of_range) with", str(model))
     assert list((tmp_path / "tmp").iterdir()) == []
 
 

@@ -147,3 +147,14 @@ def test_the_line_an_assertion_ends_the_process_with_names_the_check_and_the_fil
     assert "(ggml.c:4014: GGML_ASSERT(a->ne[0] == b) failed) with /m/target.gguf and /m/drafter.gguf" in line
     assert "\n" not in line and "/vendor/" not in line
     assert "(no file named: the check) with" in backend.abort_line("no file named: the check")
+
+
+def test_the_line_an_uncaught_cxx_exception_ends_the_process_with_names_its_type_and_the_files(monkeypatch):
+    from adaspark_app.engine import backend
+
+    monkeypatch.setattr(backend, "_loaded", ["/m/target.gguf"])
+    line = backend.terminate_line("std::out_of_range")
+    assert line.startswith("llama.cpp stopped on an error it does not handle (std::out_of_range) with /m/target.gguf: ")
+    assert "(of a type not known)" in backend.terminate_line("")
+    assert "\n" not in backend.terminate_line("a\nb")
+

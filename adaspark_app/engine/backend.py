@@ -27,6 +27,7 @@ from ..native import ONE_ROW_ALL, ONE_ROW_NONE, ONE_ROW_WIDE
 from ..gguf_file import is_gguf
 from ..hard_exit import hard_exit
 from ..wording import printable
+from . import cxx_terminate
 from .limits import N_SEQ_MAX, check_n_batch, check_n_ctx, check_threads, default_threads
 from .offload import build_can_offload, parse_gpu_layers, plan_offload
 from .one_row import OURS, VEC_DOT, WIDE, chooser_for
@@ -191,8 +192,18 @@ def abort_line(message: str) -> str:
     head, sep, rest = text.partition(": ")
     if sep and ":" in head and "/" in head:
         text = f"{head.rsplit('/', 1)[1]}: {rest}"
+    return _cannot_run(f"llama.cpp failed one of its own checks ({text[:300]})")
+
+
+def terminate_line(type_name: str) -> str:
+    """The one line a C++ exception llama.cpp does not catch ends the process with (cxx_terminate.py)."""
+    what = " ".join(type_name.split())[:200] or "of a type not known"
+    return _cannot_run(f"llama.cpp stopped on an error it does not handle ({what})")
+
+
+def _cannot_run(what: str) -> str:
     files = " and ".join(_loaded[-2:]) or "no model loaded yet"
-    return printable(f"llama.cpp failed one of its own checks ({text[:300]}) with {files}: a file it cannot run "
+    return printable(f"{what} with {files}: a file it cannot run "
                      "(damaged, or of a layout this build of llama.cpp does not handle)")
 
 
@@ -200,10 +211,14 @@ def _install_abort_line(llama_cpp) -> None:
     """Make a failed llama.cpp assertion end the process with ``abort_line`` on stderr and exit
     code 2, instead of SIGABRT after a backtrace (ggml forks gdb for it): the header rules
     (``check_llama_aborts``) refuse the aborts found so far before a file is loaded; this covers the
-    rest, whatever the command. ADASPARK_LLAMA_LOG keeps llama.cpp's own abort, backtrace and all."""
+    rest, whatever the command; a C++ exception llama.cpp does not catch ends the same way
+    (cxx_terminate.py). ADASPARK_LLAMA_LOG keeps llama.cpp's own abort, backtrace and all."""
     global _ABORT_CALLBACK
+    if os.environ.get("ADASPARK_LLAMA_LOG"):
+        return
+    cxx_terminate.install(lambda type_name: f"adaspark: error: {terminate_line(type_name)}\n")
     setter = getattr(llama_cpp.llama_cpp._lib, "ggml_set_abort_callback", None)
-    if setter is None or os.environ.get("ADASPARK_LLAMA_LOG"):
+    if setter is None:
         return
     proto = ctypes.CFUNCTYPE(None, ctypes.c_char_p)
 
