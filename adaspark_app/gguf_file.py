@@ -56,6 +56,7 @@ SMALL_ARRAY = 4096
 #: read even where arrays are skipped.
 LAYER_ARRAY = 512
 TOKENS_KEY = "tokenizer.ggml.tokens"
+TOKENIZER_MODEL_KEY = "tokenizer.ggml.model"
 MAX_DIMS = 4  # GGML_MAX_DIMS: llama.cpp refuses a tensor with more
 MAX_TENSOR_NAME = 63  # GGML_MAX_NAME - 1: llama.cpp refuses a longer tensor name (gguf.cpp)
 MAX_REASON = 300  # characters of a reason kept: it quotes the file's own names, any length
@@ -152,6 +153,10 @@ class GGUFHeader:
     # the first token of the vocabulary that repeats an earlier one: (earlier id, its id), read or
     # skipped (llama.cpp aborts on such a vocabulary: ``vocab_problem``)
     repeated_token: tuple[int, int] | None = None
+    # for a vocabulary llama.cpp tokenizes with RWKV's trie (tokenizer.ggml.model "rwkv"): a byte
+    # that begins a token but is no token alone, or None (its tokenizer loops forever on text with
+    # it: ``rwkv_lone_start``)
+    rwkv_lone_start: int | None = None
 
     @property
     def n_tensors(self) -> int:
@@ -222,6 +227,51 @@ def _copy(header: GGUFHeader) -> GGUFHeader:
     """`header` with its own kv, types and tensor table (the entries' values shared)."""
     return dataclasses.replace(header, kv=dict(header.kv), types=dict(header.types),
                                tensors=dict(header.tensors))
+
+
+def rwkv_unescape(token: bytes) -> bytes:
+    """A token's bytes as llama.cpp's RWKV tokenizer reads them (llama_unescape_rwkv_token): `\\t`,
+    `\\n`, `\\r`, `\\xHH` (its hex digits read as c - 'a' + 10 from 'a' up, else c - '0', in a
+    byte) and `\\` before any other byte, that byte."""
+    if b"\\" not in token:
+        return token
+    out = bytearray()
+    escaping, hex_left, acc = False, 0, 0
+    for c in token:
+        if hex_left:
+            acc = ((acc << 4) + ((c - 97 + 10) if c >= 97 else (c - 48))) & 0xFF
+            hex_left -= 1
+            if not hex_left:
+                out.append(acc)
+                acc = 0
+        elif escaping:
+            if c == 0x78:  # x
+                hex_left = 2
+            else:
+                out.append({0x74: 9, 0x6E: 10, 0x72: 13}.get(c, c))
+            escaping = False
+        elif c == 0x5C:  # backslash
+            escaping = True
+        else:
+            out.append(c)
+    return bytes(out)
+
+
+def rwkv_lone_start(tokens: list[bytes]) -> int | None:
+    """The lowest byte that begins a token of this vocabulary but is no token alone, or None.
+    llama.cpp's RWKV tokenizer walks its trie from each position to the longest token; where the
+    walk from a byte passes no token (no token of that byte alone, and none longer matching), it
+    goes back to position 0 and walks the same again, for ever."""
+    starts: set[int] = set()
+    alone: set[int] = set()
+    for token in tokens:
+        text = rwkv_unescape(token)
+        if text:
+            starts.add(text[0])
+            if len(text) == 1:
+                alone.add(text[0])
+    lone = starts - alone
+    return min(lone) if lone else None
 
 
 def _first_repeat(tokens: list[bytes]) -> tuple[int, int] | None:
@@ -329,6 +379,7 @@ class _Walk:
         kv: dict[str, Any] = {}
         types: dict[str, tuple[int, int | None]] = {}
         tokens: list[bytes] | None = None
+        vocab: list[bytes] = []  # the tokens' bytes, read or skipped, until the metadata's end
         repeated: tuple[int, int] | None = None
         for _ in range(n_kv):
             key = self.string("a metadata key")
@@ -348,15 +399,17 @@ class _Walk:
                     value = self.array(item_type, n, key, 0)
                     kv[key] = value
                     if is_tokens and item_type == VALUE_STRING:
-                        tokens = value
+                        tokens = vocab = value
                         repeated = _first_repeat(value)
                 elif is_tokens and item_type == VALUE_STRING:
-                    repeated = self.skip_tokens(n, key)
+                    repeated, vocab = self.skip_tokens(n, key)
                 else:
                     self.skip_array(item_type, n, key, 0)
             else:
                 kv[key] = self.value(vtype, key)
                 types[key] = (vtype, None)
+        lone = rwkv_lone_start(vocab) if kv.get(TOKENIZER_MODEL_KEY) == "rwkv" else None
+        del vocab
 
         if n_tensors * _MIN_TENSOR_BYTES > self.size - self.pos:
             raise self.fail(f"tensor count of {n_tensors} cannot fit in the "
@@ -382,7 +435,8 @@ class _Walk:
             raise self.fail(f"general.alignment {align!r} is not a power of two")
         data_offset = self.pos + (-self.pos % align)
         return GGUFHeader(version=version, byte_order=self.bo, kv=kv, types=types, tokens=tokens,
-                          tensors=tensors, data_offset=data_offset, repeated_token=repeated)
+                          tensors=tensors, data_offset=data_offset, repeated_token=repeated,
+                          rwkv_lone_start=lone)
 
     def _item_bytes(self, item_type: int, key: str) -> int:
         """Bytes of the smallest item of an array of this type (an unknown type is refused)."""
@@ -429,9 +483,10 @@ class _Walk:
             return out
         raise self.fail(f"unknown array item type {item_type} for {key}")
 
-    def skip_tokens(self, n: int, key: str) -> tuple[int, int] | None:
-        """Move past the vocabulary's n strings as ``skip_array`` does, keeping only which token
-        first repeats an earlier one (``_first_repeat``); the strings are dropped on return."""
+    def skip_tokens(self, n: int, key: str) -> tuple[tuple[int, int] | None, list[bytes]]:
+        """Move past the vocabulary's n strings as ``skip_array`` does: which token first repeats
+        an earlier one (``_first_repeat``), and the strings (the header's reader drops them once it
+        has read the tokenizer's model)."""
         length = struct.Struct(self.bo + "Q").unpack_from
         buf, size, pos = self.buf, self.size, self.pos
         strings: list[bytes] = []
@@ -447,7 +502,7 @@ class _Walk:
             pos = end
         else:
             self.pos = pos
-            return None if len(set(strings)) == n else _first_repeat(strings)  # the set: C speed
+            return (None if len(set(strings)) == n else _first_repeat(strings)), strings  # the set: C speed
         raise self.fail(f"array {key} runs past the end of the file")
 
     def skip_array(self, item_type: int, n: int, key: str, depth: int) -> None:

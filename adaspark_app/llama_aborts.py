@@ -21,11 +21,15 @@ LLAMA_MAX_LAYERS = LAYER_ARRAY
 
 def vocab_problem(header: GGUFHeader) -> str | None:
     """Why llama.cpp would abort on this file's vocabulary (a token written twice: it asserts that
-    every token maps to one id, llama-vocab.cpp, and the process ends), or None."""
-    if header.repeated_token is None:
-        return None
-    a, b = header.repeated_token
-    return f"its vocabulary has one token twice, ids {a} and {b}; llama.cpp needs each token once"
+    every token maps to one id, llama-vocab.cpp, and the process ends) or hang on it (an RWKV
+    vocabulary where a byte begins tokens but is none alone: ``gguf_file.rwkv_lone_start``), or None."""
+    if header.repeated_token is not None:
+        a, b = header.repeated_token
+        return f"its vocabulary has one token twice, ids {a} and {b}; llama.cpp needs each token once"
+    if header.rwkv_lone_start is not None:
+        return (f"its RWKV vocabulary has tokens that begin with byte 0x{header.rwkv_lone_start:02X} but no token of "
+                "that byte alone; llama.cpp's tokenizer would loop for ever on text with it")
+    return None
 
 
 #: llama.cpp's rope scaling types by name (LLAMA_ROPE_SCALING_TYPES, llama-model.cpp); another name

@@ -357,6 +357,19 @@ def test_a_model_whose_vocabulary_repeats_a_token_is_one_line_not_an_abort(tmp_p
 
 
 @pytest.mark.model
+def test_a_model_whose_rwkv_vocabulary_would_hang_the_tokenizer_is_one_line_not_a_hang(tmp_path):
+    """The bundled model's GPT-2 vocabulary relabeled rwkv: bytes 0xC2-0xC5 begin tokens but are none
+    alone, and llama.cpp's RWKV tokenizer looped for ever on 'ń' (C5 84: no token goes on with 84);
+    the refusal comes first (without it this run times out)."""
+    from adaspark_app.engine.backend import default_model_path
+
+    model = _with_key(default_model_path(), tmp_path / "m.gguf", "llama", "tokenizer.ggml.model", "str", "rwkv")
+    script = tmp_path / "s.jsonl"
+    script.write_text(json.dumps({"id": "a", "turns": ["Say \u0144."]}) + "\n")
+    proc = _run("run", str(script), "--model", str(model), "--fresh-store", "--max-tokens", "2")
+    _one_line_error(proc, "m.gguf", "RWKV vocabulary has tokens that begin with byte 0xC2")
+
+@pytest.mark.model
 @pytest.mark.parametrize("key, vtype, value, words", [
     ("llama.rope.scaling.type", "str", "bogus", "rope.scaling.type is 'bogus'"),
     ("llama.expert_used_count", "u32", 2, "expert_used_count is 2, more than the 0 experts"),

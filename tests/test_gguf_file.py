@@ -240,16 +240,7 @@ def test_a_vocabulary_with_a_token_twice_is_found_and_refused_before_llama_cpp(t
     from adaspark_app.llama_aborts import vocab_problem
 
     def vocab_file(name: str, tokens: list[str]) -> Path:
-        path = tmp_path / name
-        w = gguf.GGUFWriter(str(path), "llama")
-        w.add_block_count(2)
-        w.add_token_list(tokens)
-        w.add_tensor("t", np.zeros(4, dtype=np.float32))
-        w.write_header_to_file()
-        w.write_kv_data_to_file()
-        w.write_tensors_to_file()
-        w.close()
-        return path
+        return _vocab_file(tmp_path / name, tokens)
 
     dup = vocab_file("dup.gguf", ["a", "bc", "d", "bc", "a"])
     for skip in (False, True):
@@ -362,3 +353,60 @@ def test_a_header_read_without_arrays_is_walked_once_per_file_version(tmp_path, 
         fh.write(b"\0" * 32)
     read_gguf_header(p, skip_arrays=True)
     assert len(walks) == 5
+
+
+def test_rwkv_tokens_are_read_as_llama_cpp_unescapes_them():
+    from adaspark_app.gguf_file import rwkv_unescape
+
+    # the converter writes each token as repr(bytes)[2:-1]; llama_unescape_rwkv_token reads it back
+    for raw in (b"\xff", b"\\", b"\n", b"\t", b"\r", b"'", b'"', b"a\\b", b"plain text", b"\x00\x7f"):
+        assert rwkv_unescape(repr(raw)[2:-1].encode()) == raw
+    assert rwkv_unescape(b"\\q") == b"q"  # a backslash before another byte: that byte
+    # upper-case digits as llama.cpp reads them: 'A' - '0' = 17, 'B' - '0' = 18, in a byte
+    assert rwkv_unescape(b"\\xAB") == bytes([((17 << 4) + 18) & 0xFF])
+
+
+def test_an_rwkv_vocabulary_with_a_byte_that_begins_tokens_but_is_none_alone_is_refused(tmp_path):
+    """llama.cpp's RWKV tokenizer walks its trie from each position to the longest token; where the
+    walk from a byte passes no token it goes back to position 0 for ever (the bundled model and
+    Gemma-3-270M relabeled rwkv hung on their first prompt). A vocabulary as the converter writes
+    RWKV World's (every byte a token) passes; without the token of one byte it is refused, read
+    or skipped."""
+    from adaspark_app.engine.backend import check_llama_aborts
+    from adaspark_app.gguf_file import rwkv_lone_start
+    from adaspark_app.llama_aborts import vocab_problem
+
+    world = ["<s>"] + [repr(bytes([i]))[2:-1] for i in range(256)] + [" the", "hello", "\\xe2\\x82\\xac"]
+    assert rwkv_lone_start([t.encode() for t in world]) is None
+    no_space = [t for t in world if t != " "]
+    assert rwkv_lone_start([t.encode() for t in no_space]) == 0x20
+    assert rwkv_lone_start([b"\\xe2\\x82\\xac", b"a"]) == 0xE2
+
+    def vocab_file(name: str, tokens: list[str], model: str) -> Path:
+        return _vocab_file(tmp_path / name, tokens, "rwkv7", model)
+
+    bad = vocab_file("bad.gguf", no_space, "rwkv")
+    for skip in (False, True):
+        assert read_gguf_header(bad, skip_arrays=skip).rwkv_lone_start == 0x20
+    assert "begin with byte 0x20 but no token of that byte alone" in vocab_problem(read_gguf_header(bad))
+    with pytest.raises(ModelLoadError, match="loop for ever"):
+        check_llama_aborts(str(bad))
+    for name, tokens, model in (("ok.gguf", world, "rwkv"), ("gpt2.gguf", no_space, "gpt2")):
+        h = read_gguf_header(vocab_file(name, tokens, model), skip_arrays=True)
+        assert h.rwkv_lone_start is None and vocab_problem(h) is None  # only the RWKV tokenizer walks a trie
+
+
+def _vocab_file(path: Path, tokens: list[str], arch: str = "llama", model: str | None = None) -> Path:
+    """A small GGUF of `arch` with this vocabulary (and tokenizer model, if given) and one tensor."""
+    w = gguf.GGUFWriter(str(path), arch)
+    w.add_block_count(2)
+    if model is not None:
+        w.add_tokenizer_model(model)
+    w.add_token_list(tokens)
+    w.add_tensor("t", np.zeros(4, dtype=np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
