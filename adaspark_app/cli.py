@@ -168,8 +168,16 @@ def cmd_run(args: argparse.Namespace) -> int:
         store = Store.open(args.store)
     from .engine.chat_engine import ChatEngine
 
-    engine = ChatEngine(args.model, args.drafter, store=store, arm=args.arm, n_threads=args.threads,
-                        n_ctx=args.n_ctx, self_check=args.self_check, gpu_layers=gpu_layers)
+    try:
+        engine = ChatEngine(args.model, args.drafter, store=store, arm=args.arm, n_threads=args.threads,
+                            n_ctx=args.n_ctx, self_check=args.self_check, gpu_layers=gpu_layers)
+    except BaseException:  # a file llama.cpp refuses, a stop while it loads: the store and its folder go too
+        try:
+            store.close()
+        finally:
+            if tmpdir is not None:
+                tmpdir.cleanup()
+        raise
     for note in engine.notices:
         sys.stderr.write(f"adaspark: note: {one_line(note)}\n")
     out: TextIO = sys.stdout

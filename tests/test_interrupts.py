@@ -225,3 +225,33 @@ def test_sigterm_stops_bench_with_its_partial_report(tmp_path, public_prompts):
     assert meta["interrupted"] is True and 2 <= meta["replies_done"] < meta["replies_planned"]
     assert (report / "report.md").is_file()
     assert list((tmp_path / "tmp").iterdir()) == []
+
+
+def test_a_killed_processs_temporary_folder_is_removed_by_the_next_one_and_a_live_ones_is_not(tmp_path, monkeypatch):
+    """SIGKILL runs nothing, so a folder outlives its owner; its lock does not (the kernel drops it),
+    and the next TemporaryDir of that prefix removes the folders whose lock nobody holds: not a live
+    process's, nor one without a lock (another version's)."""
+    import tempfile
+
+    from adaspark_app.hard_exit import TemporaryDir
+
+    code = ("import sys, time\nfrom adaspark_app.hard_exit import TemporaryDir\n"
+            "d = TemporaryDir(prefix='adaspark-test-')\nprint('ready', d.name, flush=True)\ntime.sleep(60)\n")
+    env = dict(os.environ, TMPDIR=str(tmp_path))
+    owners = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, env=env)
+              for _ in range(2)]
+    try:
+        killed, live = (Path(p.stdout.readline().split()[1]) for p in owners)
+        owners[0].kill()
+        owners[0].wait(timeout=10)
+        (tmp_path / "adaspark-test-old").mkdir()
+        monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+        assert killed.is_dir() and live.is_dir()
+        mine = TemporaryDir(prefix="adaspark-test-")
+        assert not killed.exists()
+        assert live.is_dir() and (tmp_path / "adaspark-test-old").is_dir() and Path(mine.name).is_dir()
+        mine.cleanup()
+        assert not Path(mine.name).exists()
+    finally:
+        for p in owners:
+            p.kill()
