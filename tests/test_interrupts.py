@@ -150,6 +150,20 @@ def _wait_for_lines(path: Path, proc: subprocess.Popen, count: int = 1) -> None:
     raise AssertionError(f"no {count} lines in {path}")
 
 
+def _stop_once_written(proc: subprocess.Popen, path: Path, count: int, signum: int, code: int,
+                       delay: float = 0.0) -> str:
+    """Send `signum` once `path` has `count` lines (and `delay` seconds more), check that the
+    process ends with `code`, and give its stderr; the process is killed whatever happens."""
+    try:
+        _wait_for_lines(path, proc, count)
+        time.sleep(delay)
+        proc.send_signal(signum)
+        assert proc.wait(timeout=60) == code, proc.stderr.read()
+        return proc.stderr.read()
+    finally:
+        proc.kill()
+
+
 def _script(tmp_path: Path, public_prompts: list, count: int) -> Path:
     script = tmp_path / "s.jsonl"
     script.write_text("".join(json.dumps({"id": f"c{i}", "turns": p["turns"][:1]}) + "\n"
@@ -165,13 +179,8 @@ def test_sigterm_stops_run_as_ctrl_c_does_keeping_its_replies_and_removing_its_f
     out = tmp_path / "out.jsonl"
     proc = _cli(tmp_path, "run", str(_script(tmp_path, public_prompts, 12)), "--fresh-store", "--max-tokens", "64",
                 "--out", str(out))
-    try:
-        _wait_for_lines(out, proc)
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=60) == 143, proc.stderr.read()
-        assert proc.stderr.read().strip().splitlines()[-1] == "adaspark: terminated (SIGTERM)"
-    finally:
-        proc.kill()
+    said = _stop_once_written(proc, out, 1, signal.SIGTERM, 143)
+    assert said.strip().splitlines()[-1] == "adaspark: terminated (SIGTERM)"
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert 1 <= len(rows) <= 12 and rows[0]["conversation"] == "c0" and rows[0]["text"]
     assert not any(r["stopped"] for r in rows[:-1])  # only a reply in progress (none between two) ends stopped
@@ -189,14 +198,8 @@ def test_ctrl_c_keeps_runs_reply_in_progress_as_far_as_it_got(tmp_path):
     script.write_text("".join(json.dumps(r) + "\n" for r in rows_in))
     out = tmp_path / "out.jsonl"
     proc = _cli(tmp_path, "run", str(script), "--fresh-store", "--max-tokens", "400", "--out", str(out))
-    try:
-        _wait_for_lines(out, proc)
-        time.sleep(0.3)  # into the story's reply
-        proc.send_signal(signal.SIGINT)
-        assert proc.wait(timeout=60) == 130, proc.stderr.read()
-        assert proc.stderr.read().strip().splitlines()[-1] == "adaspark: interrupted"
-    finally:
-        proc.kill()
+    said = _stop_once_written(proc, out, 1, signal.SIGINT, 130, delay=0.3)  # 0.3 s: into the story's reply
+    assert said.strip().splitlines()[-1] == "adaspark: interrupted"
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert [(r["conversation"], r["turn"], r["stopped"]) for r in rows] == [("hi", 0, False), ("story", 0, True)]
     assert 0 < rows[1]["n_tokens"] < 400 and rows[1]["text"]
@@ -213,14 +216,8 @@ def test_sigterm_stops_bench_with_its_partial_report(tmp_path, public_prompts):
     report = tmp_path / "report"
     proc = _cli(tmp_path, "bench", str(_script(tmp_path, public_prompts, 12)), "--arms", "ar,adaspark",
                 "--max-tokens", "48", "--report", str(report), "--no-progress")
-    try:
-        _wait_for_lines(report / "replies.jsonl", proc, 2)
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=60) == 143, proc.stderr.read()
-        said = " ".join(proc.stderr.read().split())  # rich wraps the line at its width
-        assert f"terminated (SIGTERM): partial report written to {report}" in said
-    finally:
-        proc.kill()
+    said = " ".join(_stop_once_written(proc, report / "replies.jsonl", 2, signal.SIGTERM, 143).split())  # rich wraps
+    assert f"terminated (SIGTERM): partial report written to {report}" in said
     meta = json.loads((report / "report.json").read_text())["meta"]
     assert meta["interrupted"] is True and 2 <= meta["replies_done"] < meta["replies_planned"]
     assert (report / "report.md").is_file()
