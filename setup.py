@@ -1,10 +1,12 @@
 """Install hook: build the Q4_1 multi-row kernels for llama.cpp (adaspark_app/native/build.py),
-and with CUDA (CMAKE_ARGS turning GGML_CUDA on) its batch-invariant CUDA library; and the round's
-pricing in C (adaspark_app/native/pricing.py).
+and with CUDA (CMAKE_ARGS turning GGML_CUDA on) its batch-invariant CUDA library; the round's
+pricing in C (adaspark_app/native/pricing.py) and the one-line crash handler
+(adaspark_app/native/fatal_signal.py).
 
 Everything else is in pyproject.toml. A failed kernel build does not fail the install: AdaSpark
 then runs on llama-cpp-python's stock libraries (and says so in `adaspark bench` reports); nor
-does a failed pricing build (the numpy code then runs, and the reports say so).
+does a failed pricing build (the numpy code then runs, and the reports say so), nor the crash
+handler's (a crash then ends the process by its signal).
 """
 
 import importlib.util
@@ -30,7 +32,7 @@ class BuildWithKernels(build_py):
         except Exception as e:  # noqa: BLE001 - any failure leaves the stock kernels
             print(f"adaspark: WARNING: Q4_1 kernels not built ({e}); the stock llama.cpp kernels will be used",
                   file=sys.stderr)
-        self.build_pricing()
+        self.build_small_c()
         if not getattr(self, "editable_mode", False):  # a wheel: ship what was built (kernels per variant, pricing)
             lib = mod.LIB_DIR
             dest = Path(self.build_lib) / "adaspark_app" / "native" / "lib"
@@ -39,16 +41,20 @@ class BuildWithKernels(build_py):
                     (dest / f.relative_to(lib)).parent.mkdir(parents=True, exist_ok=True)
                     (dest / f.relative_to(lib)).write_bytes(f.read_bytes())
 
-    def build_pricing(self):
-        """The round's pricing in C (adaspark_app/native/pricing.py); without it the numpy code runs."""
+    def build_small_c(self):
+        """The round's pricing in C (adaspark_app/native/pricing.py; without it the numpy code
+        runs) and the crash handler (adaspark_app/native/fatal_signal.py)."""
         sys.path.insert(0, str(ROOT))
         try:
-            from adaspark_app.native import pricing
+            from adaspark_app.native import fatal_signal, pricing
 
-            print(f"adaspark: the round's pricing in C: {pricing.build()}", file=sys.stderr)
-        except Exception as e:  # noqa: BLE001 - the numpy pricing stays
-            print(f"adaspark: WARNING: the round's pricing in C not built ({e}); the numpy code will run",
-                  file=sys.stderr)
+            for what, module, without in (("the round's pricing in C", pricing, "the numpy code will run"),
+                                           ("the one-line crash handler", fatal_signal,
+                                            "a crash will end the process by its signal")):
+                try:
+                    print(f"adaspark: {what}: {module.build()}", file=sys.stderr)
+                except Exception as e:  # noqa: BLE001 - the fallback stays
+                    print(f"adaspark: WARNING: {what} not built ({e}); {without}", file=sys.stderr)
         finally:
             sys.path.remove(str(ROOT))
 

@@ -7,7 +7,8 @@ SQLite files in a temporary folder, and each such exit left one behind in the sy
 folder (38 of them, 120 kB each, after a few test runs). Folders made by ``TemporaryDir`` are
 removed by ``hard_exit`` too.
 
-A SIGKILL (an out-of-memory kill, `timeout -s KILL`) runs nothing, so each folder also holds a
+A SIGKILL (an out-of-memory kill, `timeout -s KILL`) runs nothing, nor does a crash's one line
+(native/fatal_signal.py: C, no Python after a crash), so each folder also holds a
 lock (flock on its ``.lock``) for its owner's life: the kernel drops it when the process ends,
 however it ends, whatever its pid namespace. Making a folder first removes the folders of the
 same prefix whose lock nobody holds (``sweep``). The lock file is locked under another name and

@@ -18,6 +18,7 @@ from adaspark_app.learn.acceptance import FLOAT_COLUMNS, INT_COLUMNS, Acceptance
 from adaspark_app.learn.kinds import NgramKind
 from adaspark_app.learn.precision import SourcePrecision
 from adaspark_app.native import pricing
+from failing_compiler import failing_compiler
 from benchmarks.common import read_jsonl
 from benchmarks.cost.round_host_time import _capture_pricing
 
@@ -239,17 +240,14 @@ def _fresh_load(monkeypatch, tmp_path) -> str:
 
 
 def test_a_build_that_fails_leaves_the_numpy_code_and_is_not_retried_in_every_process(monkeypatch, tmp_path):
-    calls = tmp_path / "calls"
-    cc = tmp_path / "failing-cc"
-    cc.write_text(f"#!/bin/sh\necho x >> {calls}\necho 'pricing.c:1: error: no compiler here' >&2\nexit 1\n")
-    cc.chmod(0o755)
+    cc, calls = failing_compiler(tmp_path, "pricing.c:1: error: no compiler here")
     monkeypatch.setattr(pricing, "compiler", lambda: str(cc))
     first = _fresh_load(monkeypatch, tmp_path)
     assert first.startswith("numpy (C pricing not built:") and "error: no compiler here" in first
     assert pricing.load() is None
     second = _fresh_load(monkeypatch, tmp_path)  # the next process reads the failure
     assert second == first
-    assert calls.read_text().count("x") == 1
+    assert calls() == 1
 
 
 def test_the_switch_keeps_the_numpy_code(monkeypatch, tmp_path):

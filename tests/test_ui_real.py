@@ -23,7 +23,8 @@ from adaspark_app.engine.sampling import SamplingSettings
 from adaspark_app.engine.worker import EngineConfig
 from adaspark_app.store import Store
 from adaspark_app.ui.app import AdaSparkApp
-from ui_fakes import notifications, notified, panel_text, read_log, recording, wait_until, without_header_rules
+from ui_fakes import (crashing_at_generate, notifications, notified, panel_text, read_log, recording, wait_until,
+                      without_header_rules)
 
 pytestmark = [pytest.mark.model, pytest.mark.long]
 
@@ -576,13 +577,16 @@ def test_adaspark_chat_in_a_terminal_runs_llama_cpp_only_in_the_engine_process(t
         tmux("kill-server")
 
 
-@pytest.mark.parametrize("case", ["assertion", "cxx-exception"])
+@pytest.mark.parametrize("case", ["assertion", "cxx-exception", "crash"])
 async def test_a_llama_cpp_failure_in_the_engine_is_named_in_the_chat(chats, tmp_path, case):
     """assertion: the bundled model with layer 5's key-value head count changed, the header rule
     that refuses it off in the engine process: llama.cpp's assertion at the first forward ends the
     engine process. cxx-exception: its vocabulary relabeled SentencePiece, llama_tokenize throws a
-    C++ exception llama.cpp does not catch (cxx_terminate.py). Either way the chat names what failed
-    and the file (not only "exit code 2"), keeps the user's message, and restarts the engine."""
+    C++ exception llama.cpp does not catch (cxx_terminate.py). crash: llama.cpp reads address 8 at
+    the first reply (native/fatal_signal.py; the engine's log keeps faulthandler's Python stack
+    after the line, so the process still ends by the signal). Each way the chat names what failed
+    and the file (not only "exit code 2" or "signal 11"), keeps the user's message, and restarts
+    the engine."""
     from adaspark_app.engine.backend import default_model_path
     from test_cli_errors import _with_key
 
@@ -590,12 +594,18 @@ async def test_a_llama_cpp_failure_in_the_engine_is_named_in_the_chat(chats, tmp
         model = _with_key(default_model_path(), tmp_path / "m.gguf", "llama", "llama.attention.head_count_kv", "arr",
                           [3] * 5 + [2] + [3] * 24)
         said, in_log = "exit code 2: llama.cpp failed one of its own checks (ggml.c:", "GGML_ASSERT"
-    else:
+    elif case == "cxx-exception":
         model = _with_key(default_model_path(), tmp_path / "m.gguf", "llama", "tokenizer.ggml.model", "str", "llama")
         said = "exit code 2: llama.cpp stopped on an error it does not handle (std::out_of_range)"
         in_log = "std::out_of_range"
+    else:
+        model = tmp_path / "m.gguf"
+        shutil.copyfile(default_model_path(), model)
+        said = "signal 11: llama.cpp crashed (a segmentation fault, SIGSEGV) with"
+        in_log = "Fatal Python error: Segmentation fault"
     config = EngineConfig(model_path=str(model), store_path=str(tmp_path / "learned.db"))
-    app = make_app(without_header_rules(config) if case == "assertion" else config, chats, tmp_path)
+    wrap = {"assertion": without_header_rules, "crash": crashing_at_generate}.get(case, lambda factory: factory)
+    app = make_app(wrap(config), chats, tmp_path)
     async with app.run_test(size=SIZE) as pilot:
         await send(pilot, "Hi")
         note = await notified(pilot, "engine process stopped", timeout=REPLY_TIMEOUT)

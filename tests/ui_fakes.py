@@ -253,6 +253,30 @@ def without_header_rules(factory: Callable[[], Any]) -> Callable[[], Any]:
     return functools.partial(_built_without_header_rules, factory)
 
 
+class _CrashingAtGenerate:
+    """The real engine whose first reply crashes inside llama.cpp: ``llama_get_logits`` given a
+    context pointer that points nowhere reads address 8 (SIGSEGV in llama.cpp's own code)."""
+
+    def __init__(self, factory: Callable[[], Any]) -> None:
+        self._engine = factory()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._engine, name)
+
+    def generate(self, *args: Any, **kwargs: Any) -> Any:
+        import ctypes
+
+        import llama_cpp
+
+        llama_cpp.llama_get_logits(ctypes.c_void_p(8))
+        raise AssertionError("llama_get_logits read address 8 and went on")
+
+
+def crashing_at_generate(factory: Callable[[], Any]) -> Callable[[], Any]:
+    """`factory`'s engine, built in the engine process, whose first reply crashes in llama.cpp."""
+    return functools.partial(_CrashingAtGenerate, factory)
+
+
 class RecordingEngine:
     """The real engine (built by `factory` in the engine process), logging what it is asked."""
 

@@ -27,6 +27,7 @@ from ..native import ONE_ROW_ALL, ONE_ROW_NONE, ONE_ROW_WIDE
 from ..gguf_file import is_gguf
 from ..hard_exit import hard_exit
 from ..wording import printable
+from ..native import fatal_signal
 from . import cxx_terminate
 from .limits import N_SEQ_MAX, check_n_batch, check_n_ctx, check_threads, default_threads
 from .offload import build_can_offload, parse_gpu_layers, plan_offload
@@ -159,6 +160,7 @@ def load_model_file(llama: Any, path: str, mparams: Any) -> tuple[Any, str]:
     if path in _loaded:
         _loaded.remove(path)
     _loaded.append(path)
+    fatal_signal.set_line(crash_line())
     model = llama.llama_model_load_from_file(os.fsencode(path), mparams)  # a path: any bytes
     return model, ("" if model else _first_error())
 
@@ -201,6 +203,12 @@ def terminate_line(type_name: str) -> str:
     return _cannot_run(f"llama.cpp stopped on an error it does not handle ({what})")
 
 
+def crash_line() -> str:
+    """The one line a crash ends the process with (native/fatal_signal.py: the handler writes the
+    signal's words in place of its mark), naming the model files loaded so far."""
+    return f"adaspark: error: {_cannot_run(f'llama.cpp crashed ({fatal_signal.WORDS_MARK})')}\n"
+
+
 def _cannot_run(what: str) -> str:
     files = " and ".join(_loaded[-2:]) or "no model loaded yet"
     return printable(f"{what} with {files}: a file it cannot run "
@@ -212,11 +220,13 @@ def _install_abort_line(llama_cpp) -> None:
     code 2, instead of SIGABRT after a backtrace (ggml forks gdb for it): the header rules
     (``check_llama_aborts``) refuse the aborts found so far before a file is loaded; this covers the
     rest, whatever the command; a C++ exception llama.cpp does not catch ends the same way
-    (cxx_terminate.py). ADASPARK_LLAMA_LOG keeps llama.cpp's own abort, backtrace and all."""
+    (cxx_terminate.py), and so does a crash (native/fatal_signal.py). ADASPARK_LLAMA_LOG keeps
+    llama.cpp's own abort, backtrace and all."""
     global _ABORT_CALLBACK
     if os.environ.get("ADASPARK_LLAMA_LOG"):
         return
     cxx_terminate.install(lambda type_name: f"adaspark: error: {terminate_line(type_name)}\n")
+    fatal_signal.install(crash_line())
     setter = getattr(llama_cpp.llama_cpp._lib, "ggml_set_abort_callback", None)
     if setter is None:
         return

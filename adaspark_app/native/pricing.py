@@ -11,7 +11,7 @@ numpy code stays the reference and the fallback (``engine/candidates.py``, ``lea
 ``engine/tree.py``, ``learn/precision.py``); the callers choose.
 
 The module is built against Python's stable ABI (3.11), so one build serves every later Python
-too. ``pip install`` builds it (setup.py, with the kernels); ``load`` builds it on first use if
+too. ``pip install`` builds it (setup.py, with the kernels; ``c_compile.py``); ``load`` builds it on first use if
 the installed one is missing or was built from another source (a checkout that moved on, the GPU
 run's copy of the tree), into ``native/lib/pricing/<digest>/``. Where it cannot be built (no C
 compiler, no Python headers, a read-only install) the numpy code runs, and ``status`` says why.
@@ -24,21 +24,19 @@ from __future__ import annotations
 
 import hashlib
 import os
-import shutil
-import subprocess
 import sys
 import sysconfig
 from pathlib import Path
 from types import ModuleType
 
 from .build import LIB_DIR
+from .c_compile import BuildError, build_command, built_or_why, compile_into, compiler
 
 SOURCE = Path(__file__).resolve().parent / "pricing.c"
 SWITCH = "ADASPARK_NUMPY_PRICING"
 # no -ffast-math: the same libm as numpy's fallback; no contraction of a * b + c into one rounding
 # (an FMA), which numpy's separate operations never make
 FLAGS = ("-O2", "-shared", "-fPIC", "-std=c11", "-Wall", "-ffp-contract=off")
-FAILED = "failed.txt"
 
 _loaded: ModuleType | None = None
 _status = "not loaded"
@@ -56,47 +54,16 @@ def target() -> Path:
     return LIB_DIR / "pricing" / digest() / "_pricing.abi3.so"
 
 
-def compiler() -> str | None:
-    """The C compiler: $CC, else cc or gcc on the PATH."""
-    cc = os.environ.get("CC", "").split()
-    if cc and shutil.which(cc[0]):
-        return cc[0]
-    return shutil.which("cc") or shutil.which("gcc")
-
-
-class BuildError(RuntimeError):
-    """The module could not be built (one line: why)."""
-
-
 def build(force: bool = False) -> Path:
-    """Compile ``pricing.c`` into ``target()`` (atomically: processes may race here), removing the
-    builds of earlier sources; BuildError with the compiler's first error line when it cannot."""
+    """Compile ``pricing.c`` into ``target()``, removing the builds of earlier sources; BuildError
+    with the compiler's first error line when it cannot."""
     out = target()
     if out.exists() and not force:
         return out
-    cc = compiler()
-    if cc is None:
-        raise BuildError("no C compiler (cc, gcc or $CC)")
     include = sysconfig.get_paths().get("include") or ""
     if not Path(include, "Python.h").exists():
         raise BuildError(f"no Python headers (Python.h) in {include or 'an unknown folder'}")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.{os.getpid()}")
-    cmd = [cc, *FLAGS, f"-I{include}", str(SOURCE), "-o", str(tmp), "-lm"]
-    try:
-        res = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
-    except (OSError, subprocess.TimeoutExpired) as e:
-        raise BuildError(f"{cc} failed to run: {e}") from None
-    if res.returncode != 0:
-        tmp.unlink(missing_ok=True)
-        first = next((ln for ln in res.stderr.splitlines() if "error" in ln), res.stderr.strip()[:200])
-        raise BuildError(f"{cc} failed: {first}")
-    os.replace(tmp, out)
-    (out.parent / FAILED).unlink(missing_ok=True)
-    for old in out.parent.parent.iterdir():  # builds of earlier sources (a process using one keeps its mapping)
-        if old.is_dir() and old != out.parent:
-            shutil.rmtree(old, ignore_errors=True)
-    return out
+    return compile_into(compiler(), [*FLAGS, f"-I{include}", str(SOURCE), "-lm"], out)
 
 
 def _import(path: Path) -> ModuleType:
@@ -119,23 +86,10 @@ def load() -> ModuleType | None:
     if os.environ.get(SWITCH, "") not in ("", "0"):
         _status = f"numpy ({SWITCH}={os.environ[SWITCH]})"
         return None
-    path = target()
-    failed = path.parent / FAILED
-    if not path.exists():
-        if failed.exists():  # a build of this source failed before: not again in every process
-            _status = f"numpy (C pricing not built: {failed.read_text(encoding='utf-8').strip()})"
-            return None
-        try:
-            build()
-        except (BuildError, OSError) as e:
-            why = str(e).splitlines()[0] if str(e) else type(e).__name__
-            try:
-                failed.parent.mkdir(parents=True, exist_ok=True)
-                failed.write_text(why + "\n", encoding="utf-8")
-            except OSError:
-                pass
-            _status = f"numpy (C pricing not built: {why})"
-            return None
+    path, why = built_or_why(target(), build)
+    if path is None:
+        _status = f"numpy (C pricing not built: {why})"
+        return None
     try:
         _loaded = _import(path)
     except (ImportError, OSError) as e:
@@ -152,18 +106,7 @@ def status() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    import argparse
-
-    ap = argparse.ArgumentParser(description="Build AdaSpark's round pricing in C for this Python.")
-    ap.add_argument("--force", action="store_true", help="rebuild even if this source's build exists")
-    a = ap.parse_args(argv)
-    try:
-        path = build(force=a.force)
-    except (BuildError, OSError) as e:
-        print(f"adaspark: C pricing not built: {e}", file=sys.stderr)
-        return 2
-    print(f"{path} ({status()})")
-    return 0
+    return build_command(argv, "AdaSpark's round pricing in C", build, lambda: f" ({status()})")
 
 
 if __name__ == "__main__":
