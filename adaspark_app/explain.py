@@ -2,7 +2,7 @@
 
 Every ROUNDS.jsonl row carries its decision trace (`decided_by`, `argmax`, `values`, ...). A round
 that the chooser decided verified its best-scored width (Eq. 7, or the per-round ratio until the
-band's rate is known); every other layer (a cold or split measurement, hysteresis, the CUSUM, a
+band's rate is known); every other layer (a cold, split or recheck measurement, hysteresis, the CUSUM, a
 stand-in, a clamp) verified another width, and its cost is what it gave up against that choice:
 V(argmax) - V(width), in tokens at the round's price of time rho, and in milliseconds at that
 price. (In ratio mode the ratio's best need not be V's best, so a cost can be negative.) A round the gates made plain built no tree, so it

@@ -63,3 +63,32 @@ def test_each_sides_own_figure_has_its_interval():
         lo, hi = res[f"{side}_interval"]
         assert lo <= res[side] <= hi
     assert res["base_interval"] == pytest.approx((1.2, 1.5), rel=1e-9)  # the single conversations bound it
+
+
+@pytest.mark.model
+def test_a_start_store_is_where_the_adaspark_arm_starts_and_goes_on_learning(tmp_path):
+    """--start-store: the run's adaspark arm opens a copy of the given learned store, learns into
+    the copy (the request summaries it held, and its own), and leaves the given file as it was; a
+    store that is not there is one line, exit 2."""
+    import json
+    import sqlite3
+
+    from adaspark_app.store import Store
+    from benchmarks.common import ROOT
+
+    script = tmp_path / "s.jsonl"
+    script.write_text(json.dumps({"id": "a", "turns": ["Say hello."]}) + "\n")
+    empty = tmp_path / "empty.db"
+    Store.open(empty).close()
+
+    def requests(db) -> int:
+        with sqlite3.connect(db) as conn:
+            return conn.execute("select count(*) from requests").fetchone()[0]
+
+    code_ab.run_side(ROOT, script, tmp_path / "first", None, 8, start_store=empty)
+    learned = tmp_path / "first" / "stores" / "adaspark.db"
+    assert (requests(learned), requests(empty)) == (1, 0)
+    code_ab.run_side(ROOT, script, tmp_path / "second", None, 8, start_store=learned)
+    assert (requests(tmp_path / "second" / "stores" / "adaspark.db"), requests(learned)) == (2, 1)
+    assert code_ab.main([str(script), "--base", str(ROOT), "--start-store", str(tmp_path / "nope.db"),
+                         "--out", str(tmp_path / "x")]) == 2

@@ -108,7 +108,7 @@ def test_plan_trace_names_cold_measurements_then_the_chooser():
         seen.append(plan.decided_by.value)
         if plan.decided_by == Decider.COLD:
             cold_widths.append(plan.width)
-        if plan.decided_by in (Decider.COLD, Decider.SPLIT):
+        if plan.decided_by in (Decider.COLD, Decider.SPLIT, Decider.RECHECK):
             assert plan.measured
         else:
             assert not plan.measured
@@ -216,7 +216,7 @@ def test_every_logged_round_carries_its_decision_trace(tmp_path, arm, allowed):
         for f in TRACE_FIELDS:
             assert f in row, f
         assert row["decided_by"] in allowed
-        assert row["measured"] == (row["decided_by"] in ("cold", "split"))
+        assert row["measured"] == (row["decided_by"] in ("cold", "split", "recheck"))
         if row["ends_at"]:  # the chain-end credit scored a rate-mode round; no verify runs past the chain
             assert row["mode"] == "rate" and row["values"] and row["width"] <= row["ends_at"]
         if row["bounded"]:  # a first verify at a bound is the chooser's own choice, not a measurement

@@ -38,6 +38,7 @@ REACH_PATIENCE: int = 8  # rounds before a pending width wider than every tree s
 SPLIT_PATIENCE: int = 512  # rounds a split width may wait for a round where it could win before it is dropped
 COLD_ALWAYS_BELOW: int = 16  # DEVIATION: ladder widths from this up whose bound passes COLD_RISK_STEPS are offered unmeasured at an upper bound (T(a) n / a) until a round verifies one; the others are measured where they could win at a lower bound
 COLD_RISK_STEPS: float = 5.0  # DEVIATION: a wide cold width whose upper-bound price exceeds this many plain steps waits at that bound (about a cold 8-row verify on the dearest CPU curve measured, SmolLM2 on the Xeon: 5.2)
+DOUBT_SLACK: float = 1.25  # DEVIATION: a priced width whose lowest time passes T(a) n / a of a narrower priced width a by this factor (SmolLM2's attention-bound 32 -> 64 rows passed it by 3%), or the lowest time of a wider width by this factor (3 and 5 rows cost up to 16% more than 4 and 8 on this CPU's kernels), is measured again where it could win until its level window is full (cost.in_doubt)
 CONDITIONAL_MEASUREMENTS: int = 1  # DEVIATION: every width above 1 is verified only where it could (cold, split) or did (wide ladder, at its bound) win, and is priced after 1
 ROOFLINE_SLOPE_SHARE: float = 0.5  # DEVIATION: a narrow cold width's lower-bound price rises by half the per-row slope of the two widest priced widths below it
 PENDING_STALL: int = 64  # rounds a width may wait for a tree wide enough before it stops forcing drafting

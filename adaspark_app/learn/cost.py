@@ -39,6 +39,7 @@ from .constants import (
     COLD_ALWAYS_BELOW,
     COLD_RISK_STEPS,
     CONDITIONAL_MEASUREMENTS,
+    DOUBT_SLACK,
     FIXED_EMA_WEIGHT,
     LADDER,
     NEAR_FACTOR,
@@ -197,6 +198,7 @@ class VerifyCostModel:
         self._cold: list[int] = []  # cold_pending(), split_pending(), measurable_pending(): likewise
         self._split: list[int] = []
         self._measurable: list[int] = []
+        self._doubt: list[int] = []  # in_doubt(): likewise
         self._grew_at = 0  # rounds_seen when max_available last grew (not persisted: 0 on load)
 
     # --- the table -----------------------------------------------------------------------
@@ -222,7 +224,38 @@ class VerifyCostModel:
             self._cold = [w for w in pend if self.classes[w].origin != "split"]
             self._split = [w for w in pend if self.classes[w].origin == "split"]
             self._measurable = [w for w in self._cold if w not in self._bounded]
+            self._doubt = self._doubted(ws)
         return self._pending
+
+    def in_doubt(self) -> list[int]:
+        """Priced widths whose lowest measured time is not one a verify of their rows can take,
+        with fewer than LEVEL_WINDOW measurements: measured again in rounds where they could win
+        (``scheduler._recheck``), narrowest first (a deviation from §3.2).
+
+        A width is priced after one measurement, and interference only raises a time: a verify
+        measured while another process had the cores was priced at that time, so the chooser never
+        verified at it again, and the store kept the price for every later session. Width 2 of the
+        bundled model, measured once at 520 ms while another process loaded models (a plain step
+        took 12 ms), was priced at 290 ms and never verified again, and the cold widths 4 and 8,
+        whose lower bound it was, were never measured. Two signs, each past DOUBT_SLACK: the time
+        passes the proportional bound T(a) n / a of a narrower priced width a (``prices``: a
+        verify's time rises at most in proportion to its rows), or a wider priced width's lowest
+        time (the slack: this CPU's kernels tile rows by 4 and 8, so 3 and 5 rows cost up to 16%
+        more than 4 and 8 did). On a GPU, where a kernel switch can make a narrower batch dearer
+        by more, the rechecks end when the class's level window is full."""
+        self.pending()
+        return self._doubt
+
+    def _doubted(self, ws: list[int]) -> list[int]:
+        priced = [(w, self.classes[w].law.lowest) for w in ws if self.classes[w].priced]
+        out: list[int] = []
+        for i, (w, low) in enumerate(priced):
+            if w == 1 or self.classes[w].count >= LEVEL_WINDOW:
+                continue
+            if (any(low > DOUBT_SLACK * t_a * w / a for a, t_a in priced[:i])
+                    or any(low > DOUBT_SLACK * t_b for _, t_b in priced[i + 1:])):
+                out.append(w)
+        return out
 
     def cold_pending(self) -> list[int]:
         """Unmeasured ladder and reach widths: measured unconditionally, narrowest first."""
@@ -368,10 +401,11 @@ class VerifyCostModel:
             return
         was_priced, lowest = cls.priced, cls.law.lowest
         cls.observe(context, verify_s, self.d_clock(), self.last_drafter)
-        if not was_priced or cls.law.lowest != lowest:
-            # pending() and at_bound() read the counts of unpriced classes and the lowest times
-            # (bound_steps): a priced class's verify that set no new lowest changes neither, and
-            # most rounds' verifies are such (recomputing them cost ~30 us a round, cold)
+        if not was_priced or cls.law.lowest != lowest or width in self._doubt:
+            # pending(), at_bound() and in_doubt() read the counts of unpriced and doubted classes
+            # and the lowest times (bound_steps): a priced class's verify that set no new lowest
+            # changes none, and most rounds' verifies are such (recomputing them cost ~30 us a
+            # round, cold)
             self._pending = None
 
     def end_request(self) -> int:

@@ -47,6 +47,7 @@ class Decider(str, Enum):
     PRESSURE = "pressure"  # the CUSUM of an alternative's advantages cleared the margin (chooser.py)
     COLD = "cold"  # a cold-start measurement of a width not yet priced (Algorithm 1 line 8; RowClass.needed)
     SPLIT = "split"  # a measurement of a new split width, in a round where it could win (§3.2)
+    RECHECK = "recheck"  # a priced width measured again where it could win: its time is one its rows cannot take (cost.in_doubt)
     CLAMP = "clamp"  # the width was cut to what the tree, the reply's token budget or the context holds
     LONG_COPY = "long_copy"  # a confirmed long copy verified whole, as llama.cpp's ngram-mod would (arms.py)
     DRAFT_GATE = "draft_gate"  # the draft gate skipped drafting: a plain one-token step

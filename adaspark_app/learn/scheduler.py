@@ -208,11 +208,15 @@ class WidthScheduler:
         if measure is not None and not self._cold_could_win(measure, scored, s_d, s_n, gains, rho_m):
             measure = next((w for w in self.cost.measurable_pending() if measure < w <= available
                             and self._cold_could_win(w, scored, s_d, s_n, gains, rho_m)), None)
+        recheck = (self._recheck(available, scored, s_d, s_n, gains, rho_m)
+                   if measure is None and may_measure and scored else None)
 
         best = self.chooser.argmax(scored) if scored else None  # Eq. (7) without hysteresis (trace, chooser)
         if measure is not None:
             width, measured, decided_by = measure, True, Decider.COLD
             self.stall = 0
+        elif recheck is not None:
+            width, measured, decided_by = recheck, True, Decider.RECHECK
         else:
             measured = False
             if self.cost.measurable_pending() and may_measure:
@@ -300,6 +304,19 @@ class WidthScheduler:
         e = self.chooser.expected_tokens(n, s_d, s_n, gains)
         sec = scored[a].seconds  # D + T(a)
         return Scored(n, e, sec, e - rho * sec if rho is not None else e / max(sec, 1e-12))
+
+    def _recheck(
+        self, available: int, scored: dict[int, Scored], s_d: list[float], s_n: list[float],
+        gains: tuple[float, float, float, float], rho: float | None,
+    ) -> int | None:
+        """The narrowest width in doubt (``VerifyCostModel.in_doubt``: priced at a time a verify of
+        its rows cannot take) this round's tree fills and could win at, at the lower bound a cold
+        width is measured at (``_cold_could_win``); None most rounds (no width is in doubt)."""
+        doubt = self.cost.in_doubt()
+        if not doubt:
+            return None
+        return next((w for w in doubt if w <= available and self._cold_could_win(w, scored, s_d, s_n, gains, rho)),
+                    None)
 
     def _cold_could_win(
         self, w: int, scored: dict[int, Scored], s_d: list[float], s_n: list[float],

@@ -11,7 +11,11 @@ Identity: every run's `adaspark` reply equals its `ar` reply, and `ar`'s replies
 under both checkouts (the code under test did not change what plain decode emits).
 
     python -m benchmarks.speed.code_ab SET.jsonl --base /path/to/reference-checkout \\
-        [--head .] [--model GGUF] [--pairs 2] [--max-tokens 128] --out DIR
+        [--head .] [--model GGUF] [--pairs 2] [--max-tokens 128] [--start-store DB] --out DIR
+
+``--start-store DB``: every run's adaspark arm starts from a copy of that learned store (what a
+user's store holds after earlier sessions) instead of an empty one; the copy learns on through
+the run as a chat's would.
 
 Each checkout needs its native kernels built (or a link to a build of the same kernels); each
 run's report says which kernels ran. Writes DIR/<side>-<k>/ (the bench reports) and DIR/ab.md.
@@ -22,6 +26,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import shutil
 import subprocess
 import sys
 from collections import defaultdict
@@ -33,12 +38,19 @@ from benchmarks.common import ROOT, cpu_model, read_jsonl
 ARMS = ("ar", "adaspark")
 
 
-def run_side(checkout: Path, script: Path, out: Path, model: str | None, max_tokens: int) -> None:
-    """`adaspark bench` with the package of `checkout` (its own adaspark_app first on the path)."""
+def run_side(checkout: Path, script: Path, out: Path, model: str | None, max_tokens: int,
+             start_store: Path | None = None) -> None:
+    """`adaspark bench` with the package of `checkout` (its own adaspark_app first on the path);
+    the adaspark arm from a copy of `start_store` where one is given."""
     argv = [sys.executable, "-m", "adaspark_app.cli", "bench", str(script), "--arms", ",".join(ARMS),
             "--max-tokens", str(max_tokens), "--keep-capped", "--no-progress", "--report", str(out)]
     if model:
         argv += ["--model", model]
+    if start_store is not None:
+        stores = out / "stores"
+        stores.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(start_store, stores / "adaspark.db")
+        argv += ["--store-dir", str(stores)]
     env = dict(os.environ, PYTHONPATH=str(checkout))
     subprocess.run(argv, cwd=checkout, env=env, check=True)
 
@@ -109,6 +121,7 @@ def report(res: dict, args: argparse.Namespace) -> str:
         "",
         f"`python -m benchmarks.speed.code_ab {args.script} --base {args.base} --head {args.head} "
         f"--pairs {args.pairs} --max-tokens {args.max_tokens}" + (f" --model {args.model}" if args.model else "")
+        + (f" --start-store {args.start_store}" if args.start_store else "")
         + f" --out {args.out}`; {cpu_model()}, {os.cpu_count()} CPUs.",
         "",
         "| | value |",
@@ -132,6 +145,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--pairs", type=int, default=2, help="runs of each checkout (default 2)")
     ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--out", required=True, metavar="DIR")
+    ap.add_argument("--start-store", default=None, metavar="DB",
+                    help="the adaspark arm of every run starts from a copy of this learned store")
     ap.add_argument("--report-only", action="store_true", help="read DIR's runs; run nothing")
     args = ap.parse_args(argv)
     script = Path(args.script).resolve()
@@ -140,6 +155,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.pairs < 1:
         print("code_ab: error: --pairs must be at least 1", file=sys.stderr)
+        return 2
+    start = Path(args.start_store).resolve() if args.start_store else None
+    if start is not None and not start.is_file():
+        print(f"code_ab: error: no store {args.start_store}", file=sys.stderr)
         return 2
     out = Path(args.out)
     sides = {"base": Path(args.base).resolve(), "head": Path(args.head).resolve()}
@@ -151,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
         for k in range(args.pairs):
             for name in (("base", "head") if k % 2 == 0 else ("head", "base")):
                 print(f"== {name} run {k + 1}", flush=True)
-                run_side(sides[name], script, (out / f"{name}-{k + 1}").resolve(), args.model, args.max_tokens)
+                run_side(sides[name], script, (out / f"{name}-{k + 1}").resolve(), args.model, args.max_tokens, start)
     runs = {name: [read_jsonl(replies_file(out / f"{name}-{k + 1}")) for k in range(args.pairs)] for name in sides}
     text = report(compare(runs["base"], runs["head"]), args)
     (out / "ab.md").write_text(text, encoding="utf-8")
