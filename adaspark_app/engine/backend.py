@@ -23,11 +23,10 @@ import numpy as np
 
 from .. import native
 from ..errors import ConfigError, ContextOverflowError, ModelLoadError
-from ..native import ONE_ROW_ALL, ONE_ROW_NONE, ONE_ROW_WIDE
+from ..native import ONE_ROW_ALL, ONE_ROW_NONE, ONE_ROW_WIDE, fatal_signal
 from ..gguf_file import is_gguf
 from ..hard_exit import hard_exit
 from ..wording import printable
-from ..native import fatal_signal
 from . import cxx_terminate
 from .limits import N_SEQ_MAX, check_n_batch, check_n_ctx, check_threads, default_threads
 from .offload import build_can_offload, parse_gpu_layers, plan_offload

@@ -4,13 +4,14 @@ llama.cpp's failed assertions (ggml's abort callback, ``engine/backend.py``) and
 it lets out (``engine/cxx_terminate.py``) end an AdaSpark process in one line naming the file. A
 crash did not: a read out of bounds, an overflowed stack, an instruction this CPU lacks (a build
 of llama.cpp made for another CPU) ended it with the signal (the shell's ``Segmentation fault
-(core dumped)``, exit 139), and the chat's engine process with "exit code -11". ``install`` puts a
+(core dumped)``, exit 139), and the chat's notice said only "signal 11". ``install`` puts a
 handler for SIGSEGV, SIGBUS, SIGFPE, SIGILL and SIGABRT in place (``fatal_signal.c``): it writes
 the line ``set_line`` last gave (the backend gives it again at each model load, naming the files)
 with the signal's words in it, and exits with code 2.
 
-The handler is C and calls only ``write`` and ``_exit``: after a crash the heap, the interpreter and
-their locks may be in any state, so it runs no Python, and a temporary store it cannot remove is
+The handler is C and calls only async-signal-safe functions (``write``, ``_exit``; ``sigaction``
+and ``raise`` to chain): after a crash the heap, the interpreter and their locks may be in any
+state, so it runs no Python, and a temporary store it cannot remove is
 removed by the next ``run`` or ``bench`` (``hard_exit.sweep``, as after a SIGKILL). On the thread
 that installs it (the main one, where llama.cpp tokenizes and decodes) it runs on a stack of its
 own, so a stack overflow is named too.
