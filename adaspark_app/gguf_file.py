@@ -276,6 +276,8 @@ def rwkv_lone_start(tokens: list[bytes]) -> int | None:
 
 def _first_repeat(tokens: list[bytes]) -> tuple[int, int] | None:
     """(earlier id, id) of the first token whose bytes an earlier token has, or None."""
+    if len(set(tokens)) == len(tokens):  # the usual answer, at C speed
+        return None
     seen: dict[bytes, int] = {}
     for i, t in enumerate(tokens):
         first = seen.setdefault(t, i)
@@ -502,7 +504,7 @@ class _Walk:
             pos = end
         else:
             self.pos = pos
-            return (None if len(set(strings)) == n else _first_repeat(strings)), strings  # the set: C speed
+            return _first_repeat(strings), strings
         raise self.fail(f"array {key} runs past the end of the file")
 
     def skip_array(self, item_type: int, n: int, key: str, depth: int) -> None:

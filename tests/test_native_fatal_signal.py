@@ -31,12 +31,15 @@ CRASH_IN_LLAMA_CPP = textwrap.dedent("""
 """)
 
 
-def _child(code: str, *args: str, env: dict | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+def _child(code: str, *args: str, argv: tuple[str, ...] = (), env: dict | None = None,
+           timeout: float = 120) -> subprocess.CompletedProcess:
+    """`python ARGS -c CODE ARGV` with faulthandler and ADASPARK_LLAMA_LOG off unless `env` sets them."""
     full = dict(os.environ)
     full.pop("PYTHONFAULTHANDLER", None)
     full.pop("ADASPARK_LLAMA_LOG", None)
     full.update(env or {})
-    return subprocess.run([sys.executable, *args, "-c", code], capture_output=True, text=True, timeout=timeout, env=full)
+    return subprocess.run([sys.executable, *args, "-c", code, *argv], capture_output=True, text=True,
+                          timeout=timeout, env=full)
 
 
 def test_a_crash_inside_llama_cpp_is_one_line_and_exit_2():
@@ -122,21 +125,18 @@ def test_adaspark_run_crashing_in_llama_cpp_keeps_the_first_reply_and_names_the_
     script.write_text('{"id": "a", "turns": ["Say hello."]}\n{"id": "b", "turns": ["Say bye."]}\n')
     out = tmp_path / "out.jsonl"
     (tmp_path / "tmp").mkdir()
-    full = dict(os.environ, TMPDIR=str(tmp_path / "tmp"))
-    full.pop("PYTHONFAULTHANDLER", None)
-    full.pop("ADASPARK_LLAMA_LOG", None)
-    proc = subprocess.run([sys.executable, "-c", RUN_CRASHING_IN_THE_SECOND_REPLY, "run", str(script), "--out",
-                           str(out), "--fresh-store", "--max-tokens", "4"], capture_output=True, text=True,
-                          timeout=300, env=full)
+    env = {"TMPDIR": str(tmp_path / "tmp")}
+    proc = _child(RUN_CRASHING_IN_THE_SECOND_REPLY, argv=("run", str(script), "--out", str(out), "--fresh-store",
+                                                          "--max-tokens", "4"), env=env, timeout=300)
     assert proc.returncode == 2, proc.stderr
     last = proc.stderr.rstrip("\n").splitlines()[-1]
     assert last == f"{LINE_START}a segmentation fault, SIGSEGV) with {default_model_path()}{LINE_END}"
     assert [json.loads(line)["conversation"] for line in out.read_text().splitlines()] == ["a"]
     left = list((tmp_path / "tmp").iterdir())
     assert len(left) == 1  # the handler runs no Python: the store's folder stays, its lock dropped
-    again = subprocess.run([sys.executable, "-m", "adaspark_app.cli", "run", str(script), "--out",
-                            str(tmp_path / "again.jsonl"), "--fresh-store", "--max-tokens", "2"],
-                           capture_output=True, text=True, timeout=300, env=full)
+    again = _child("import sys\nfrom adaspark_app.cli import main\nsys.exit(main(sys.argv[1:]))",
+                   argv=("run", str(script), "--out", str(tmp_path / "again.jsonl"), "--fresh-store", "--max-tokens", "2"),
+                   env=env, timeout=300)
     assert again.returncode == 0, again.stderr
     assert list((tmp_path / "tmp").iterdir()) == []
 
