@@ -105,9 +105,11 @@ def build_parser() -> argparse.ArgumentParser:
     add_sampling_options(c)
 
     r = sub.add_parser("run", help="headless scripted conversations")
-    r.add_argument("script", help="SCRIPT.jsonl: one conversation per line")
-    r.add_argument("--model")
-    r.add_argument("--drafter")
+    r.add_argument("script", help='SCRIPT.jsonl: one conversation per line, {"id": "c1", "turns": ["a user '
+                                  'message", ...], "system": "optional system prompt"}')
+    r.add_argument("--model", help="target GGUF, a path or a name `adaspark models` lists (default: the bundled "
+                                   "SmolLM2-135M-Instruct)")
+    r.add_argument("--drafter", help="DSpark drafter GGUF, or 'default'")
     r.add_argument("--arm", default="adaspark", help="adaspark | ar | chain:K | pinned:N")
     r.add_argument("--max-tokens", default=256, help="tokens per reply at most (default 256)")
     g = r.add_mutually_exclusive_group()

@@ -29,12 +29,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
                     "mean of per-reply decode-speed ratios against the first arm with a 95% "
                     "bootstrap interval over conversations.",
     )
-    p.add_argument("script", metavar="SCRIPT.jsonl")
+    p.add_argument("script", metavar="SCRIPT.jsonl", help="one conversation per line, as `adaspark run` reads")
     p.add_argument("--arms", required=True,
                    help="comma-separated arms, the first is the base: adaspark | ar | chain:K | pinned:N; "
                         "ARM+drafter runs that arm with --drafter (then the others run without it)")
-    p.add_argument("--model", default=None, help="target GGUF (default: bundled SmolLM2-135M-Instruct)")
-    p.add_argument("--drafter", default=None, help="DSpark drafter GGUF")
+    p.add_argument("--model", default=None, help="target GGUF, a path or a name `adaspark models` lists "
+                                                 "(default: the bundled SmolLM2-135M-Instruct)")
+    p.add_argument("--drafter", default=None, help="DSpark drafter GGUF, or 'default'")
     p.add_argument("--max-tokens", type=int, default=DEFAULT_MAX_TOKENS,
                    help=f"token cap per reply; a reply reaching it counts as looped (default {DEFAULT_MAX_TOKENS})")
     p.add_argument("--repeats", type=int, default=1, help="passes over the script (default 1)")
