@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from adaspark_app.cli import main
-from adaspark_app.engine.sampling import (LLAMA_TEMPERATURE, Distribution, Sampler, SamplingSettings,
-                                          chat_defaults, processed_distribution, settings_from,
-                                          temperature_band, uniform)
+from adaspark_app.engine.sampling import (LLAMA_TEMPERATURE, TOP_K_GAPS, Distribution, Sampler,
+                                          SamplingSettings, _top_k_within, chat_defaults, processed_distribution,
+                                          settings_from, temperature_band, uniform)
 from adaspark_app.engine.tree import Candidates, child_labels, layout, sampled_path, KIND_NGRAM
 from adaspark_app.errors import ArgumentError
 
@@ -65,6 +65,39 @@ def test_canonical_order_breaks_ties_by_token_id():
     logits = np.array([1.0, 3.0, 3.0, 0.5, 3.0], dtype=np.float32)
     d = processed_distribution(logits, SamplingSettings(temperature=1.0, top_k=2, top_p=1.0, min_p=0.0))
     assert d.tokens.tolist() == [1, 2]  # three tie at 3.0: top-2 keeps the lowest ids, in id order
+
+
+def _rows_of_every_spread(rng, n=49_152):
+    """Rows of a real vocabulary's size whose top k lie within each gap of TOP_K_GAPS, beyond them
+    all, with many ties at the k-th logit, and with most of the row at -inf."""
+    for scale in (0.5, 5.0, 12.0, 18.0, 40.0, 200.0):
+        yield f"spread {scale}", (rng.standard_normal(n) * scale).astype(np.float32)
+    tied = np.round(rng.standard_normal(n) * 3).astype(np.float32)  # thousands share each value
+    yield "ties at the cut", tied
+    masked = np.full(n, -np.inf, dtype=np.float32)
+    masked[rng.choice(n, 30, replace=False)] = rng.standard_normal(30).astype(np.float32)
+    yield "30 finite logits", masked
+
+
+@pytest.mark.parametrize("top_k,paths_taken", [(1, {12.0}), (40, {12.0, 24.0, "whole row"}),
+                                               (300, {12.0, 48.0, "whole row"})])
+def test_the_top_k_taken_near_the_largest_logit_is_the_whole_rows(top_k, paths_taken):
+    rng = np.random.default_rng(11)
+    s = SamplingSettings(temperature=0.9, top_k=top_k, top_p=0.95, min_p=0.01)
+    paths = set()
+    for what, logits in _rows_of_every_spread(rng):
+        within = _top_k_within(logits, top_k)
+        paths.add("whole row" if within is None else
+                  next(g for g in TOP_K_GAPS if len(within) == np.count_nonzero(logits >= logits.max() - np.float32(g))))
+        if within is not None:  # every logit at or above the k-th largest, ties with it included
+            kth = np.sort(logits)[::-1][top_k - 1]
+            assert set(np.flatnonzero(logits >= kth).tolist()) <= set(within.tolist()), what
+        with np.errstate(divide="ignore", invalid="ignore"):
+            want = reference(logits, s)
+        got = processed_distribution(logits, s)
+        assert got.tokens.tolist() == list(want), f"{what}: kept tokens or their order differ"
+        np.testing.assert_allclose(got.probs, list(want.values()), rtol=1e-9, atol=1e-12)
+    assert paths == paths_taken  # the rows reach each gap they were made for (TOP_K_GAPS: 12, 24, 48)
 
 
 def test_draw_is_the_inverse_cdf_of_u():

@@ -226,13 +226,37 @@ def _top(logits: np.ndarray, ids: np.ndarray, m: int) -> np.ndarray:
     return part[np.lexsort((ids[part], -logits[part]))]
 
 
+# Gaps below the row's largest logit tried in turn for the top-k's candidates (_top_k_within). The
+# bundled model's 40th largest logit lay 4-12 below its largest at T 0.8's defaults.
+TOP_K_GAPS = (12.0, 24.0, 48.0)
+
+
+def _top_k_within(logits: np.ndarray, k: int) -> np.ndarray | None:
+    """Positions of the logits within a gap of the largest, for the first gap of TOP_K_GAPS that
+    holds at least k of them, in id order; None where none does or the largest is not finite.
+
+    At least k logits at or above a threshold put the k-th largest at or above it too, so these
+    positions hold the top k and every logit tied with the k-th: selecting among them gives what
+    selecting among the whole row gives, bit for bit. A compare over a 49,152-token row costs a
+    few tens of microseconds, a partial selection over it about a millisecond (float64 here)."""
+    mx = logits.max()
+    if not np.isfinite(mx):
+        return None
+    for gap in TOP_K_GAPS:
+        within = np.flatnonzero(logits >= mx - np.float32(gap))
+        if len(within) >= k:
+            return within
+    return None
+
+
 def processed_distribution(row: np.ndarray, s: SamplingSettings, history: Sequence[int] = ()) -> Distribution:
     """The target's processed distribution for one row of logits (llama.cpp's chain, see the module).
 
     history: the tokens of the row's own prefix (committed tokens, then the tree path above the
     row); the repeat penalty reads its last `repeat_last_n`. No full-vocabulary sort: top-k is a
-    partial selection, and min-p (which commutes with top-p: both keep a prefix of the same order
-    and neither changes the max) filters before the survivors are sorted.
+    partial selection among the logits near the largest (`_top_k_within`), and min-p (which
+    commutes with top-p: both keep a prefix of the same order and neither changes the max) filters
+    before the survivors are sorted.
     """
     logits = np.asarray(row, dtype=np.float32)
     if s.repeat_penalty != 1.0 and s.repeat_last_n > 0 and len(history):
@@ -241,9 +265,15 @@ def processed_distribution(row: np.ndarray, s: SamplingSettings, history: Sequen
         logits = logits.copy()
         v = logits[last]
         logits[last] = np.where(v <= 0, v * np.float32(s.repeat_penalty), v / np.float32(s.repeat_penalty))
-    logits = logits.astype(np.float64)
-    ids = np.arange(len(logits), dtype=np.int64)
-    if 0 < s.top_k < len(logits):
+    within = _top_k_within(logits, s.top_k) if 0 < s.top_k < len(logits) else None
+    if within is not None:  # the few logits that hold the top k: the rest is never read again
+        ids = within
+        logits = logits[within].astype(np.float64)
+    else:
+        logits = logits.astype(np.float64)
+        ids = np.arange(len(logits), dtype=np.int64)
+    ordered = within is not None or 0 < s.top_k < len(logits)
+    if ordered:  # top-k, in canonical order: z below sums in it, and min-p and top-p keep prefixes of it
         keep = _top(logits, ids, s.top_k)[:s.top_k]
         logits, ids = logits[keep], ids[keep]
     # probabilities at temperature 1 over what top-k kept: top-p and min-p read these
@@ -253,20 +283,26 @@ def processed_distribution(row: np.ndarray, s: SamplingSettings, history: Sequen
     if s.min_p > 0.0:
         keep = np.flatnonzero(logits >= mx + math.log(s.min_p))
         logits, ids, w = logits[keep], ids[keep], w[keep]
-    if s.top_p < 1.0:
-        m = min(len(logits), 256)
-        while True:  # adaptive partial sort, as llama.cpp's top-p: widen until the mass reaches p
-            order = _top(logits, ids, m)
-            cum = np.cumsum(w[order]) / z
-            hit = np.flatnonzero(cum >= s.top_p)
-            if hit.size or len(order) == len(logits):
-                n = int(hit[0]) + 1 if hit.size else len(order)
-                order = order[:n]
-                break
-            m = min(len(logits), m * 4)
+    if ordered:
+        if s.top_p < 1.0:  # the shortest prefix whose mass reaches p (a cumulative sum's prefix is its own)
+            hit = np.flatnonzero(np.cumsum(w) / z >= s.top_p)
+            n = int(hit[0]) + 1 if hit.size else len(logits)
+            logits, ids = logits[:n], ids[:n]
     else:
-        order = _top(logits, ids, len(logits))
-    logits, ids = logits[order], ids[order]
+        if s.top_p < 1.0:
+            m = min(len(logits), 256)
+            while True:  # adaptive partial sort, as llama.cpp's top-p: widen until the mass reaches p
+                order = _top(logits, ids, m)
+                cum = np.cumsum(w[order]) / z
+                hit = np.flatnonzero(cum >= s.top_p)
+                if hit.size or len(order) == len(logits):
+                    n = int(hit[0]) + 1 if hit.size else len(order)
+                    order = order[:n]
+                    break
+                m = min(len(logits), m * 4)
+        else:
+            order = _top(logits, ids, len(logits))
+        logits, ids = logits[order], ids[order]
     p = np.exp((logits - logits[0]) / s.temperature)
     return Distribution(ids, p / p.sum())
 

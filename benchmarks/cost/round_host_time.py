@@ -44,9 +44,13 @@ twin built from another revision's package (``git archive``, imported beside thi
 ``adaspark_at_REV``, with this checkout's kernels): the host time of two versions of the code,
 interleaved per conversation in one process, not two runs that differ by the machine's drift.
 
+With ``--temperature T`` every reply is sampled (seed ``--seed``, llama.cpp's other defaults), so the
+host time holds each drawn token's processed distribution (engine/sampling.py); every engine's
+replies must still be `ar`'s.
+
     python -m benchmarks.cost.round_host_time SCRIPT.jsonl [--limit 10] [--max-tokens 128] [--no-reuse] [--parts]
         [--cache] [--scripted [--curve 1:6.6,16:8.3,32:9.3,64:11.8] [--overlap]] [--events] [--against REV]
-        [--out FILE.md]
+        [--temperature T [--seed S]] [--out FILE.md]
 """
 
 from __future__ import annotations
@@ -135,6 +139,15 @@ def _package_at(rev: str) -> str:
 def _engine_at(package: str) -> ChatEngine:
     """`adaspark` as ``_engine`` makes it, from the package ``_package_at`` made."""
     return _engine("adaspark", engine_class=importlib.import_module(f"{package}.engine.chat_engine").ChatEngine)
+
+
+def _sampling_for(eng: ChatEngine, temperature: float, seed: int) -> object | None:
+    """The replies' sampling settings, of the engine's own package (another revision's twin checks
+    for its own class); None (greedy) at temperature 0."""
+    if temperature <= 0:
+        return None
+    package = type(eng).__module__.split(".")[0]
+    return importlib.import_module(f"{package}.engine.sampling").SamplingSettings(temperature=temperature, seed=seed)
 
 
 def _event_batcher() -> EventBatcher:
@@ -319,10 +332,17 @@ def main() -> None:
                     help="add a twin of each `adaspark` engine that prices its rounds with the numpy code, not C")
     ap.add_argument("--against", metavar="REV", default=None,
                     help="add a twin of the last `adaspark` engine built from git revision REV's code")
+    ap.add_argument("--temperature", type=float, default=0.0,
+                    help="sample every reply at this temperature, llama.cpp's other defaults (0: greedy)")
+    ap.add_argument("--seed", type=int, default=7, help="with --temperature: the replies' seed (default 7)")
     ap.add_argument("--out", type=Path, default=None)
     a = ap.parse_args()
     if a.overlap and not a.scripted:
         ap.error("--overlap needs --scripted (a real forward overlaps only on a GPU)")
+    if a.temperature < 0:
+        ap.error("--temperature must be >= 0")
+    if a.temperature > 0 and a.scripted:
+        ap.error("--temperature needs the real forward: --scripted replays greedy replies")
     try:
         curve = parse_curve(a.curve)
     except ValueError as e:
@@ -364,6 +384,7 @@ def main() -> None:
     differ = 0
     batcher = _event_batcher() if a.events else None
     per_conv: dict[str, dict[str, float]] = {name: {} for name in names}
+    texts: dict[str, dict[str, list[str]]] = {name: {} for name in names}
     for i, c in enumerate(convs):
         k = i % len(names)
         for name in names[k:] + names[:k]:
@@ -373,7 +394,9 @@ def main() -> None:
             on_round = batcher.add if batcher is not None else None
             on_reply = (lambda _: batcher.flush()) if batcher is not None else None
             if refs is None:
-                run_conversation(eng, c, a.max_tokens, on_round=on_round, on_reply=on_reply)
+                replies = run_conversation(eng, c, a.max_tokens, on_round=on_round, on_reply=on_reply,
+                                           sampling=_sampling_for(eng, a.temperature, a.seed))
+                texts[name][c.id] = [r.text for r in replies]
             else:
                 replies = replay_conversation(eng, scripted[name], c, refs[i], a.max_tokens, on_round, on_reply)
                 differ += sum(r.text != ref.text for r, ref in zip(replies, refs[i]))
@@ -395,7 +418,13 @@ def main() -> None:
     cmd += " --events" if a.events else ""
     cmd += " --numpy-pricing" if a.numpy_pricing else ""
     cmd += f" --against {a.against}" if a.against else ""
-    how = ("Host time = round wall time less the verify (llama_decode + argmax)." if not a.scripted else
+    cmd += f" --temperature {a.temperature:g} --seed {a.seed}" if a.temperature > 0 else ""
+    differ += sum(texts[name] != texts["ar"] for name in names[1:]) if refs is None else 0
+    how = ("Host time = round wall time less the verify (llama_decode + argmax); "
+           + (f"every reply sampled at T {a.temperature:g}, seed {a.seed}, llama.cpp's other defaults (the "
+              "processed distribution is host time); " if a.temperature > 0 else "greedy; ")
+           + (f"every engine's replies the same as `ar`'s." if differ == 0 else
+              f"{differ} engines' replies differ from `ar`'s: a defect.") if not a.scripted else
            f"Scripted target: every forward waits the modeled time of the curve {a.curve} (rows:ms) spinning "
            "on the host, and each arm commits the reply of a real `ar` run "
            f"({'every reply the same' if differ == 0 else f'{differ} replies differed: a defect'}); host time = "
