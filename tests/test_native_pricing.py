@@ -1,6 +1,7 @@
 """The round's pricing in C (adaspark_app/native/pricing.c) against its numpy reference: the same
 columns, design, estimates, Q, order and S(n) on random trees and on the real engine's rounds; the
-same replies and widths end to end; and a build that cannot happen leaves the numpy code running."""
+same replies and widths end to end; a sampled row's top k; and a build that cannot happen leaves the
+numpy code running."""
 
 from __future__ import annotations
 
@@ -189,6 +190,44 @@ def test_c_class_counts_equal_the_numpy_reference_bit_for_bit(numpy_pricing):
         C_MODULE.observe_classes(p.class_hits, p.class_trials, [1], [p.class_hits.shape[1]], [1], 0.5,
                                  p.class_hits.shape[1])
     assert np.array_equal(before, p.class_trials)
+
+
+def test_c_top_k_gives_a_sampled_rows_distribution_bit_for_bit_as_numpy(numpy_pricing):
+    """Guards ``top_k``: on rows of a real vocabulary's size, of every spread, with ties at the k-th
+    logit, -inf and +inf, the processed distribution is the numpy way's bit for bit at k = 1, 40 and
+    more; a row with a NaN goes to the numpy way; a k the row cannot hold is refused."""
+    from adaspark_app.engine.sampling import SamplingSettings, _top_k_in_c, processed_distribution
+    rng = np.random.default_rng(9)
+    n = 49_152
+    rows = [(rng.standard_normal(n) * scale).astype(np.float32) for scale in (0.5, 3.0, 12.0, 40.0)]
+    rows.append(np.round(rng.standard_normal(n) * 2).astype(np.float32))  # thousands tie at each value
+    rows.append(np.where(rng.random(n) < 0.999, -np.inf, rng.standard_normal(n)).astype(np.float32))
+    rows.append(rows[1].copy())
+    rows[-1][[7, 900]] = np.inf
+    nan_row = rows[1].copy()
+    nan_row[30_000] = np.nan
+    assert _top_k_in_c(nan_row, 40) is None
+    compared = 0
+    for k in (1, 40, 1000, n - 1):
+        s = SamplingSettings(temperature=0.7, top_k=k, top_p=0.9, min_p=0.02, repeat_penalty=1.2, repeat_last_n=16)
+        for row in rows:
+            history = rng.integers(0, n, 16).tolist()
+            got = []
+            for numpy_on in (True, False):
+                numpy_pricing(numpy_on)
+                with np.errstate(invalid="ignore"):
+                    got.append(processed_distribution(row, s, history))
+            (a, b) = got
+            assert a.tokens.tolist() == b.tokens.tolist() and a.probs.tobytes() == b.probs.tobytes(), (k, len(a.tokens))
+            top = _top_k_in_c(row, k)
+            order = np.lexsort((np.arange(n), -row.astype(np.float64)))[:k]
+            assert top.tolist() == order.tolist()
+            compared += 1
+    assert compared == 28
+    with pytest.raises(ValueError, match="k is 0 for a row of 5"):
+        C_MODULE.top_k(np.ones(5, np.float32), 0, np.empty(1, np.int64))
+    with pytest.raises(ValueError, match="bytes, expected at least"):
+        C_MODULE.top_k(np.ones(5, np.float32), 3, np.empty(2, np.int64))
 
 
 def test_malformed_candidates_are_refused_as_the_candidate_set_refuses_them():

@@ -27,6 +27,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..errors import ArgumentError
+from ..learn import acceptance as _acceptance
 from ..learn.constants import TEMPERATURE_BAND_EDGES
 
 # llama.cpp's defaults (common/common.h, struct common_params_sampling)
@@ -249,6 +250,18 @@ def _top_k_within(logits: np.ndarray, k: int) -> np.ndarray | None:
     return None
 
 
+def _top_k_in_c(logits: np.ndarray, k: int) -> np.ndarray | None:
+    """The row's first k tokens in the canonical order, from the C module the round's pricing
+    lives in (``native/pricing.c``, one pass and no temporaries, where the numpy way makes several
+    and costs 0.4 ms a token with the caches cold after a forward); None where it is not in use
+    (``ADASPARK_NUMPY_PRICING``, no build: the numpy way, the same tokens) or the row has a NaN."""
+    C = _acceptance.PRICING
+    if C is None:
+        return None
+    out = np.empty(k, dtype=np.int64)
+    return out if C.top_k(np.ascontiguousarray(logits), k, out) else None
+
+
 def processed_distribution(row: np.ndarray, s: SamplingSettings, history: Sequence[int] = ()) -> Distribution:
     """The target's processed distribution for one row of logits (llama.cpp's chain, see the module).
 
@@ -265,17 +278,21 @@ def processed_distribution(row: np.ndarray, s: SamplingSettings, history: Sequen
         logits = logits.copy()
         v = logits[last]
         logits[last] = np.where(v <= 0, v * np.float32(s.repeat_penalty), v / np.float32(s.repeat_penalty))
-    within = _top_k_within(logits, s.top_k) if 0 < s.top_k < len(logits) else None
-    if within is not None:  # the few logits that hold the top k: the rest is never read again
-        ids = within
-        logits = logits[within].astype(np.float64)
+    ordered = 0 < s.top_k < len(logits)  # top-k in canonical order: z below sums in it, min-p and top-p
+    top = _top_k_in_c(logits, s.top_k) if ordered else None  # keep prefixes of it
+    if top is not None:
+        logits, ids = logits[top].astype(np.float64), top
     else:
-        logits = logits.astype(np.float64)
-        ids = np.arange(len(logits), dtype=np.int64)
-    ordered = within is not None or 0 < s.top_k < len(logits)
-    if ordered:  # top-k, in canonical order: z below sums in it, and min-p and top-p keep prefixes of it
-        keep = _top(logits, ids, s.top_k)[:s.top_k]
-        logits, ids = logits[keep], ids[keep]
+        within = _top_k_within(logits, s.top_k) if ordered else None
+        if within is not None:  # the few logits that hold the top k: the rest is never read again
+            ids = within
+            logits = logits[within].astype(np.float64)
+        else:
+            logits = logits.astype(np.float64)
+            ids = np.arange(len(logits), dtype=np.int64)
+        if ordered:
+            keep = _top(logits, ids, s.top_k)[:s.top_k]
+            logits, ids = logits[keep], ids[keep]
     # probabilities at temperature 1 over what top-k kept: top-p and min-p read these
     mx = float(logits.max())
     w = np.exp(logits - mx)

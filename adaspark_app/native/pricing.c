@@ -1,7 +1,7 @@
 /* The round's pricing in C: the numpy code it replaces runs ~40 small array operations on a
  * tree of a few dozen nodes, each a few microseconds of dispatch (and several times that with
  * the CPU's caches cold between rounds), which made pricing the largest part of a round's host
- * time. Four entry points, each the twin of numpy code that stays the reference (and the
+ * time. Five entry points, each the twin of numpy code that stays the reference (and the
  * fallback where this module is not built; tests/test_native_pricing.py compares them):
  *
  *   columns(...)      engine/candidates.py candidate_set + learn/precision.py for_nodes
@@ -9,6 +9,7 @@
  *   tree_values(...)  engine/tree.py path_products, committable, best_first_order,
  *                     the n-gram mask and expected_accepted (Eq. 1)
  *   observe_classes(...)  learn/precision.py SourcePrecision.observe_many's class counts
+ *   top_k(...)        engine/sampling.py processed_distribution's top-k of a sampled row
  *
  * The tables (coefficient layout, evidence bins) come from Python once (configure), so the
  * constants live in one place, learn/constants.py and learn/acceptance.py's _Layout. Outputs
@@ -513,12 +514,90 @@ done:
     return ret;
 }
 
+/* ------------------------------------------------------------------ top_k */
+
+/* Whether row[a] comes after row[b] in the canonical order (logit descending, then id ascending). */
+static inline int after(const float *row, int64_t a, int64_t b) {
+    return row[a] < row[b] || (row[a] == row[b] && a > b);
+}
+
+static void sift_down(const float *row, int64_t *heap, Py_ssize_t k, Py_ssize_t i) {
+    for (;;) {
+        Py_ssize_t l = 2 * i + 1, r = l + 1, last = i;
+        if (l < k && after(row, heap[l], heap[last])) last = l;
+        if (r < k && after(row, heap[r], heap[last])) last = r;
+        if (last == i) return;
+        const int64_t t = heap[i];
+        heap[i] = heap[last];
+        heap[last] = t;
+        i = last;
+    }
+}
+
+static const float *sort_row; /* qsort's comparator reads the row here (one call at a time: the GIL) */
+
+static int canonical(const void *a, const void *b) {
+    const int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return after(sort_row, x, y) ? 1 : (after(sort_row, y, x) ? -1 : 0);
+}
+
+/* engine/sampling.py processed_distribution's top-k: the first k tokens of a row of float32 logits
+ * in the canonical order, into out (int64) in that order; one pass keeping the k first seen so far
+ * in a heap whose root is the last of them. Returns False, out unread, where the row holds a NaN
+ * (it has no canonical order; the numpy code takes it). */
+static PyObject *top_k(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *o_row, *o_out;
+    Py_ssize_t k;
+    if (!PyArg_ParseTuple(args, "OnO", &o_row, &k, &o_out)) return NULL;
+    Buf b[2];
+    memset(b, 0, sizeof b);
+    PyObject *ret = NULL;
+    if (get_buf(o_row, &b[0], 0, 0, "row") < 0) goto done;
+    const Py_ssize_t n = b[0].view.len / (Py_ssize_t)sizeof(float);
+    if (k < 1 || k > n) {
+        PyErr_Format(PyExc_ValueError, "top_k: k is %zd for a row of %zd", k, n);
+        goto done;
+    }
+    if (get_buf(o_out, &b[1], k * (Py_ssize_t)sizeof(int64_t), 1, "out") < 0) goto done;
+    const float *row = (const float *)b[0].view.buf;
+    int64_t *heap = (int64_t *)b[1].view.buf;
+    int nan = 0;
+    for (Py_ssize_t i = 0; i < k; i++) {
+        nan |= row[i] != row[i];
+        heap[i] = i;
+    }
+    if (!nan) {
+        for (Py_ssize_t i = k / 2; i-- > 0;) sift_down(row, heap, k, i);
+        for (Py_ssize_t i = k; i < n; i++) {
+            const float x = row[i];
+            if (x > row[heap[0]]) { /* a later id at an equal logit comes after every kept one */
+                heap[0] = i;
+                sift_down(row, heap, k, 0);
+            } else if (x != x) {
+                nan = 1;
+                break;
+            }
+        }
+    }
+    if (!nan) {
+        sort_row = row;
+        qsort(heap, (size_t)k, sizeof(int64_t), canonical);
+    }
+    ret = nan ? Py_False : Py_True;
+    Py_INCREF(ret);
+done:
+    release(b, 2);
+    return ret;
+}
+
 static PyMethodDef methods[] = {
     {"configure", configure, METH_VARARGS, "Set the coefficient layout and the bin tables."},
     {"columns", columns, METH_VARARGS, "A round's candidate columns and their class precision."},
     {"eq6", eq6, METH_VARARGS, "The design and both estimates of Eq. (6)."},
     {"tree_values", tree_values, METH_VARARGS, "Q, the committable Q, the best-first order and S(n)."},
     {"observe_classes", observe_classes, METH_VARARGS, "The n-gram class counts' decay and counts, per token."},
+    {"top_k", top_k, METH_VARARGS, "A sampled row's first k tokens in the canonical order."},
     {NULL, NULL, 0, NULL},
 };
 
