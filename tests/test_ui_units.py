@@ -16,7 +16,7 @@ import pytest
 from adaspark_app.engine.events import ReplyResult, RoundEvent
 from adaspark_app.engine.worker import CancelFlag, EngineConfig, EventBatcher, read_gauges
 from adaspark_app.ui.export import conversation_markdown, export_path, slug
-from adaspark_app.ui.stats import RECENT_ROUNDS, EngineGauges, SpecStats, gauges_from, is_verify_round
+from adaspark_app.ui.stats import PLAIN_SEEN_MIN, RECENT_ROUNDS, EngineGauges, SpecStats, gauges_from, is_verify_round
 from adaspark_app.ui.widgets.spec_panel import hbar
 from ui_fakes import ScriptedEngine, panel_text
 
@@ -60,6 +60,31 @@ def test_rates_speedup_and_tokens_per_round():
     assert s.speedup == pytest.approx((31 / 0.5) / 50.0)
     assert s.tokens_per_round == pytest.approx(3.0)
     assert s.width_now == 4
+
+
+def test_speedup_is_over_the_plain_steps_seen_once_there_are_enough_of_them():
+    """The cost model prices a plain step near its best time; the panel's plain rate is the recent
+    plain rounds' own (forward and host time) once PLAIN_SEEN_MIN of them ran, so a reply of plain
+    steps reads 1.00x, not the 0.74x it read against the price."""
+    s = SpecStats()
+    s.set_gauges(EngineGauges(plain_rate=88.0))  # 11.4 ms priced; the steps take 14 + 1 ms
+    tokens, t = 1, 0.0
+    for i in range(1, PLAIN_SEEN_MIN):
+        tokens, t = tokens + 1, t + 0.015
+        s.add(ev(i, width=1, committed=1, tokens=tokens, seconds=t, verify_ms=14.0, priced_by="none"))
+    assert s.plain_rate == 88.0 and s.speedup == pytest.approx((tokens / t) / 88.0)  # too few: the price
+    s.add(ev(PLAIN_SEEN_MIN, width=4, committed=3, tokens=tokens + 3, seconds=t + 0.020))  # a tree round
+    s.add(ev(PLAIN_SEEN_MIN + 1, width=1, committed=1, tokens=tokens + 4, seconds=t + 0.020, verify_ms=14.0,
+             priced_by="fitted"))  # a tree priced and verified at one row: not a plain step
+    assert s.plain_rate == 88.0
+    tokens, t = tokens + 4, t + 0.020
+    s.add(ev(PLAIN_SEEN_MIN + 2, width=1, committed=1, tokens=tokens + 1, seconds=t + 0.015, verify_ms=14.0,
+             priced_by="none"))
+    assert s.plain_rate == pytest.approx(1 / 0.015)
+    s.start_reply()  # a new reply keeps what plain steps cost here
+    s.add(ev(1, width=1, committed=1, tokens=1, seconds=0.015, verify_ms=14.0, priced_by="none"))
+    assert s.plain_rate == pytest.approx(1 / 0.015) and s.speedup == pytest.approx(1.0)
+    assert "1.00×" in render_text(s) and "66.7" in render_text(s)
 
 
 def test_now_rate_follows_the_last_second_not_the_whole_reply():

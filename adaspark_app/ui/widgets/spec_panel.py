@@ -109,7 +109,7 @@ def render_panel(stats: SpecStats) -> RenderableType:
                  "on screen", _num(stats.shown_rate))
     head.add_row("tok/s now", Text(_num(stats.now_rate), style="bold"),
                  "speedup", Text(_num(speedup, "{:.2f}×"), style=speed_style))
-    head.add_row("tok/round", _num(stats.tokens_per_round, "{:.2f}"), "plain", _num(stats.gauges.plain_rate))
+    head.add_row("tok/round", _num(stats.tokens_per_round, "{:.2f}"), "plain", _num(stats.plain_rate))
     measuring = stats.last is not None and stats.last.measured
     head.add_row("width now", Text(_num(stats.width_now, "{}"), style="bold cyan"),
                  "rounds", str(stats.rounds))
