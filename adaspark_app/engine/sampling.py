@@ -27,7 +27,6 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..errors import ArgumentError
-from ..learn import acceptance as _acceptance
 from ..learn.constants import TEMPERATURE_BAND_EDGES
 
 # llama.cpp's defaults (common/common.h, struct common_params_sampling)
@@ -250,11 +249,17 @@ def _top_k_within(logits: np.ndarray, k: int) -> np.ndarray | None:
     return None
 
 
+_acceptance: Any = None  # learn.acceptance, where the C pricing module in use is (_top_k_in_c)
+
+
 def _top_k_in_c(logits: np.ndarray, k: int) -> np.ndarray | None:
     """The row's first k tokens in the canonical order, from the C module the round's pricing
     lives in (``native/pricing.c``, one pass and no temporaries, where the numpy way makes several
     and costs 0.4 ms a token with the caches cold after a forward); None where it is not in use
     (``ADASPARK_NUMPY_PRICING``, no build: the numpy way, the same tokens) or the row has a NaN."""
+    global _acceptance
+    if _acceptance is None:  # imported at the first draw: options.py reads this module for its checks alone
+        from ..learn import acceptance as _acceptance
     C = _acceptance.PRICING
     if C is None:
         return None
@@ -266,10 +271,11 @@ def processed_distribution(row: np.ndarray, s: SamplingSettings, history: Sequen
     """The target's processed distribution for one row of logits (llama.cpp's chain, see the module).
 
     history: the tokens of the row's own prefix (committed tokens, then the tree path above the
-    row); the repeat penalty reads its last `repeat_last_n`. No full-vocabulary sort: top-k is a
-    partial selection among the logits near the largest (`_top_k_within`), and min-p (which
-    commutes with top-p: both keep a prefix of the same order and neither changes the max) filters
-    before the survivors are sorted.
+    row); the repeat penalty reads its last `repeat_last_n`. No full-vocabulary sort: top-k is one
+    pass in C (`_top_k_in_c`), else a partial selection among the logits near the largest
+    (`_top_k_within`); min-p and top-p then keep prefixes of its canonical order (min-p commutes
+    with top-p: both keep a prefix of the same order and neither changes the max). Where top-k is
+    off, min-p filters before the survivors are sorted.
     """
     logits = np.asarray(row, dtype=np.float32)
     if s.repeat_penalty != 1.0 and s.repeat_last_n > 0 and len(history):
