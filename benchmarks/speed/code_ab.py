@@ -11,7 +11,7 @@ Identity: every run's `adaspark` reply equals its `ar` reply, and `ar`'s replies
 under both checkouts (the code under test did not change what plain decode emits).
 
     python -m benchmarks.speed.code_ab SET.jsonl --base /path/to/reference-checkout \\
-        [--head .] [--model GGUF] [--pairs 2] [--max-tokens 128] [--start-store DB] --out DIR
+        [--head .] [--model GGUF] [--pairs 2] [--max-tokens 128] [--start-store DB] [--temperature T] --out DIR
 
 ``--start-store DB``: every run's adaspark arm starts from a copy of that learned store (what a
 user's store holds after earlier sessions) instead of an empty one; the copy learns on through
@@ -39,13 +39,15 @@ ARMS = ("ar", "adaspark")
 
 
 def run_side(checkout: Path, script: Path, out: Path, model: str | None, max_tokens: int,
-             start_store: Path | None = None) -> None:
+             start_store: Path | None = None, temperature: float = 0.0) -> None:
     """`adaspark bench` with the package of `checkout` (its own adaspark_app first on the path);
     the adaspark arm from a copy of `start_store` where one is given."""
     argv = [sys.executable, "-m", "adaspark_app.cli", "bench", str(script), "--arms", ",".join(ARMS),
             "--max-tokens", str(max_tokens), "--keep-capped", "--no-progress", "--report", str(out)]
     if model:
         argv += ["--model", model]
+    if temperature > 0:  # sampled, llama.cpp's other defaults, one seed: every arm draws the same reply
+        argv += ["--temperature", str(temperature), "--seed", "7"]
     if start_store is not None:
         stores = out / "stores"
         stores.mkdir(parents=True, exist_ok=True)
@@ -122,6 +124,7 @@ def report(res: dict, args: argparse.Namespace) -> str:
         f"`python -m benchmarks.speed.code_ab {args.script} --base {args.base} --head {args.head} "
         f"--pairs {args.pairs} --max-tokens {args.max_tokens}" + (f" --model {args.model}" if args.model else "")
         + (f" --start-store {args.start_store}" if args.start_store else "")
+        + (f" --temperature {args.temperature:g}" if getattr(args, "temperature", 0.0) > 0 else "")
         + f" --out {args.out}`; {cpu_model()}, {os.cpu_count()} CPUs.",
         "",
         "| | value |",
@@ -147,6 +150,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", required=True, metavar="DIR")
     ap.add_argument("--start-store", default=None, metavar="DB",
                     help="the adaspark arm of every run starts from a copy of this learned store")
+    ap.add_argument("--temperature", type=float, default=0.0,
+                    help="sample at this temperature with seed 7 and llama.cpp's other defaults (default 0: greedy)")
     ap.add_argument("--report-only", action="store_true", help="read DIR's runs; run nothing")
     args = ap.parse_args(argv)
     script = Path(args.script).resolve()
@@ -170,7 +175,8 @@ def main(argv: list[str] | None = None) -> int:
         for k in range(args.pairs):
             for name in (("base", "head") if k % 2 == 0 else ("head", "base")):
                 print(f"== {name} run {k + 1}", flush=True)
-                run_side(sides[name], script, (out / f"{name}-{k + 1}").resolve(), args.model, args.max_tokens, start)
+                run_side(sides[name], script, (out / f"{name}-{k + 1}").resolve(), args.model, args.max_tokens, start,
+                         args.temperature)
     runs = {name: [read_jsonl(replies_file(out / f"{name}-{k + 1}")) for k in range(args.pairs)] for name in sides}
     text = report(compare(runs["base"], runs["head"]), args)
     (out / "ab.md").write_text(text, encoding="utf-8")
