@@ -124,7 +124,7 @@ def report(res: dict, args: argparse.Namespace) -> str:
         f"`python -m benchmarks.speed.code_ab {args.script} --base {args.base} --head {args.head} "
         f"--pairs {args.pairs} --max-tokens {args.max_tokens}" + (f" --model {args.model}" if args.model else "")
         + (f" --start-store {args.start_store}" if args.start_store else "")
-        + (f" --temperature {args.temperature:g}" if getattr(args, "temperature", 0.0) > 0 else "")
+        + (f" --temperature {args.temperature:g}" if args.temperature > 0 else "")
         + f" --out {args.out}`; {cpu_model()}, {os.cpu_count()} CPUs.",
         "",
         "| | value |",
@@ -160,6 +160,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.pairs < 1:
         print("code_ab: error: --pairs must be at least 1", file=sys.stderr)
+        return 2
+    if args.temperature < 0:
+        print("code_ab: error: --temperature must be at least 0 (0 is greedy)", file=sys.stderr)
         return 2
     start = Path(args.start_store).resolve() if args.start_store else None
     if start is not None and not start.is_file():
